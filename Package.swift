@@ -1,0 +1,82 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// One target per responsibility; see docs/ARCHITECTURE.md for how they fit together.
+let package = Package(
+    name: "msso",
+    platforms: [.macOS(.v13)],
+    products: [
+        .library(name: "MSSOClient", targets: ["MSSOClient"]),
+        .executable(name: "mssod", targets: ["mssod"]),
+        .executable(name: "msso", targets: ["msso"]),
+        .executable(name: "msso-logout", targets: ["msso-logout"]),
+        .executable(name: "msso-bench", targets: ["msso-bench"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // Wire protocol: message types, error names, framing. Shared by daemon, CLI and client.
+        .target(name: "MSSOProtocol", dependencies: [
+            .product(name: "NIOCore", package: "swift-nio"),
+        ]),
+        // The library apps link.
+        .target(name: "MSSOClient", dependencies: [
+            "MSSOProtocol",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+        ]),
+        // Broker logic: sessions, the two clocks, config, dispatch. Storage and IdP behind protocols.
+        .target(name: "MSSOCore", dependencies: [
+            "MSSOProtocol",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The Secret Service store (libsecret).
+        .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1",
+                       providers: [.apt(["libsecret-1-dev"])]),
+        .target(name: "MSSOKeyring", dependencies: ["CLibSecret", "MSSOCore"]),
+        // OpenID Connect / OAuth 2.0 client flows.
+        .target(name: "MSSOIdentity", dependencies: [
+            "MSSOCore",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The Unix-socket server: listener, peer identity from the kernel, connections.
+        .target(name: "MSSOServer", dependencies: [
+            "MSSOCore", "MSSOProtocol",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // prctl(2) for the daemon's hardening (variadic in C, so not callable from Swift).
+        .target(name: "CMSSOSystem"),
+        .executableTarget(name: "mssod", dependencies: [
+            "CMSSOSystem", "MSSOServer", "MSSOCore", "MSSOKeyring", "MSSOIdentity",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .executableTarget(name: "msso", dependencies: [
+            "MSSOClient",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "msso-logout", dependencies: [
+            "MSSOClient",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .executableTarget(name: "msso-bench", dependencies: [
+            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        // Example apps of one suite, sharing one login (see examples/README.md).
+        .executableTarget(name: "App1", dependencies: ["MSSOClient"], path: "examples/App1"),
+        .executableTarget(name: "App2", dependencies: ["MSSOClient"], path: "examples/App2"),
+        .executableTarget(name: "Logout", dependencies: ["MSSOClient"], path: "examples/Logout"),
+
+        .testTarget(name: "MSSOProtocolTests", dependencies: [
+            "MSSOProtocol", .product(name: "NIOCore", package: "swift-nio"),
+        ]),
+        .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
+    ]
+)

@@ -1,0 +1,155 @@
+// Why this shim exists: libsecret's convenience API is variadic (not callable from Swift), and
+// telling a locked keyring from an absent item takes several GObject calls that read better in C.
+// Every function takes a GCancellable that the Swift side cancels on a timer: a hung Secret
+// Service would otherwise block for 2 x 25 s (the GDBus default).
+#ifndef MSSO_LIBSECRET_SHIM_H
+#define MSSO_LIBSECRET_SHIM_H
+
+#include <libsecret/secret.h>
+#include <string.h>
+
+typedef enum {
+    MSSO_SECRET_OK = 0,
+    MSSO_SECRET_ABSENT = 1,
+    MSSO_SECRET_LOCKED = 2,
+    MSSO_SECRET_UNAVAILABLE = 3,
+    MSSO_SECRET_TIMEOUT = 4,
+} msso_secret_result;
+
+// One item per access group. Attributes are readable while the keyring is locked: they hold
+// names only, never a token or an expiry time.
+static const SecretSchema msso_credential_schema = {
+    "org.msso.Credential", SECRET_SCHEMA_NONE,
+    { { "group", SECRET_SCHEMA_ATTRIBUTE_STRING }, { "issuer", SECRET_SCHEMA_ATTRIBUTE_STRING }, { NULL, 0 } },
+};
+
+static inline msso_secret_result msso_secret_fail(GError *error, char **message) {
+    msso_secret_result result = g_error_matches(error, G_IO_ERROR, G_IO_ERROR_CANCELLED)
+        ? MSSO_SECRET_TIMEOUT : MSSO_SECRET_UNAVAILABLE;
+    *message = g_strdup(error->message);
+    g_error_free(error);
+    return result;
+}
+
+// The items of one group; *out is a list the caller frees with g_list_free_full(…, g_object_unref).
+static inline msso_secret_result msso_secret_search(SecretService *service, const char *group, gboolean load,
+                                                    GList **out, GCancellable *cancellable, char **message) {
+    GError *error = NULL;
+    GHashTable *attributes = g_hash_table_new(g_str_hash, g_str_equal);
+    g_hash_table_insert(attributes, "group", (gpointer)group);
+    // No SECRET_SEARCH_UNLOCK: a locked keyring must be reported, never prompted for here.
+    SecretSearchFlags flags = SECRET_SEARCH_ALL | (load ? SECRET_SEARCH_LOAD_SECRETS : 0);
+    *out = secret_service_search_sync(service, &msso_credential_schema, attributes, flags, cancellable, &error);
+    g_hash_table_unref(attributes);
+    return error ? msso_secret_fail(error, message) : MSSO_SECRET_OK;
+}
+
+static inline SecretService *msso_secret_service(GCancellable *cancellable, msso_secret_result *result, char **message) {
+    GError *error = NULL;
+    SecretService *service = secret_service_get_sync(SECRET_SERVICE_NONE, cancellable, &error);
+    if (!service) *result = error ? msso_secret_fail(error, message) : MSSO_SECRET_UNAVAILABLE;
+    return service;
+}
+
+/// Reads the group's secret into *secret (free with msso_secret_free). Locked items are reported
+/// as LOCKED: libsecret's lookup would return NULL for them, indistinguishable from "absent".
+static inline msso_secret_result msso_secret_lookup(const char *group, char **secret,
+                                                    GCancellable *cancellable, char **message) {
+    msso_secret_result result = MSSO_SECRET_OK;
+    SecretService *service = msso_secret_service(cancellable, &result, message);
+    if (!service) return result;
+    GList *items = NULL;
+    result = msso_secret_search(service, group, TRUE, &items, cancellable, message);
+    g_object_unref(service);
+    if (result != MSSO_SECRET_OK) return result;
+    result = MSSO_SECRET_ABSENT;
+    for (GList *l = items; l; l = l->next) {
+        if (secret_item_get_locked(l->data)) { result = MSSO_SECRET_LOCKED; break; }
+        SecretValue *value = secret_item_get_secret(l->data);
+        if (!value) continue;
+        *secret = g_strdup(secret_value_get_text(value));
+        secret_value_unref(value);
+        result = MSSO_SECRET_OK;
+        break;
+    }
+    g_list_free_full(items, g_object_unref);
+    return result;
+}
+
+/// Stores the group's secret in the default collection, replacing its item. Refuses (LOCKED)
+/// rather than prompting when the collection is locked.
+static inline msso_secret_result msso_secret_store(const char *group, const char *issuer, const char *label,
+                                                   const char *secret, GCancellable *cancellable, char **message) {
+    msso_secret_result result = MSSO_SECRET_OK;
+    SecretService *service = msso_secret_service(cancellable, &result, message);
+    if (!service) return result;
+    GError *error = NULL;
+    SecretCollection *collection = secret_collection_for_alias_sync(service, SECRET_COLLECTION_DEFAULT,
+                                                                    SECRET_COLLECTION_NONE, cancellable, &error);
+    if (!collection) {
+        g_object_unref(service);
+        if (error) return msso_secret_fail(error, message);
+        *message = g_strdup("the Secret Service has no default keyring");
+        return MSSO_SECRET_UNAVAILABLE;
+    }
+    gboolean locked = secret_collection_get_locked(collection);
+    g_object_unref(collection);
+    if (locked) { g_object_unref(service); return MSSO_SECRET_LOCKED; }
+
+    GHashTable *attributes = g_hash_table_new(g_str_hash, g_str_equal);
+    g_hash_table_insert(attributes, "group", (gpointer)group);
+    g_hash_table_insert(attributes, "issuer", (gpointer)issuer);
+    SecretValue *value = secret_value_new(secret, -1, "application/json");
+    gboolean stored = secret_service_store_sync(service, &msso_credential_schema, attributes, SECRET_COLLECTION_DEFAULT,
+                                                label, value, cancellable, &error);
+    secret_value_unref(value);
+    g_hash_table_unref(attributes);
+    if (!stored) {
+        g_object_unref(service);
+        return error ? msso_secret_fail(error, message) : MSSO_SECRET_UNAVAILABLE;
+    }
+    // Same attributes replace the item; an item left from an earlier issuer would not be, so
+    // remove it now that the new one is safely written.
+    GList *items = NULL;
+    if (msso_secret_search(service, group, FALSE, &items, cancellable, message) == MSSO_SECRET_OK) {
+        for (GList *l = items; l; l = l->next) {
+            GHashTable *attrs = secret_item_get_attributes(l->data);
+            const char *other = g_hash_table_lookup(attrs, "issuer");
+            if (!other || strcmp(other, issuer) != 0) secret_item_delete_sync(l->data, cancellable, NULL);
+            g_hash_table_unref(attrs);
+        }
+        g_list_free_full(items, g_object_unref);
+    }
+    g_object_unref(service);
+    return MSSO_SECRET_OK;
+}
+
+/// Deletes the group's items. Deletes nothing (LOCKED) when any of them is locked.
+static inline msso_secret_result msso_secret_delete(const char *group, GCancellable *cancellable, char **message) {
+    msso_secret_result result = MSSO_SECRET_OK;
+    SecretService *service = msso_secret_service(cancellable, &result, message);
+    if (!service) return result;
+    GList *items = NULL;
+    result = msso_secret_search(service, group, FALSE, &items, cancellable, message);
+    g_object_unref(service);
+    if (result != MSSO_SECRET_OK) return result;
+    result = items ? MSSO_SECRET_OK : MSSO_SECRET_ABSENT;
+    for (GList *l = items; l; l = l->next)
+        if (secret_item_get_locked(l->data)) result = MSSO_SECRET_LOCKED;
+    for (GList *l = items; l && result == MSSO_SECRET_OK; l = l->next) {
+        GError *error = NULL;
+        if (!secret_item_delete_sync(l->data, cancellable, &error))
+            result = error ? msso_secret_fail(error, message) : MSSO_SECRET_UNAVAILABLE;
+    }
+    g_list_free_full(items, g_object_unref);
+    return result;
+}
+
+/// Wipes and frees a string the shim returned.
+static inline void msso_secret_free(char *text) {
+    if (!text) return;
+    explicit_bzero(text, strlen(text));
+    g_free(text);
+}
+
+#endif

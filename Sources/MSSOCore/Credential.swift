@@ -1,0 +1,68 @@
+import MSSOProtocol
+
+/// What the broker keeps for a logged-in group: the tokens and both clocks.
+///
+/// Stored whole as the keyring item's secret payload (JSON), so nothing here ever sits in a
+/// keyring attribute, which is readable while the keyring is locked. Times are Unix seconds.
+public struct Credential: Codable, Sendable, Equatable {
+    public var issuer: String
+    public var username: String?
+    public var accessToken: String
+    public var refreshToken: String?
+    public var accessTokenExpiresAt: Double
+    public var loggedInAt: Double
+    /// The sliding window's end: `extend` moves it, `sign` refuses past it.
+    public var sessionExpiresAt: Double
+    /// The absolute cap on `sessionExpiresAt`.
+    public var sessionMaxAt: Double
+
+    public init(issuer: String, username: String?, accessToken: String, refreshToken: String?,
+                accessTokenExpiresAt: Double, loggedInAt: Double, sessionExpiresAt: Double, sessionMaxAt: Double) {
+        self.issuer = issuer
+        self.username = username
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.accessTokenExpiresAt = accessTokenExpiresAt
+        self.loggedInAt = loggedInAt
+        self.sessionExpiresAt = sessionExpiresAt
+        self.sessionMaxAt = sessionMaxAt
+    }
+
+    /// The session as a client may see it: times and names, no token.
+    public func status(group: String, now: Double) -> SessionStatus {
+        SessionStatus(group: group, state: now < sessionExpiresAt ? .valid : .expired, issuer: issuer,
+                      username: username, loggedInAt: loggedInAt, sessionExpiresAt: sessionExpiresAt,
+                      sessionMaxAt: sessionMaxAt, accessTokenExpiresAt: accessTokenExpiresAt)
+    }
+}
+
+// Interpolating or dumping a credential must never print a token.
+extension Credential: CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    public var description: String {
+        "Credential(issuer: \(issuer), username: \(username ?? "-"), sessionExpiresAt: \(sessionExpiresAt), tokens: <redacted>)"
+    }
+    public var debugDescription: String { description }
+    public var customMirror: Mirror { Mirror(self, children: ["redacted": description]) }
+}
+
+/// Tokens as an identity provider hands them out.
+public struct TokenSet: Sendable {
+    public var accessToken: String
+    public var refreshToken: String?
+    /// Seconds the access token lives, per the IdP.
+    public var expiresIn: Double
+    /// Who logged in, when the IdP says so (from the ID token); for display only.
+    public var username: String?
+
+    public init(accessToken: String, refreshToken: String?, expiresIn: Double, username: String? = nil) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.expiresIn = expiresIn
+        self.username = username
+    }
+}
+
+extension TokenSet: CustomStringConvertible, CustomReflectable {
+    public var description: String { "TokenSet(expiresIn: \(expiresIn), tokens: <redacted>)" }
+    public var customMirror: Mirror { Mirror(self, children: ["redacted": description]) }
+}

@@ -1,0 +1,269 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Logging
+import MSSOCore
+import MSSOProtocol
+
+/// An OpenID Connect provider reached over HTTP: discovery, password grant, device authorization
+/// grant (RFC 8628), refresh with rotation, revocation (RFC 7009).
+///
+/// Every request is bounded in time; errors become `BrokerError`s whose sentences carry the
+/// IdP's error code but never a token, a password or a client secret.
+public final class OpenIDProvider: IdentityProvider {
+    private let session: URLSession
+    private let logger: Logger
+    private let requestTimeout: Double
+    private let revokeTimeout: Double
+    private let discoveries = DiscoveryCache()
+
+    public init(logger: Logger, requestTimeout: Double = 10, revokeTimeout: Double = 3) {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = requestTimeout
+        configuration.timeoutIntervalForResource = requestTimeout
+        configuration.httpCookieStorage = nil
+        configuration.urlCache = nil
+        session = URLSession(configuration: configuration)
+        self.logger = logger
+        self.requestTimeout = requestTimeout
+        self.revokeTimeout = revokeTimeout
+    }
+
+    // MARK: IdentityProvider
+
+    public func passwordLogin(_ group: GroupConfig, username: String, password: String) async throws(BrokerError) -> TokenSet {
+        let metadata = try await discover(group)
+        let response = try await post(metadata.tokenEndpoint, group: group, form: [
+            ("grant_type", "password"), ("username", username), ("password", password),
+            ("scope", group.scopes.joined(separator: " ")),
+        ])
+        switch response {
+        case .success(let json): return try tokens(from: json, group: group)
+        case .failure(let error) where error.code == "invalid_grant":
+            throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
+        case .failure(let error): throw refusal(error, group: group, doing: "log in")
+        }
+    }
+
+    public func deviceLogin(_ group: GroupConfig, prompt: @Sendable (DevicePrompt) -> Void) async throws(BrokerError) -> TokenSet {
+        let metadata = try await discover(group)
+        guard let endpoint = metadata.deviceAuthorizationEndpoint else {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" does not offer device login; use `msso login --username`")
+        }
+        let start: [String: Any]
+        switch try await post(endpoint, group: group, form: [("scope", group.scopes.joined(separator: " "))]) {
+        case .success(let json): start = json
+        case .failure(let error): throw refusal(error, group: group, doing: "start a device login")
+        }
+        guard let deviceCode = start["device_code"] as? String, let userCode = start["user_code"] as? String,
+              let verificationURI = start["verification_uri"] as? String else {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent an incomplete device authorization")
+        }
+        let expiresAt = Date().timeIntervalSince1970 + (number(start["expires_in"]) ?? 600)
+        prompt(DevicePrompt(verificationURI: verificationURI, verificationURIComplete: start["verification_uri_complete"] as? String,
+                            userCode: userCode, expiresAt: expiresAt))
+        var interval = max(number(start["interval"]) ?? 5, 1)
+        while Date().timeIntervalSince1970 < expiresAt {
+            do { try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000)) } catch {
+                throw BrokerError(.loginDenied, "the device login was cancelled")
+            }
+            let response = try await post(metadata.tokenEndpoint, group: group, form: [
+                ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode),
+            ])
+            switch response {
+            case .success(let json): return try tokens(from: json, group: group)
+            case .failure(let error) where error.code == "authorization_pending": continue
+            case .failure(let error) where error.code == "slow_down": interval += 5 // RFC 8628 §3.5
+            case .failure(let error) where error.code == "access_denied":
+                throw BrokerError(.loginDenied, "the device login for \"\(group.name)\" was denied")
+            case .failure(let error) where error.code == "expired_token":
+                break
+            case .failure(let error): throw refusal(error, group: group, doing: "finish the device login")
+            }
+        }
+        throw BrokerError(.loginDenied, "the device code for \"\(group.name)\" expired before it was approved; run `msso login` again")
+    }
+
+    public func refresh(_ group: GroupConfig, refreshToken: String) async throws(BrokerError) -> TokenSet {
+        let metadata = try await discover(group)
+        switch try await post(metadata.tokenEndpoint, group: group, form: [
+            ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
+        ]) {
+        case .success(let json): return try tokens(from: json, group: group)
+        case .failure(let error) where error.code == "invalid_grant":
+            throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
+        case .failure(let error): throw refusal(error, group: group, doing: "refresh the access token")
+        }
+    }
+
+    public func revoke(_ group: GroupConfig, refreshToken: String) async {
+        do {
+            let metadata = try await discover(group)
+            guard let endpoint = metadata.revocationEndpoint else { return }
+            let response = try await post(endpoint, group: group, timeout: revokeTimeout, form: [
+                ("token", refreshToken), ("token_type_hint", "refresh_token"),
+            ])
+            if case .failure(let error) = response {
+                logger.warning("revocation refused", metadata: ["group": "\(group.name)", "error": "\(error.code)"])
+            }
+        } catch {
+            logger.warning("revocation failed", metadata: ["group": "\(group.name)", "error": "\(error)"])
+        }
+    }
+
+    // MARK: HTTP
+
+    struct OAuthError: Error {
+        var status: Int
+        var code: String
+        var description: String?
+    }
+
+    /// POSTs a form to an endpoint with the group's client authentication. A 200 with a JSON object
+    /// is `.success`; an OAuth error response is `.failure`; no answer is thrown as `IdPUnavailable`.
+    private func post(_ url: URL, group: GroupConfig, timeout: Double? = nil,
+                      form: [(String, String)]) async throws(BrokerError) -> Result<[String: Any], OAuthError> {
+        var request = URLRequest(url: url, timeoutInterval: timeout ?? requestTimeout)
+        request.httpMethod = "POST"
+        request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        var fields = form
+        if let secret = try clientSecret(group) {
+            // RFC 6749 §2.3.1: both parts are form-encoded before they are joined and base64-encoded.
+            let credentials = Self.formEncode(group.clientID) + ":" + Self.formEncode(secret)
+            request.setValue("Basic " + Data(credentials.utf8).base64EncodedString(), forHTTPHeaderField: "Authorization")
+        } else {
+            fields.append(("client_id", group.clientID))
+        }
+        request.httpBody = Data(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
+        let (data, status) = try await send(request, group: group, timeout: timeout)
+        let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        if status == 200, let json { return .success(json) }
+        if let code = json?["error"] as? String {
+            return .failure(OAuthError(status: status, code: code, description: json?["error_description"] as? String))
+        }
+        throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered HTTP \(status) at \(url.path)")
+    }
+
+    private func send(_ request: URLRequest, group: GroupConfig, timeout: Double? = nil) async throws(BrokerError) -> (Data, Int) {
+        let limit = timeout ?? requestTimeout
+        do {
+            // URLSession's own timeout is per-idle-period: bound the whole exchange as well.
+            let (data, response) = try await withDeadline(seconds: limit) { [session] in
+                try await session.data(for: request)
+            }
+            return (data, (response as? HTTPURLResponse)?.statusCode ?? 0)
+        } catch {
+            let reason = (error as? DeadlineExceeded) != nil ? "did not answer within \(Int(limit)) s" : "could not be reached"
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) \(reason); check your network and try again")
+        }
+    }
+
+    private func discover(_ group: GroupConfig) async throws(BrokerError) -> ProviderMetadata {
+        if let known = discoveries.get(group.issuer) { return known }
+        let url = URL(string: group.issuer.hasSuffix("/") ? group.issuer + ".well-known/openid-configuration"
+                                                        : group.issuer + "/.well-known/openid-configuration")!
+        var request = URLRequest(url: url, timeoutInterval: requestTimeout)
+        request.setValue("application/json", forHTTPHeaderField: "Accept")
+        let (data, status) = try await send(request, group: group)
+        guard status == 200, let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
+              let metadata = ProviderMetadata(json: json) else {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" has no usable OpenID configuration at \(url.absoluteString) (HTTP \(status)); check `issuer` in the config")
+        }
+        discoveries.set(group.issuer, metadata)
+        return metadata
+    }
+
+    // MARK: Helpers
+
+    private func tokens(from json: [String: Any], group: GroupConfig) throws(BrokerError) -> TokenSet {
+        guard let accessToken = json["access_token"] as? String, !accessToken.isEmpty else {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered without an access token")
+        }
+        return TokenSet(accessToken: accessToken, refreshToken: json["refresh_token"] as? String,
+                        expiresIn: number(json["expires_in"]) ?? 300,
+                        username: (json["id_token"] as? String).flatMap(Self.displayName(idToken:)))
+    }
+
+    private func refusal(_ error: OAuthError, group: GroupConfig, doing what: String) -> BrokerError {
+        switch error.code {
+        case "invalid_client", "unauthorized_client":
+            return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused client \"\(group.clientID)\" (\(error.code)) when asked to \(what); check client_id and the client secret in the config")
+        case "invalid_scope":
+            return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused the scopes \(group.scopes.joined(separator: " ")); check `scopes` in the config")
+        default:
+            return BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" refused to \(what) (\(error.code), HTTP \(error.status))")
+        }
+    }
+
+    private func clientSecret(_ group: GroupConfig) throws(BrokerError) -> String? {
+        switch group.clientSecret {
+        case .none: return nil
+        case .inline(let secret): return secret
+        case .file(let path):
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw BrokerError(.configInvalid, "cannot read the client secret file \(path) of \"\(group.name)\"")
+            }
+            return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+    }
+
+    private func number(_ value: Any?) -> Double? {
+        (value as? NSNumber)?.doubleValue ?? (value as? String).flatMap(Double.init)
+    }
+
+    static func formEncode(_ text: String) -> String {
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._*")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed)!.replacingOccurrences(of: "%20", with: "+")
+    }
+
+    /// The user's name from an ID token, for status output only (not verified: never used for trust).
+    static func displayName(idToken: String) -> String? {
+        let parts = idToken.split(separator: ".")
+        guard parts.count == 3 else { return nil }
+        var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        base64 += String(repeating: "=", count: (4 - base64.count % 4) % 4)
+        guard let data = Data(base64Encoded: base64),
+              let claims = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else { return nil }
+        return (claims["preferred_username"] as? String) ?? (claims["sub"] as? String)
+    }
+}
+
+/// The endpoints of a provider, from its discovery document.
+struct ProviderMetadata: Sendable {
+    var tokenEndpoint: URL
+    var deviceAuthorizationEndpoint: URL?
+    var revocationEndpoint: URL?
+
+    init?(json: [String: Any]) {
+        guard let token = (json["token_endpoint"] as? String).flatMap(URL.init(string:)) else { return nil }
+        tokenEndpoint = token
+        deviceAuthorizationEndpoint = (json["device_authorization_endpoint"] as? String).flatMap(URL.init(string:))
+        revocationEndpoint = (json["revocation_endpoint"] as? String).flatMap(URL.init(string:))
+    }
+}
+
+/// Discovery documents by issuer, kept for the life of the process.
+final class DiscoveryCache: @unchecked Sendable {
+    private let lock = NSLock()
+    private var entries: [String: ProviderMetadata] = [:]
+    func get(_ issuer: String) -> ProviderMetadata? { lock.withLock { entries[issuer] } }
+    func set(_ issuer: String, _ metadata: ProviderMetadata) { lock.withLock { entries[issuer] = metadata } }
+}
+
+struct DeadlineExceeded: Error {}
+
+/// Runs `body`, giving up after `seconds`.
+func withDeadline<T: Sendable>(seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+    try await withThrowingTaskGroup(of: T.self) { group in
+        group.addTask { try await body() }
+        group.addTask {
+            try await Task.sleep(nanoseconds: UInt64(seconds * 1_000_000_000))
+            throw DeadlineExceeded()
+        }
+        defer { group.cancelAll() }
+        return try await group.next()!
+    }
+}

@@ -1,0 +1,91 @@
+import CLibSecret
+import Dispatch
+import Foundation
+import MSSOCore
+import MSSOProtocol
+
+/// Credentials in the desktop keyring, through libsecret (freedesktop Secret Service).
+///
+/// One item per access group, schema `org.msso.Credential`, attributes `group` and `issuer`;
+/// the whole ``Credential`` is the secret payload. Calls run one at a time on a private queue
+/// (libsecret's sync calls block) and each is cancelled after ``timeout``.
+public final class SecretServiceStore: CredentialStore {
+    private let timeout: Double
+    private let queue = DispatchQueue(label: "msso.keyring")
+
+    public init(timeout: Double = 5) {
+        self.timeout = timeout
+    }
+
+    public func load(group: String) async throws(BrokerError) -> Credential? {
+        let (result, secret, message) = await call { cancellable, message in
+            var secret: UnsafeMutablePointer<CChar>?
+            let result = msso_secret_lookup(group, &secret, cancellable, &message)
+            defer { msso_secret_free(secret) }
+            return (result, secret.map { String(cString: $0) })
+        }
+        try check(result, message, doing: "read the credential of \"\(group)\"")
+        guard result == MSSO_SECRET_OK, let secret else { return nil }
+        do {
+            return try JSONDecoder().decode(Credential.self, from: Data(secret.utf8))
+        } catch {
+            throw BrokerError(.keyringUnavailable, "the keyring item of \"\(group)\" is not an msso credential; run `msso logout --group \(group)` to clear it")
+        }
+    }
+
+    public func save(_ credential: Credential, group: String) async throws(BrokerError) {
+        let payload: String
+        do {
+            payload = String(decoding: try JSONEncoder().encode(credential), as: UTF8.self)
+        } catch {
+            throw BrokerError(.internal, "could not encode the credential of \"\(group)\"")
+        }
+        let (result, _, message) = await call { cancellable, message in
+            (msso_secret_store(group, credential.issuer, "msso credential for \(group)", payload, cancellable, &message), nil)
+        }
+        try check(result, message, doing: "store the credential of \"\(group)\"")
+    }
+
+    @discardableResult
+    public func delete(group: String) async throws(BrokerError) -> Bool {
+        let (result, _, message) = await call { cancellable, message in
+            (msso_secret_delete(group, cancellable, &message), nil)
+        }
+        try check(result, message, doing: "delete the credential of \"\(group)\"")
+        return result == MSSO_SECRET_OK
+    }
+
+    /// Runs one shim call on the keyring queue with a cancellable that fires after `timeout`.
+    private func call(
+        _ body: @escaping @Sendable (UnsafeMutablePointer<GCancellable>?, inout UnsafeMutablePointer<CChar>?) -> (msso_secret_result, String?)
+    ) async -> (msso_secret_result, String?, String?) {
+        let timeout = self.timeout
+        return await withCheckedContinuation { continuation in
+            queue.async {
+                let cancellable = g_cancellable_new()
+                let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
+                DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
+                var message: UnsafeMutablePointer<CChar>?
+                let (result, secret) = body(cancellable, &message)
+                timer.cancel()
+                g_object_unref(cancellable)
+                let text = message.map { String(cString: $0) }
+                g_free(message)
+                continuation.resume(returning: (result, secret, text))
+            }
+        }
+    }
+
+    private func check(_ result: msso_secret_result, _ message: String?, doing what: String) throws(BrokerError) {
+        switch result {
+        case MSSO_SECRET_OK, MSSO_SECRET_ABSENT:
+            return
+        case MSSO_SECRET_LOCKED:
+            throw BrokerError(.keyringLocked, "the keyring is locked, so msso could not \(what); unlock it (log in to the desktop, or unlock it in your keyring manager) and try again")
+        case MSSO_SECRET_TIMEOUT:
+            throw BrokerError(.keyringUnavailable, "the Secret Service did not answer within \(Int(timeout)) s, so msso could not \(what); check that gnome-keyring-daemon (or another Secret Service) is running")
+        default:
+            throw BrokerError(.keyringUnavailable, "no Secret Service on this session bus, so msso could not \(what) (\(message ?? "unknown error")); start gnome-keyring-daemon or another Secret Service")
+        }
+    }
+}

@@ -1,0 +1,94 @@
+/// The protocol version this code speaks. A daemon refuses a `hello` naming a version it lacks.
+public let protocolVersion = 1
+
+/// The four kinds of message, as in D-Bus.
+public enum MessageType: String, Codable, Sendable {
+    case call, reply, error, signal
+}
+
+/// The fields every message has, decoded first to route a frame before its body is read.
+public struct Envelope: Decodable, Sendable {
+    public let type: MessageType
+    /// Set on calls, replies and errors; the caller picks it and the reply repeats it.
+    public let serial: UInt32?
+    /// Set on calls.
+    public let method: String?
+}
+
+/// A method call from a client. `serial` is chosen by the client, unique per connection.
+public struct Call<Arguments: Codable & Sendable>: Codable, Sendable {
+    public var type = MessageType.call
+    public let serial: UInt32
+    public let method: String
+    public let args: Arguments
+
+    public init(serial: UInt32, method: String, args: Arguments) {
+        self.serial = serial
+        self.method = method
+        self.args = args
+    }
+}
+
+/// The successful answer to the call with the same serial.
+public struct Reply<Result: Codable & Sendable>: Codable, Sendable {
+    public var type = MessageType.reply
+    public let serial: UInt32
+    public let result: Result
+
+    public init(serial: UInt32, result: Result) {
+        self.serial = serial
+        self.result = result
+    }
+}
+
+/// The failed answer to the call with the same serial (0 when the call could not be read at all).
+public struct ErrorReply: Codable, Sendable {
+    public var type = MessageType.error
+    public let serial: UInt32
+    public let error: ErrorName
+    public let message: String
+
+    public init(serial: UInt32, error: BrokerError) {
+        self.serial = serial
+        self.error = error.name
+        self.message = error.message
+    }
+
+    public var brokerError: BrokerError { BrokerError(error, message) }
+}
+
+/// The names of the signals the daemon sends.
+public enum SignalName: String, Codable, Sendable {
+    /// A group's session started (any app logged in).
+    case loggedIn = "LoggedIn"
+    /// A group's session window was slid forward.
+    case extended = "Extended"
+    /// A group's session ended by logout: drop any state that depends on it.
+    case loggedOut = "LoggedOut"
+    /// A group's session window passed: the user must log in again.
+    case expired = "Expired"
+    /// Sent only to the caller of a device-flow `login`: show this to the user, then wait.
+    case devicePrompt = "DevicePrompt"
+}
+
+/// A message the daemon sends without being asked: group events to subscribers, and the device
+/// prompt to the caller of a device login (`serial` then names that call).
+public struct Signal: Codable, Sendable, Equatable {
+    public var type = MessageType.signal
+    public let signal: SignalName
+    public let group: String
+    public var serial: UInt32?
+    /// The group's state after the event (for the group events).
+    public var status: SessionStatus?
+    /// What the user must do (for `DevicePrompt`).
+    public var prompt: DevicePrompt?
+
+    public init(signal: SignalName, group: String, serial: UInt32? = nil,
+                status: SessionStatus? = nil, prompt: DevicePrompt? = nil) {
+        self.signal = signal
+        self.group = group
+        self.serial = serial
+        self.status = status
+        self.prompt = prompt
+    }
+}

@@ -1,0 +1,124 @@
+/// A method of the broker: its wire name and the shape of its arguments and result.
+///
+/// This table is the single definition used by the daemon's dispatch, the client library and the
+/// CLI; docs/PROTOCOL.md documents it for clients in other languages.
+public protocol BrokerMethod: Sendable {
+    associatedtype Arguments: Codable & Sendable
+    associatedtype Result: Codable & Sendable
+    static var name: String { get }
+}
+
+/// For methods that take or return nothing: encodes as `{}`.
+public struct Empty: Codable, Sendable, Equatable {
+    public init() {}
+}
+
+/// Names one group, or lets the daemon pick the only configured one.
+public struct GroupArguments: Codable, Sendable, Equatable {
+    public var group: String?
+    public init(group: String? = nil) { self.group = group }
+}
+
+public enum Methods {
+    /// The first call on every connection: agrees on the protocol version.
+    public enum Hello: BrokerMethod {
+        public static let name = "hello"
+        public struct Arguments: Codable, Sendable {
+            public var version: Int
+            /// A label for logs; never trusted for identity.
+            public var client: String?
+            public init(version: Int = protocolVersion, client: String? = nil) {
+                self.version = version
+                self.client = client
+            }
+        }
+        public struct Result: Codable, Sendable {
+            public var version: Int
+            public var daemon: String
+            /// What the kernel says about the caller, as the daemon sees it.
+            public var peer: PeerDescription
+            public init(version: Int, daemon: String, peer: PeerDescription) {
+                self.version = version
+                self.daemon = daemon
+                self.peer = peer
+            }
+        }
+    }
+
+    /// Echoes its data back. The floor for latency measurements; touches no state.
+    public enum Ping: BrokerMethod {
+        public static let name = "ping"
+        public typealias Arguments = PingData
+        public typealias Result = PingData
+    }
+
+    /// Starts a session with the group's identity provider.
+    public enum Login: BrokerMethod {
+        public static let name = "login"
+        public typealias Arguments = LoginArguments
+        public typealias Result = SessionStatus
+    }
+
+    /// Slides the session window to now + timeout (never past the absolute cap).
+    public enum Extend: BrokerMethod {
+        public static let name = "extend"
+        public typealias Arguments = GroupArguments
+        public typealias Result = SessionStatus
+    }
+
+    /// Ends a group's session (or every group's with `all`).
+    public enum Logout: BrokerMethod {
+        public static let name = "logout"
+        public struct Arguments: Codable, Sendable, Equatable {
+            public var group: String?
+            public var all: Bool?
+            public init(group: String? = nil, all: Bool = false) {
+                self.group = group
+                self.all = all ? true : nil
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            /// The groups whose session this call ended (empty when nothing was logged in).
+            public var loggedOut: [String]
+            public init(loggedOut: [String]) { self.loggedOut = loggedOut }
+        }
+    }
+
+    /// Describes every configured group's session, or one group's.
+    public enum Status: BrokerMethod {
+        public static let name = "status"
+        public typealias Arguments = GroupArguments
+        public struct Result: Codable, Sendable, Equatable {
+            public var groups: [SessionStatus]
+            public init(groups: [SessionStatus]) { self.groups = groups }
+        }
+    }
+
+    /// Answers "is this group's session valid?" for scripts and the PAM module.
+    public enum Check: BrokerMethod {
+        public static let name = "check"
+        public typealias Arguments = GroupArguments
+        public typealias Result = SessionStatus
+    }
+
+    /// Returns the headers that authenticate an outbound HTTP request.
+    public enum Sign: BrokerMethod {
+        public static let name = "sign"
+        public typealias Arguments = SignRequest
+        public typealias Result = SignResponse
+    }
+
+    /// Asks for the group signals of some groups (all configured groups when none are named).
+    public enum Subscribe: BrokerMethod {
+        public static let name = "subscribe"
+        public struct Arguments: Codable, Sendable, Equatable {
+            public var groups: [String]?
+            public init(groups: [String]? = nil) { self.groups = groups }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            /// The groups this connection now receives signals for.
+            public var groups: [String]
+            public init(groups: [String]) { self.groups = groups }
+        }
+    }
+}

@@ -1,0 +1,11 @@
+/// Where the broker listens: `$MSSO_SOCKET`, else `$XDG_RUNTIME_DIR/msso/broker.sock`.
+public enum SocketPath {
+    public static func resolve(environment: [String: String]) -> String? {
+        if let explicit = environment["MSSO_SOCKET"], !explicit.isEmpty { return explicit }
+        if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/msso/broker.sock" }
+        return nil
+    }
+
+    /// The socket of a given user's broker, as root sees it (the PAM module's view).
+    public static func forUser(uid: UInt32) -> String { "/run/user/\(uid)/msso/broker.sock" }
+}

@@ -1,0 +1,144 @@
+/// Payload of `ping`.
+public struct PingData: Codable, Sendable, Equatable {
+    public var data: String
+    public init(data: String) { self.data = data }
+}
+
+/// How a login proves the user's identity to the identity provider.
+public enum LoginFlow: String, Codable, Sendable {
+    /// OAuth 2.0 resource owner password grant: `username` and `password` are required.
+    case password
+    /// RFC 8628 device authorization grant: the user approves on another screen.
+    case device
+}
+
+public struct LoginArguments: Codable, Sendable {
+    public var group: String?
+    public var flow: LoginFlow
+    public var username: String?
+    /// Only for the password flow. Sent once over the socket, never stored or logged.
+    public var password: String?
+
+    public init(group: String? = nil, flow: LoginFlow, username: String? = nil, password: String? = nil) {
+        self.group = group
+        self.flow = flow
+        self.username = username
+        self.password = password
+    }
+}
+
+/// What a device login asks the user to do.
+public struct DevicePrompt: Codable, Sendable, Equatable {
+    public var verificationURI: String
+    /// The verification URI with the code filled in, when the IdP offers one.
+    public var verificationURIComplete: String?
+    public var userCode: String
+    /// When the code stops working, seconds since the Unix epoch.
+    public var expiresAt: Double
+
+    public init(verificationURI: String, verificationURIComplete: String?, userCode: String, expiresAt: Double) {
+        self.verificationURI = verificationURI
+        self.verificationURIComplete = verificationURIComplete
+        self.userCode = userCode
+        self.expiresAt = expiresAt
+    }
+}
+
+/// The state of one group's SSO session. Times are seconds since the Unix epoch.
+public struct SessionStatus: Codable, Sendable, Equatable {
+    public enum State: String, Codable, Sendable {
+        /// Logged in and inside the session window: `sign` works.
+        case valid
+        /// Logged in once, but the window has passed: `login` again.
+        case expired
+        /// No credential stored.
+        case notLoggedIn
+    }
+
+    public var group: String
+    public var state: State
+    public var issuer: String?
+    public var username: String?
+    public var loggedInAt: Double?
+    /// The end of the sliding window (`extend` moves it).
+    public var sessionExpiresAt: Double?
+    /// The absolute cap: `extend` never moves the window past it.
+    public var sessionMaxAt: Double?
+    /// When the current access token expires (refreshed silently while the session is valid).
+    public var accessTokenExpiresAt: Double?
+
+    public init(group: String, state: State, issuer: String? = nil, username: String? = nil,
+                loggedInAt: Double? = nil, sessionExpiresAt: Double? = nil, sessionMaxAt: Double? = nil,
+                accessTokenExpiresAt: Double? = nil) {
+        self.group = group
+        self.state = state
+        self.issuer = issuer
+        self.username = username
+        self.loggedInAt = loggedInAt
+        self.sessionExpiresAt = sessionExpiresAt
+        self.sessionMaxAt = sessionMaxAt
+        self.accessTokenExpiresAt = accessTokenExpiresAt
+    }
+}
+
+/// One HTTP header, as a `[name, value]` pair on the wire (order and repeats matter in HTTP).
+public struct Header: Codable, Sendable, Equatable {
+    public var name: String
+    public var value: String
+    public init(_ name: String, _ value: String) {
+        self.name = name
+        self.value = value
+    }
+
+    public init(from decoder: Decoder) throws {
+        var c = try decoder.unkeyedContainer()
+        name = try c.decode(String.self)
+        value = try c.decode(String.self)
+        guard c.isAtEnd else {
+            throw DecodingError.dataCorruptedError(in: c, debugDescription: "a header is a [name, value] pair")
+        }
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.unkeyedContainer()
+        try c.encode(name)
+        try c.encode(value)
+    }
+}
+
+/// The description of an outbound request that `sign` authenticates.
+public struct SignRequest: Codable, Sendable, Equatable {
+    public var group: String?
+    public var method: String
+    public var url: String
+    /// Headers the request already has (some signing profiles cover them).
+    public var headers: [Header]?
+    /// SHA-256 of the body, base64 (standard alphabet), for profiles that cover the body.
+    public var bodySHA256: String?
+
+    public init(group: String? = nil, method: String, url: String, headers: [Header]? = nil, bodySHA256: String? = nil) {
+        self.group = group
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.bodySHA256 = bodySHA256
+    }
+}
+
+/// The headers to add to the request, in order.
+public struct SignResponse: Codable, Sendable, Equatable {
+    public var headers: [Header]
+    public init(headers: [Header]) { self.headers = headers }
+}
+
+/// The caller as the kernel describes it, echoed by `hello` so a client can see what the daemon sees.
+public struct PeerDescription: Codable, Sendable, Equatable {
+    public var uid: UInt32
+    public var pid: Int32
+    public var executable: String?
+    public init(uid: UInt32, pid: Int32, executable: String?) {
+        self.uid = uid
+        self.pid = pid
+        self.executable = executable
+    }
+}

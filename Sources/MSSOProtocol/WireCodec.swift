@@ -1,0 +1,49 @@
+import Foundation
+import NIOCore
+
+/// Turns messages into frame payloads and back. JSON, UTF-8, camelCase keys.
+public enum WireCodec {
+    /// Encodes a message, refusing one that would break the frame cap rather than sending it.
+    public static func encode(_ message: some Encodable, allocator: ByteBufferAllocator = ByteBufferAllocator()) throws -> ByteBuffer {
+        let data = try JSONEncoder().encode(message)
+        guard data.count <= Framing.maximumPayload else {
+            throw BrokerError(.internal, "a message of \(data.count) bytes would exceed the frame limit")
+        }
+        var buffer = allocator.buffer(capacity: data.count)
+        buffer.writeBytes(data)
+        return buffer
+    }
+
+    /// Reads the routing fields of a payload.
+    public static func envelope(of payload: ByteBuffer) throws(BrokerError) -> Envelope {
+        try decode(Envelope.self, from: payload)
+    }
+
+    /// Decodes a whole message; a malformed one is a `BadRequest` naming what is wrong.
+    public static func decode<T: Decodable>(_ type: T.Type, from payload: ByteBuffer) throws(BrokerError) -> T {
+        do {
+            return try JSONDecoder().decode(type, from: Data(payload.readableBytesView))
+        } catch let error as DecodingError {
+            throw BrokerError(.badRequest, "malformed message: \(describe(error))")
+        } catch {
+            throw BrokerError(.badRequest, "malformed message: not valid UTF-8 JSON")
+        }
+    }
+
+    /// A one-line, value-free account of a decoding error (values may hold secrets).
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ keys: [CodingKey]) -> String {
+            keys.isEmpty ? "the message" : "`" + keys.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".") + "`"
+        }
+        switch error {
+        case .keyNotFound(let key, let context):
+            return "missing field \(path(context.codingPath + [key]))"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context):
+            return "wrong type for \(path(context.codingPath))"
+        case .dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "not valid UTF-8 JSON" : "invalid value for \(path(context.codingPath))"
+        @unknown default:
+            return "undecodable"
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import Logging
+import MSSOCore
+import MSSOProtocol
+import NIOCore
+import NIOPosix
+
+/// The broker's Unix-domain socket: a 0600 socket in a 0700 directory owned by the user.
+public final class BrokerServer: Sendable {
+    private let channel: Channel
+    public let socketPath: String
+
+    private init(channel: Channel, socketPath: String) {
+        self.channel = channel
+        self.socketPath = socketPath
+    }
+
+    /// Binds the socket and starts serving `broker`.
+    public static func start(socketPath: String, broker: Broker, logger: Logger,
+                             helloTimeout: TimeAmount = .seconds(10),
+                             group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> BrokerServer {
+        let owner = getuid()
+        try prepare(socketPath: socketPath, owner: owner)
+        let dispatcher = Dispatcher(broker: broker, policy: AccessPolicy(owner: owner), logger: logger)
+        let policy = dispatcher.policy
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(.backlog, value: 256)
+            .childChannelInitializer { channel in
+                Peer.of(channel).flatMap { peer in
+                    let connection = Connection(channel: channel, peer: peer)
+                    guard policy.admits(peer) else {
+                        logger.notice("refused connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)"])
+                        connection.send(ErrorReply(serial: 0, error: policy.refusal(for: peer)))
+                        return channel.close()
+                    }
+                    logger.debug("connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)", "exe": "\(peer.executable ?? "?")"])
+                    return channel.eventLoop.makeCompletedFuture {
+                        try channel.pipeline.syncOperations.addHandlers([
+                            ByteToMessageHandler(FrameDecoder()),
+                            MessageToByteHandler(FrameEncoder()),
+                            ConnectionHandler(connection: connection, dispatcher: dispatcher, helloTimeout: helloTimeout),
+                        ])
+                    }
+                }
+            }
+        // The socket is created under the daemon's umask (0077); chmod makes the mode explicit.
+        let channel = try await bootstrap.bind(unixDomainSocketPath: socketPath).get()
+        guard chmod(socketPath, 0o600) == 0 else {
+            try? await channel.close()
+            throw BrokerError(.internal, "cannot set the mode of \(socketPath)")
+        }
+        logger.info("listening", metadata: ["socket": "\(socketPath)"])
+        return BrokerServer(channel: channel, socketPath: socketPath)
+    }
+
+    /// Stops accepting, closes the listener and removes the socket file.
+    public func close() async {
+        try? await channel.close()
+        unlink(socketPath)
+    }
+
+    /// Makes the socket's directory (0700, the user's), and clears a stale socket left by a crash,
+    /// refusing if another daemon still answers there.
+    static func prepare(socketPath: String, owner: uid_t) throws {
+        let directory = (socketPath as NSString).deletingLastPathComponent
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+            throw BrokerError(.internal, "cannot create \(directory): \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        guard stat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw BrokerError(.internal, "\(directory) is not a directory")
+        }
+        guard info.st_uid == owner, info.st_mode & 0o077 == 0 else {
+            throw BrokerError(.internal, "\(directory) must belong to uid \(owner) with mode 0700; refusing to listen there")
+        }
+        guard access(socketPath, F_OK) == 0 else { return }
+        if socketAnswers(socketPath) {
+            throw BrokerError(.internal, "another mssod already listens on \(socketPath)")
+        }
+        unlink(socketPath)
+    }
+
+    private static func socketAnswers(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { Glibc.close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+            }
+        }
+    }
+}

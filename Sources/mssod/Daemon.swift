@@ -1,0 +1,76 @@
+import ArgumentParser
+import Foundation
+import Logging
+import MSSOCore
+import MSSOIdentity
+import MSSOKeyring
+import MSSOProtocol
+import MSSOServer
+
+/// mssod: the per-user msso broker. Wiring only: the logic lives in the MSSO* modules.
+@main
+struct Daemon: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mssod",
+        abstract: "The msso single-sign-on broker (one per user).",
+        discussion: """
+            Listens on $MSSO_SOCKET, else $XDG_RUNTIME_DIR/msso/broker.sock. Reads \
+            /etc/msso/config.toml, then ~/.config/msso/config.toml (or only $MSSO_CONFIG). \
+            Logs to standard error; MSSO_LOG_LEVEL=debug shows every call (never a secret). \
+            SIGHUP reloads the configuration; SIGTERM and SIGINT shut down cleanly.
+            """)
+
+    @Option(help: "The socket to listen on.")
+    var socket: String?
+
+    @Option(help: "Seconds a keyring call may take before it is reported as unavailable.")
+    var keyringTimeout: Double = 5
+
+    mutating func run() async throws {
+        Hardening.apply()
+        let environment = ProcessInfo.processInfo.environment
+        let level = environment["MSSO_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "mssod")
+
+        guard let socketPath = socket ?? SocketPath.resolve(environment: environment) else {
+            throw ValidationError("set XDG_RUNTIME_DIR (or MSSO_SOCKET, or pass --socket) so mssod knows where to listen")
+        }
+        let configuration: Configuration
+        do {
+            configuration = try Configuration.load(environment: environment)
+        } catch let error as ConfigError {
+            logger.critical("invalid configuration: \(error)")
+            throw ExitCode(78) // EX_CONFIG
+        }
+        if configuration.groups.isEmpty {
+            logger.warning("no access group configured", metadata: ["files": "\(Configuration.searchPath(environment: environment))"])
+        }
+
+        let broker = Broker(configuration: configuration, store: SecretServiceStore(timeout: keyringTimeout),
+                            identity: OpenIDProvider(logger: logger), logger: logger)
+        let server: BrokerServer
+        do {
+            server = try await BrokerServer.start(socketPath: socketPath, broker: broker, logger: logger)
+        } catch {
+            logger.critical("cannot listen: \(error)")
+            throw ExitCode(1)
+        }
+        await broker.preload()
+        await Signals.wait(reload: {
+            do {
+                await broker.reload(try Configuration.load(environment: ProcessInfo.processInfo.environment))
+                logger.info("configuration reloaded")
+            } catch {
+                logger.error("configuration not reloaded: \(error)")
+            }
+        })
+        logger.info("shutting down")
+        await server.close()
+        await broker.shutdown()
+    }
+}

@@ -1,0 +1,15 @@
+import CMSSOSystem
+import Foundation
+
+/// Process-level protections for a daemon that holds credentials in memory (as ssh-agent does).
+enum Hardening {
+    static func apply() {
+        // Files we create (the socket above all) are the user's alone.
+        umask(0o077)
+        // No core dumps: a dump would carry tokens to disk.
+        var none = rlimit(rlim_cur: 0, rlim_max: 0)
+        setrlimit(Int32(RLIMIT_CORE.rawValue), &none)
+        // Not dumpable: also stops other same-uid processes from ptrace-attaching.
+        _ = cmsso_set_not_dumpable()
+    }
+}
