@@ -37,6 +37,8 @@ public struct ErrorName: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let unsupportedVersion = ErrorName(rawValue: "UnsupportedVersion")
     /// The daemon's configuration is invalid.
     public static let configInvalid = ErrorName(rawValue: "ConfigInvalid")
+    /// Client side only, never sent by the daemon: no broker answered on the socket.
+    public static let brokerUnreachable = ErrorName(rawValue: "BrokerUnreachable")
     /// A bug or an unexpected failure inside the daemon.
     public static let `internal` = ErrorName(rawValue: "Internal")
 }

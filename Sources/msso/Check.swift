@@ -1,0 +1,29 @@
+import ArgumentParser
+import Foundation
+import MSSOClient
+
+struct Check: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Tell, by exit status, whether the group's SSO session is valid.",
+        discussion: """
+            Exit status: 0 valid, 1 expired, 2 not logged in, 3 broker unreachable, 4 keyring \
+            locked or unavailable (the full table is in `msso --help`).
+            """)
+
+    @OptionGroup var options: CommonOptions
+
+    @Flag(name: .shortAndLong, help: "Print nothing; answer by exit status only.")
+    var quiet = false
+
+    func run() async throws {
+        try await options.run { client in
+            let status = try await client.check(group: options.group)
+            if options.json { Output.json(status) } else if !quiet { print(Output.line(status)) }
+            switch status.state {
+            case .valid: return
+            case .expired: throw ExitCode(ExitStatus.expired.rawValue)
+            case .notLoggedIn: throw ExitCode(ExitStatus.notLoggedIn.rawValue)
+            }
+        }
+    }
+}

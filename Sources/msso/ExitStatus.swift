@@ -1,0 +1,47 @@
+import ArgumentParser
+import MSSOClient
+
+/// The exit statuses of every msso command: stable, documented, like `klist -s` for `check`.
+enum ExitStatus: Int32 {
+    case ok = 0
+    case expired = 1
+    case notLoggedIn = 2
+    case brokerUnreachable = 3
+    case keyring = 4
+    case idpUnavailable = 5
+    case refused = 6
+    case forbidden = 7
+    case usage = 64
+    case internalError = 70
+    case config = 78
+
+    init(_ error: BrokerError) {
+        switch error.name {
+        case .expired: self = .expired
+        case .notLoggedIn: self = .notLoggedIn
+        case .brokerUnreachable: self = .brokerUnreachable
+        case .keyringLocked, .keyringUnavailable: self = .keyring
+        case .idpUnavailable: self = .idpUnavailable
+        case .invalidCredentials, .loginDenied: self = .refused
+        case .forbidden: self = .forbidden
+        case .badRequest, .unknownGroup, .unknownMethod, .unsupportedVersion: self = .usage
+        case .configInvalid: self = .config
+        default: self = .internalError
+        }
+    }
+
+    static let table = """
+        Exit status:
+          0   success (for check: the session is valid)
+          1   the SSO session has expired: run `msso login`
+          2   not logged in
+          3   the broker is unreachable (mssod not running)
+          4   the keyring is locked or no Secret Service is running
+          5   the identity provider is unreachable
+          6   the identity provider refused the login
+          7   forbidden
+          64  usage error (bad arguments, unknown group)
+          70  internal error
+          78  invalid configuration
+        """
+}

@@ -1,0 +1,27 @@
+import ArgumentParser
+import MSSOClient
+
+struct Logout: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "End the SSO session of a group (or of all groups) for every app.")
+
+    @OptionGroup var options: CommonOptions
+
+    @Flag(help: "Log out of every configured group.")
+    var all = false
+
+    func validate() throws {
+        if all && options.group != nil { throw ValidationError("give --group or --all, not both") }
+    }
+
+    func run() async throws {
+        try await options.run { client in
+            let ended = all ? try await client.logoutAll() : try await client.logout(group: options.group)
+            if options.json {
+                Output.json(Methods.Logout.Result(loggedOut: ended))
+            } else {
+                print(ended.isEmpty ? "No SSO session was active." : "Logged out of \(ended.joined(separator: ", ")).")
+            }
+        }
+    }
+}

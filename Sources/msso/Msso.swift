@@ -1,0 +1,14 @@
+import ArgumentParser
+
+@main
+struct Msso: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "msso",
+        abstract: "Single sign-on for the apps of your organisation.",
+        discussion: """
+            Talks to your msso broker (mssod). Every verb takes --json for scripts.
+
+            \(ExitStatus.table)
+            """,
+        subcommands: [Login.self, Extend.self, Logout.self, Status.self, Check.self, Sign.self])
+}

@@ -1,0 +1,57 @@
+import ArgumentParser
+import Foundation
+import MSSOClient
+
+struct Sign: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the headers that authenticate an HTTP request, one `Name: value` per line.",
+        discussion: """
+            Example: curl -H "$(msso sign --method GET --url https://api.example.com/me)" https://api.example.com/me
+            """)
+
+    @OptionGroup var options: CommonOptions
+
+    @Option(help: "The request's HTTP method.")
+    var method = "GET"
+
+    @Option(help: "The request's absolute URL.")
+    var url: String
+
+    @Option(name: .customLong("header"), help: ArgumentHelp("A header the request carries, `Name: value` (repeatable).", valueName: "header"))
+    var headers: [String] = []
+
+    @Option(help: ArgumentHelp("A file holding the request's body.", valueName: "file"))
+    var bodyFile: String?
+
+    func validate() throws {
+        guard let parsed = URL(string: url), parsed.scheme != nil, parsed.host != nil else {
+            throw ValidationError("--url must be an absolute URL such as https://api.example.com/path")
+        }
+        for header in headers where !header.contains(":") {
+            throw ValidationError("--header takes `Name: value`, got \"\(header)\"")
+        }
+    }
+
+    func run() async throws {
+        var body: Data?
+        if let bodyFile {
+            guard let data = FileManager.default.contents(atPath: bodyFile) else {
+                throw ValidationError("cannot read --body-file \(bodyFile)")
+            }
+            body = data
+        }
+        let given = headers.map { line -> Header in
+            let parts = line.split(separator: ":", maxSplits: 1)
+            return Header(String(parts[0]).trimmingCharacters(in: .whitespaces),
+                          parts.count > 1 ? String(parts[1]).trimmingCharacters(in: .whitespaces) : "")
+        }
+        try await options.run { client in
+            let added = try await client.sign(method: method.uppercased(), url: url, headers: given, body: body, group: options.group)
+            if options.json {
+                Output.json(SignResponse(headers: added))
+            } else {
+                added.forEach { print("\($0.name): \($0.value)") }
+            }
+        }
+    }
+}
