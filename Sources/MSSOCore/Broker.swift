@@ -206,7 +206,8 @@ public actor Broker {
 
     /// Runs `body` while holding the group's lock: state changes of one group happen one at a time.
     private func exclusively<T>(_ name: String, _ body: () async throws -> T) async throws -> T {
-        if groups[name, default: GroupState()].locked {
+        if groups[name] == nil { groups[name] = GroupState() }
+        if groups[name]!.locked {
             await withCheckedContinuation { groups[name]!.waiting.append($0) }
         } else {
             groups[name]!.locked = true

@@ -40,7 +40,8 @@ public final class OpenIDProvider: IdentityProvider {
         ])
         switch response {
         case .success(let json): return try tokens(from: json, group: group)
-        case .failure(let error) where error.code == "invalid_grant":
+        // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
+        case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.status == 403):
             throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
         case .failure(let error): throw refusal(error, group: group, doing: "log in")
         }
@@ -91,7 +92,8 @@ public final class OpenIDProvider: IdentityProvider {
             ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
         ]) {
         case .success(let json): return try tokens(from: json, group: group)
-        case .failure(let error) where error.code == "invalid_grant":
+        // A refused refresh token ends the session, whether the IdP says `invalid_grant` or sends a bare 4xx.
+        case .failure(let error) where error.code == "invalid_grant" || error.code.isEmpty:
             throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
         case .failure(let error): throw refusal(error, group: group, doing: "refresh the access token")
         }
@@ -143,6 +145,9 @@ public final class OpenIDProvider: IdentityProvider {
         if let code = json?["error"] as? String {
             return .failure(OAuthError(status: status, code: code, description: json?["error_description"] as? String))
         }
+        if (400..<500).contains(status) {
+            return .failure(OAuthError(status: status, code: "", description: nil))
+        }
         throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered HTTP \(status) at \(url.path)")
     }
 
@@ -188,7 +193,7 @@ public final class OpenIDProvider: IdentityProvider {
 
     private func refusal(_ error: OAuthError, group: GroupConfig, doing what: String) -> BrokerError {
         switch error.code {
-        case "invalid_client", "unauthorized_client":
+        case "invalid_client", "unauthorized_client", "" where error.status == 400 || error.status == 401:
             return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused client \"\(group.clientID)\" (\(error.code)) when asked to \(what); check client_id and the client secret in the config")
         case "invalid_scope":
             return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused the scopes \(group.scopes.joined(separator: " ")); check `scopes` in the config")

@@ -4,6 +4,14 @@ import Foundation
 /// Process-level protections for a daemon that holds credentials in memory (as ssh-agent does).
 enum Hardening {
     static func apply() {
+        // The Swift runtime's crash backtracer prints registers and stack bytes to stderr, which
+        // could carry token bytes into the journal. It reads its setting at start, so re-exec
+        // once with it off.
+        if getenv("SWIFT_BACKTRACE") == nil {
+            setenv("SWIFT_BACKTRACE", "enable=no", 1)
+            execv("/proc/self/exe", CommandLine.unsafeArgv)
+            unsetenv("SWIFT_BACKTRACE") // exec failed: carry on rather than refuse to start
+        }
         // Files we create (the socket above all) are the user's alone.
         umask(0o077)
         // No core dumps: a dump would carry tokens to disk.

@@ -1,0 +1,239 @@
+import Logging
+@testable import MSSOCore
+import MSSOProtocol
+import XCTest
+
+final class BrokerTests: XCTestCase {
+    let clock = TestClock()
+    let store = MemoryStore()
+    let idp = FakeIdP()
+    let group = "com.example.suite"
+
+    func makeBroker(timeout: Double = 1800, max: Double = 43200) -> Broker {
+        var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
+        config.sessionTimeout = timeout
+        config.sessionMax = max
+        return Broker(configuration: Configuration(groups: [config]), store: store, identity: idp,
+                      logger: Logger(label: "test"), now: { [clock] in clock.now })
+    }
+
+    func login(_ broker: Broker) async throws -> SessionStatus {
+        try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in }
+    }
+
+    func assertFails<T>(_ name: ErrorName, _ body: () async throws -> T, file: StaticString = #filePath, line: UInt = #line) async {
+        do {
+            _ = try await body()
+            XCTFail("expected \(name)", file: file, line: line)
+        } catch {
+            XCTAssertEqual((error as? BrokerError)?.name, name, "\(error)", file: file, line: line)
+        }
+    }
+
+    static func sign(_ broker: Broker) async throws -> String {
+        try await broker.sign(SignRequest(method: "GET", url: "https://api.example/x")).headers[0].value
+    }
+
+    func testLoginOpensTheWindowAndStoresBeforeReplying() async throws {
+        let broker = makeBroker(timeout: 600, max: 3600)
+        let status = try await login(broker)
+        XCTAssertEqual(status.state, .valid)
+        XCTAssertEqual(status.sessionExpiresAt, clock.now + 600)
+        XCTAssertEqual(status.sessionMaxAt, clock.now + 3600)
+        XCTAssertEqual(store.item(group)?.refreshToken, "rt-1")
+        let actual1 = try await Self.sign(broker)
+        XCTAssertEqual(actual1, "Bearer at-1")
+    }
+
+    func testWrongPasswordStoresNothing() async {
+        let broker = makeBroker()
+        await assertFails(.invalidCredentials) {
+            try await broker.login(LoginArguments(flow: .password, username: "alice", password: "wrong")) { _ in }
+        }
+        XCTAssertNil(store.item(group))
+    }
+
+    func testExtendSlidesButNeverPastTheCap() async throws {
+        let broker = makeBroker(timeout: 600, max: 1000)
+        let start = clock.now
+        _ = try await login(broker)
+        clock.advance(300)
+        let actual2 = try await broker.extend(nil).sessionExpiresAt
+        XCTAssertEqual(actual2, start + 900)
+        XCTAssertEqual(store.item(group)?.sessionExpiresAt, start + 900)
+        clock.advance(300)
+        let actual3 = try await broker.extend(nil).sessionExpiresAt
+        XCTAssertEqual(actual3, start + 1000, "capped at login + session_max")
+    }
+
+    func testTheWindowPassingExpiresTheSession() async throws {
+        let broker = makeBroker(timeout: 600)
+        _ = try await login(broker)
+        clock.advance(601)
+        await assertFails(.expired) { try await Self.sign(broker) }
+        await assertFails(.expired) { try await broker.extend(nil) }
+        let actual4 = try await broker.check(nil).state
+        XCTAssertEqual(actual4, .expired)
+        _ = try await login(broker)
+        let actual5 = try await broker.check(nil).state
+        XCTAssertEqual(actual5, .valid)
+    }
+
+    func testSignOnAFreshTokenTouchesNeitherStoreNorIdP() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        let before = store.counts
+        for _ in 0..<100 { _ = try await Self.sign(broker) }
+        XCTAssertEqual(store.counts.loads, before.loads)
+        XCTAssertEqual(store.counts.saves, before.saves)
+        XCTAssertEqual(idp.counts.refreshes, 0)
+    }
+
+    func testConcurrentSignsNearExpiryShareOneRefresh() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        idp.refreshDelay = 50_000_000
+        clock.advance(idp.lifetime - 10) // inside the 30 s lead
+        let tokens = try await withThrowingTaskGroup(of: String.self) { tasks in
+            for _ in 0..<50 { tasks.addTask { try await Self.sign(broker) } }
+            return try await tasks.reduce(into: Set<String>()) { $0.insert($1) }
+        }
+        XCTAssertEqual(idp.counts.refreshes, 1)
+        XCTAssertEqual(tokens, ["Bearer at-2"])
+        XCTAssertEqual(store.item(group)?.refreshToken, "rt-2", "the rotated refresh token is stored")
+    }
+
+    func testRotatedTokenIsNotUsedUntilStored() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        clock.advance(idp.lifetime - 10)
+        store.locked = true
+        await assertFails(.keyringLocked) { try await Self.sign(broker) }
+        store.locked = false
+        let actual6 = try await Self.sign(broker)
+        XCTAssertEqual(actual6, "Bearer at-2", "the stored rotation is served; no second refresh")
+        XCTAssertEqual(idp.counts.refreshes, 1)
+        XCTAssertEqual(store.item(group)?.refreshToken, "rt-2")
+    }
+
+    func testIdPDownDuringRefreshServesTheStillValidToken() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        clock.advance(idp.lifetime - 10)
+        idp.refreshError = BrokerError(.idpUnavailable, "down")
+        let actual7 = try await Self.sign(broker)
+        XCTAssertEqual(actual7, "Bearer at-1")
+        clock.advance(20)
+        await assertFails(.idpUnavailable) { try await Self.sign(broker) }
+    }
+
+    func testIdPEndingTheSessionExpiresItForEveryApp() async throws {
+        let broker = makeBroker()
+        let sink = RecordingSink()
+        _ = try await broker.subscribe(sink, groups: nil)
+        _ = try await login(broker)
+        clock.advance(idp.lifetime - 10)
+        idp.refreshError = BrokerError(.expired, "ended")
+        await assertFails(.expired) { try await Self.sign(broker) }
+        idp.refreshError = nil
+        await assertFails(.expired) { try await Self.sign(broker) }
+        XCTAssertEqual(idp.counts.refreshes, 1, "no refresh storm once the IdP said no")
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expired])
+    }
+
+    func testLogoutRevokesDeletesAndAnnounces() async throws {
+        let broker = makeBroker()
+        let sink = RecordingSink()
+        _ = try await broker.subscribe(sink, groups: [group])
+        _ = try await login(broker)
+        let actual8 = try await broker.logout(nil, all: false)
+        XCTAssertEqual(actual8, [group])
+        XCTAssertEqual(idp.counts.revoked, ["rt-1"])
+        XCTAssertNil(store.item(group))
+        await assertFails(.notLoggedIn) { try await Self.sign(broker) }
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .loggedOut])
+        let actual9 = try await broker.logout(nil, all: true)
+        XCTAssertEqual(actual9, [], "nothing left to end")
+    }
+
+    func testNoSignSucceedsAfterLogoutReturnsWhileSignsRace() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        store.saveDelay = 1_000_000
+        let finished = ManagedFlag()
+        let lateSuccesses = try await withThrowingTaskGroup(of: Int.self) { tasks in
+            for _ in 0..<16 {
+                tasks.addTask {
+                    var late = 0
+                    for _ in 0..<200 {
+                        let startedAfterLogout = finished.value
+                        if (try? await Self.sign(broker)) != nil, startedAfterLogout { late += 1 }
+                        await Task.yield()
+                    }
+                    return late
+                }
+            }
+            tasks.addTask {
+                try await Task.sleep(nanoseconds: 2_000_000)
+                _ = try await broker.logout(nil, all: false)
+                finished.set()
+                return 0
+            }
+            return try await tasks.reduce(0, +)
+        }
+        XCTAssertEqual(lateSuccesses, 0)
+    }
+
+    func testLockedKeyringIsAnErrorAndDeletesNothing() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        let restarted = makeBroker()
+        store.locked = true
+        await assertFails(.keyringLocked) { try await restarted.status(nil) }
+        await assertFails(.keyringLocked) { try await restarted.logout(nil, all: true) }
+        await assertFails(.keyringLocked) { try await Self.sign(restarted) }
+        store.locked = false
+        XCTAssertNotNil(store.item(group))
+        let actual10 = try await restarted.check(nil).state
+        XCTAssertEqual(actual10, .valid, "the same session after unlocking")
+    }
+
+    func testExpiredSignalIsSentWhenTheWindowPasses() async throws {
+        let broker = Broker(configuration: Configuration(groups: [{
+            var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
+            config.sessionTimeout = 0.2
+            return config
+        }()]), store: store, identity: idp, logger: Logger(label: "test"))
+        let sink = RecordingSink()
+        _ = try await broker.subscribe(sink, groups: nil)
+        _ = try await login(broker)
+        try await Task.sleep(nanoseconds: 500_000_000)
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expired])
+        XCTAssertEqual(sink.signals.last?.status?.state, .expired)
+    }
+
+    func testGroupResolution() async throws {
+        let two = Broker(configuration: Configuration(groups: [
+            GroupConfig(name: "a", issuer: "https://i", clientID: "c"), GroupConfig(name: "b", issuer: "https://i", clientID: "c"),
+        ]), store: store, identity: idp, logger: Logger(label: "test"))
+        await assertFails(.badRequest) { try await two.check(nil) }
+        await assertFails(.unknownGroup) { try await two.check("c") }
+        let actual11 = try await two.status(nil).map(\.group)
+        XCTAssertEqual(actual11, ["a", "b"])
+    }
+
+    func testCredentialDescriptionsHideTokens() throws {
+        let credential = Credential(issuer: "i", username: "u", accessToken: "AT-SECRET", refreshToken: "RT-SECRET",
+                                    accessTokenExpiresAt: 0, loggedInAt: 0, sessionExpiresAt: 0, sessionMaxAt: 0)
+        for text in ["\(credential)", String(reflecting: credential), { var s = ""; dump(credential, to: &s); return s }()] {
+            XCTAssertFalse(text.contains("SECRET"), text)
+        }
+    }
+}
+
+final class ManagedFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var flag = false
+    var value: Bool { lock.withLock { flag } }
+    func set() { lock.withLock { flag = true } }
+}

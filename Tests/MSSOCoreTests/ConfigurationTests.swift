@@ -1,0 +1,96 @@
+@testable import MSSOCore
+import XCTest
+
+final class ConfigurationTests: XCTestCase {
+    func testTheDocumentedExampleParses() throws {
+        let text = """
+            # the suite
+            [groups."com.example.suite"]
+            issuer = "http://127.0.0.1:4593/api/oidc"
+            client_id = "msso"
+            client_secret_file = "/etc/msso/secret"   # or client_secret = "…"
+            scopes = ["openid", "app1"]
+            session_timeout = "30m"
+            session_max = "12h"
+            sign = "header:auth-token"
+            """
+        let groups = try Configuration.parse(text, file: "/etc/msso/config.toml")
+        XCTAssertEqual(groups.count, 1)
+        let group = groups[0]
+        XCTAssertEqual(group.name, "com.example.suite")
+        XCTAssertEqual(group.clientSecret, .file("/etc/msso/secret"))
+        XCTAssertEqual(group.scopes, ["openid", "app1"])
+        XCTAssertEqual(group.sessionTimeout, 1800)
+        XCTAssertEqual(group.sessionMax, 43200)
+        XCTAssertEqual(group.signing, .header("auth-token"))
+    }
+
+    func testDefaultsAndMultiLineArrays() throws {
+        let text = """
+            [groups.a]
+            issuer = 'https://idp.example.com/realms/x'
+            client_id = "a"
+            scopes = [
+              "openid",   # login
+              "email",
+            ]
+            """
+        let group = try Configuration.parse(text, file: "f").first!
+        XCTAssertEqual(group.scopes, ["openid", "email"])
+        XCTAssertEqual(group.sessionTimeout, 30 * 60)
+        XCTAssertEqual(group.sessionMax, 12 * 3600)
+        XCTAssertEqual(group.signing, .bearer)
+        XCTAssertEqual(group.clientSecret, .none)
+    }
+
+    func testErrorsNameFileLineAndKey() {
+        let cases: [(String, String)] = [
+            ("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsession_timeout = \"soon\"",
+             "/c.toml:4: `session_timeout`: expected a duration like \"90s\", \"30m\" or \"12h\""),
+            ("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\ncolour = \"blue\"",
+             "/c.toml:4: `colour`: unknown key in group \"a\""),
+            ("[groups.a]\nclient_id = \"c\"", "/c.toml:1: `issuer`: group \"a\" needs an issuer URL"),
+            ("[groups.a]\nissuer = \"http://idp.example.com\"\nclient_id = \"c\"",
+             "/c.toml:2: `issuer`: plain http is allowed only on loopback; use https"),
+            ("[groups.a]\nissuer = \"https://i.example\n", "/c.toml:2: `issuer`: string is not closed on this line"),
+            ("[groups.a]\nissuer = \"https://i.example\"\nissuer = \"https://j.example\"", "/c.toml:3: `issuer`: key is defined twice"),
+            ("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsign = \"dpop-ish\"",
+             "/c.toml:4: `sign`: expected \"bearer\" or \"header:NAME\", got \"dpop-ish\""),
+            ("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsession_timeout = \"2h\"\nsession_max = \"1h\"",
+             "/c.toml:5: `session_max`: must not be shorter than session_timeout"),
+            ("[daemon]\n", "/c.toml:1: unknown table [daemon]; groups are written [groups.\"NAME\"]"),
+            ("issuer = \"x\"", "/c.toml:1: `issuer`: keys must be inside a [groups.\"NAME\"] table"),
+        ]
+        for (text, expected) in cases {
+            XCTAssertThrowsError(try Configuration.parse(text, file: "/c.toml")) { error in
+                XCTAssertEqual("\(error)", expected)
+            }
+        }
+    }
+
+    func testUserFileOverridesTheAdminsGroupWhole() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("msso"), withIntermediateDirectories: true)
+        try """
+            [groups.a]
+            issuer = "https://user.example"
+            client_id = "mine"
+            """.write(to: dir.appendingPathComponent("msso/config.toml"), atomically: true, encoding: .utf8)
+        let path = Configuration.searchPath(environment: ["XDG_CONFIG_HOME": dir.path, "HOME": "/nonexistent"])
+        XCTAssertEqual(path, ["/etc/msso/config.toml", dir.path + "/msso/config.toml"])
+        let only = Configuration.searchPath(environment: ["MSSO_CONFIG": "/x.toml", "HOME": "/h"])
+        XCTAssertEqual(only, ["/x.toml"])
+    }
+
+    func testDurations() {
+        XCTAssertEqual(SessionDuration.parse("90s"), 90)
+        XCTAssertEqual(SessionDuration.parse("30m"), 1800)
+        XCTAssertEqual(SessionDuration.parse("12h"), 43200)
+        XCTAssertEqual(SessionDuration.parse("1h30m"), 5400)
+        XCTAssertEqual(SessionDuration.parse("2d"), 172_800)
+        for bad in ["", "30", "m", "0s", "-5m", "5 m", "1.5h", "10x"] {
+            XCTAssertNil(SessionDuration.parse(bad), bad)
+        }
+        XCTAssertEqual(SessionDuration.format(5400), "1h30m")
+    }
+}
