@@ -320,6 +320,7 @@ public actor Broker {
             }
             try await store.save(refreshed, group: name)
             update(name) { $0.unsaved = false }
+            logger.info("access token refreshed", metadata: ["group": "\(name)"])
             return refreshed
         }
     }

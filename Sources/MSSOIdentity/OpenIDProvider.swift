@@ -193,7 +193,9 @@ public final class OpenIDProvider: IdentityProvider {
 
     private func refusal(_ error: OAuthError, group: GroupConfig, doing what: String) -> BrokerError {
         switch error.code {
-        case "invalid_client", "unauthorized_client", "" where error.status == 400 || error.status == 401:
+        case "" where error.status == 400 || error.status == 401:
+            fallthrough // a bare 400/401 from the token endpoint is how glewlwyd refuses a client
+        case "invalid_client", "unauthorized_client":
             return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused client \"\(group.clientID)\" (\(error.code)) when asked to \(what); check client_id and the client secret in the config")
         case "invalid_scope":
             return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused the scopes \(group.scopes.joined(separator: " ")); check `scopes` in the config")

@@ -26,6 +26,12 @@ struct Daemon: AsyncParsableCommand {
     @Option(help: "Seconds a keyring call may take before it is reported as unavailable.")
     var keyringTimeout: Double = 5
 
+    @Option(help: "Seconds an identity provider request may take.")
+    var idpTimeout: Double = 10
+
+    @Option(help: "Seconds a new connection has to send hello.")
+    var helloTimeout: Double = 10
+
     mutating func run() async throws {
         Hardening.apply()
         let environment = ProcessInfo.processInfo.environment
@@ -52,10 +58,11 @@ struct Daemon: AsyncParsableCommand {
         }
 
         let broker = Broker(configuration: configuration, store: SecretServiceStore(timeout: keyringTimeout),
-                            identity: OpenIDProvider(logger: logger), logger: logger)
+                            identity: OpenIDProvider(logger: logger, requestTimeout: idpTimeout), logger: logger)
         let server: BrokerServer
         do {
-            server = try await BrokerServer.start(socketPath: socketPath, broker: broker, logger: logger)
+            server = try await BrokerServer.start(socketPath: socketPath, broker: broker, logger: logger,
+                                                 helloTimeout: .milliseconds(Int64(helloTimeout * 1000)))
         } catch {
             logger.critical("cannot listen: \(error)")
             throw ExitCode(1)

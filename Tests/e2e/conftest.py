@@ -1,0 +1,30 @@
+import pytest
+
+from harness import GROUP, Broker, Desktop, IdP
+
+
+@pytest.fixture(scope="session")
+def idp():
+    """One real glewlwyd for the whole run (tests that stop or slow it start their own)."""
+    provider = IdP()
+    yield provider
+    provider.cleanup()
+
+
+@pytest.fixture
+def desktop():
+    session = Desktop()
+    yield session
+    session.cleanup()
+
+
+@pytest.fixture
+def broker(desktop, idp):
+    daemon = Broker(desktop, idp)
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def group():
+    return GROUP

@@ -1,0 +1,264 @@
+"""The real parts msso's end-to-end tests run against, started and stopped by the tests themselves.
+
+- `IdP`: a private glewlwyd (scripts/idp) on 127.0.0.1.
+- `Desktop`: a private session bus with a real gnome-keyring-daemon, in a throwaway HOME.
+- `Broker`: mssod on that desktop, with helpers to run the msso CLI against it.
+
+Every secret the tests handle (tokens, passwords, client secrets) is recorded in SECRETS, and every
+daemon log in LOGS, so the last test can check that no secret ever reached a log.
+"""
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("MSSO_BIN", ROOT / ".build" / "debug"))
+GROUP = "com.example.suite"
+PASSWORDS = {"alice": "alice-pass", "bob": "bob-pass"}
+
+SECRETS: set[str] = set(PASSWORDS.values())
+LOGS: list[Path] = []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+class IdP:
+    """A real OpenID Connect provider (glewlwyd) on 127.0.0.1."""
+
+    def __init__(self, token_ttl=3600):
+        self.dir = Path(tempfile.mkdtemp(prefix="msso-idp-"))
+        self.port = free_port()
+        env = dict(os.environ, IDP_ACCESS_TOKEN_TTL=str(token_ttl))
+        self.issuer = subprocess.run([ROOT / "scripts" / "idp", "start", self.dir, str(self.port)], env=env,
+                                     check=True, capture_output=True, text=True).stdout.strip()
+        self.secret_file = self.dir / "client_secret"
+        SECRETS.add(self.secret_file.read_text())
+
+    def approve_device(self, user_code, user="alice"):
+        subprocess.run([ROOT / "scripts" / "idp", "approve-device", self.dir, user_code, user, PASSWORDS[user]],
+                       check=True, capture_output=True)
+
+    def pid(self) -> int:
+        return int((self.dir / "glewlwyd.pid").read_text())
+
+    def stop(self):
+        subprocess.run([ROOT / "scripts" / "idp", "stop", self.dir], check=False)
+
+    def cleanup(self):
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Desktop:
+    """A user session: throwaway HOME and runtime dir, a private session bus, a real keyring."""
+
+    def __init__(self, keyring=True, password="login-pw"):
+        self.home = Path(tempfile.mkdtemp(prefix="msso-home-"))
+        self.runtime = self.home / "run"
+        self.runtime.mkdir(mode=0o700)
+        out = subprocess.run(["dbus-daemon", "--session", "--fork", "--print-address=1", "--print-pid=1"],
+                             check=True, capture_output=True, text=True).stdout.split()
+        self.bus_address, self.bus_pid = out[0], int(out[1])
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.home),
+            "XDG_RUNTIME_DIR": str(self.runtime),
+            "XDG_CONFIG_HOME": str(self.home / ".config"),
+            "XDG_DATA_HOME": str(self.home / ".local" / "share"),
+            "DBUS_SESSION_BUS_ADDRESS": self.bus_address,
+            "LANG": "C.UTF-8",
+        }
+        self.keyring_password = password
+        self.keyring = None
+        if keyring:
+            self.start_keyring()
+
+    def start_keyring(self):
+        """gnome-keyring-daemon, unlocked with the login password (creates the login keyring)."""
+        self.keyring = subprocess.Popen(["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
+                                        env=self.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        self.keyring.stdin.write(self.keyring_password.encode())
+        self.keyring.stdin.close()
+        wait_for(lambda: self.run(["gdbus", "call", "--session", "--dest", "org.freedesktop.secrets",
+                                   "--object-path", "/org/freedesktop/secrets/aliases/default", "--method",
+                                   "org.freedesktop.DBus.Properties.Get", "org.freedesktop.Secret.Collection",
+                                   "Locked"]).stdout.strip() == "(<false>,)", what="an unlocked keyring")
+
+    def stop_keyring(self):
+        if self.keyring:
+            self.keyring.kill()
+            self.keyring.wait()
+            self.keyring = None
+
+    def lock_keyring(self):
+        self.run(["gdbus", "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+                  "/org/freedesktop/secrets", "--method", "org.freedesktop.Secret.Service.Lock",
+                  "['/org/freedesktop/secrets/collection/login']"], check=True)
+
+    def run(self, argv, **kwargs):
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        kwargs.setdefault("timeout", 60)
+        return subprocess.run(argv, env=self.env, **kwargs)
+
+    def keyring_item(self, group=GROUP):
+        """The broker's keyring item for a group, read with secret-tool: (attributes, secret) or None."""
+        found = self.run(["secret-tool", "search", "--all", "--unlock", "group", group])
+        if "attribute.group" not in found.stdout + found.stderr:
+            return None
+        attributes = {}
+        for line in (found.stdout + found.stderr).splitlines():
+            if line.startswith("attribute."):
+                key, _, value = line[len("attribute."):].partition(" = ")
+                attributes[key] = value
+            elif line.startswith("schema = "):
+                attributes["xdg:schema"] = line[len("schema = "):]
+        secret = self.run(["secret-tool", "lookup", "group", group]).stdout
+        return attributes, (json.loads(secret) if secret else None)
+
+    def cleanup(self):
+        self.stop_keyring()
+        try:
+            os.kill(self.bus_pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Broker:
+    """mssod on a Desktop, configured for one IdP."""
+
+    def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True):
+        self.desktop = desktop
+        self.socket = desktop.runtime / "msso" / "broker.sock"
+        self.config = desktop.home / "config.toml"
+        self.args = list(args)
+        self.log = desktop.home / f"mssod-{len(LOGS)}.log"
+        LOGS.append(self.log)
+        self.process = None
+        self.write_config(groups if groups is not None else {GROUP: {}}, idp)
+        if start:
+            self.start()
+
+    def write_config(self, groups, idp):
+        lines = []
+        for name, overrides in groups.items():
+            values = {"issuer": idp.issuer if idp else "http://127.0.0.1:9/api/oidc", "client_id": "msso",
+                      "client_secret_file": str(idp.secret_file) if idp else "/dev/null",
+                      "scopes": ["openid", "app1"], "session_timeout": "30m", "session_max": "12h"}
+            values.update(overrides)
+            lines.append(f'[groups."{name}"]')
+            lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+        self.config.write_text("\n".join(lines) + "\n")
+
+    @property
+    def env(self):
+        return dict(self.desktop.env, MSSO_CONFIG=str(self.config), MSSO_LOG_LEVEL="debug")
+
+    def start(self):
+        log = open(self.log, "a")
+        self.process = subprocess.Popen([BIN / "mssod", *self.args], env=self.env, stdout=log, stderr=log)
+        wait_for(lambda: self.socket.exists() or self.process.poll() is not None, what="mssod's socket")
+        assert self.process.poll() is None, f"mssod exited: {self.log.read_text()}"
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(sig)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def msso(self, *argv, input=None, binary="msso", timeout=60):
+        """Runs a CLI command against this broker; records any token it prints as a secret."""
+        done = subprocess.run([BIN / binary, *map(str, argv)], env=self.env, input=input, capture_output=True,
+                              text=True, timeout=timeout)
+        for line in done.stdout.splitlines():
+            if line.startswith("Authorization: Bearer "):
+                SECRETS.add(line.split(" ", 2)[2])
+            elif ": " in line and len(line) > 100:
+                SECRETS.add(line.split(": ", 1)[1])
+        return done
+
+    def login(self, user="alice", password=None, group=None):
+        argv = ["login", "--username", user, "--password-stdin"] + (["--group", group] if group else [])
+        return self.msso(*argv, input=(password or PASSWORDS[user]) + "\n")
+
+    def status_json(self, group=GROUP):
+        done = self.msso("check", "--json", "--group", group)
+        return json.loads(done.stdout)
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+class RawClient:
+    """A bare socket speaking the wire protocol, for feeding the daemon bad input."""
+
+    def __init__(self, path, hello=True, timeout=5):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(timeout)
+        self.sock.connect(str(path))
+        self.serial = 0
+        if hello:
+            assert self.call("hello", {"version": 1})["type"] == "reply"
+
+    def send_raw(self, data: bytes):
+        self.sock.sendall(data)
+
+    def send(self, message: dict):
+        self.send_raw(frame(json.dumps(message).encode()))
+
+    def receive(self):
+        """The next message, or None when the daemon closed the connection."""
+        header = self._read(4)
+        if header is None:
+            return None
+        (length,) = struct.unpack(">I", header)
+        body = self._read(length)
+        return None if body is None else json.loads(body)
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def call(self, method, args):
+        self.serial += 1
+        self.send({"type": "call", "serial": self.serial, "method": method, "args": args})
+        while True:
+            message = self.receive()
+            if message is None or message.get("type") != "signal":
+                return message
+
+    def close(self):
+        self.sock.close()
