@@ -73,8 +73,9 @@ let package = Package(
         ]),
 
         // Example apps of one suite, sharing one login (see examples/README.md).
-        .executableTarget(name: "App1", dependencies: ["MSSOClient"], path: "examples/App1"),
-        .executableTarget(name: "App2", dependencies: ["MSSOClient"], path: "examples/App2"),
+        .target(name: "SuiteKit", dependencies: ["MSSOClient"], path: "examples/SuiteKit"),
+        .executableTarget(name: "App1", dependencies: ["SuiteKit"], path: "examples/App1"),
+        .executableTarget(name: "App2", dependencies: ["SuiteKit"], path: "examples/App2"),
         .executableTarget(name: "Logout", dependencies: ["MSSOClient"], path: "examples/Logout"),
 
         .testTarget(name: "MSSOProtocolTests", dependencies: [
