@@ -44,7 +44,7 @@ session_timeout = "${TIMEOUT}s"   # 30m in real life; short so the demo can show
 session_max = "1h"
 TOML
 
-"$BIN/mssod" 2>"$WORK/mssod.log" & PIDS+=($!)
+"$BIN/mssod" 2>"${DEMO_MSSOD_LOG:-$WORK/mssod.log}" & PIDS+=($!)
 for _ in $(seq 100); do [ -S "$XDG_RUNTIME_DIR/msso/broker.sock" ] && break; sleep 0.05; done
 echo "Private keyring, identity provider at $ISSUER, suite API at $API, mssod running."
 
