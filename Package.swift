@@ -68,7 +68,8 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "msso-bench", dependencies: [
-            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol",
+            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol", "MSSOKeyring", "MSSOIdentity",
+            .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
