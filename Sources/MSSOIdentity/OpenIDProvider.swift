@@ -141,7 +141,8 @@ public final class OpenIDProvider: IdentityProvider {
         request.httpBody = Data(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
         let (data, status) = try await send(request, group: group, timeout: timeout)
         let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-        if status == 200, let json { return .success(json) }
+        // RFC 7009: a revocation endpoint answers 200 with an empty body.
+        if status == 200 { return .success(json ?? [:]) }
         if let code = json?["error"] as? String {
             return .failure(OAuthError(status: status, code: code, description: json?["error_description"] as? String))
         }

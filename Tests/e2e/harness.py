@@ -92,13 +92,18 @@ class Desktop:
         self.keyring_password = password
         self.keyring = None
         if keyring:
-            self.start_keyring()
+            try:
+                self.start_keyring()
+            except BaseException:
+                self.cleanup()  # no fixture will: the object was never handed out
+                raise
 
     def start_keyring(self):
         """gnome-keyring-daemon, unlocked with the login password (creates the login keyring)."""
+        # It forks the real daemon (`--start`) as a child: a session of its own lets us stop both.
         self.keyring = subprocess.Popen(["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
                                         env=self.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
         self.keyring.stdin.write(self.keyring_password.encode())
         self.keyring.stdin.close()
         wait_for(lambda: self.run(["gdbus", "call", "--session", "--dest", "org.freedesktop.secrets",
@@ -108,8 +113,13 @@ class Desktop:
 
     def stop_keyring(self):
         if self.keyring:
-            self.keyring.kill()
+            try:
+                os.killpg(self.keyring.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             self.keyring.wait()
+            wait_for(lambda: subprocess.run(["pgrep", "-s", str(self.keyring.pid)], capture_output=True).returncode == 1,
+                     what="the keyring daemons to exit")
             self.keyring = None
 
     def lock_keyring(self):

@@ -1,0 +1,296 @@
+"""Every fault is a distinct, prompt error, and never loses a session or reads as "logged out".
+
+Faults: a locked keyring, no Secret Service, a hung Secret Service, an IdP that is down, one that
+hangs, one that refuses the user, and a broken config file. Each test checks the CLI's exit
+status and message, how long the error took, that mssod keeps serving, and that nothing was
+deleted. Timings are printed (run with -s to see them).
+"""
+import json
+import subprocess
+import time
+
+import pytest
+
+from faults import Broker, Desktop, frozen, timed
+from harness import BIN, GROUP, LOGS, SECRETS, IdP, RawClient
+
+URL = "https://api.example.com/items"
+
+
+@pytest.fixture
+def desktop():
+    session = Desktop()
+    yield session
+    session.cleanup()
+
+
+@pytest.fixture
+def broker(desktop, idp):
+    daemon = Broker(desktop, idp)
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture
+def own_idp():
+    """An IdP this test may stop or freeze."""
+    provider = IdP()
+    yield provider
+    provider.cleanup()
+
+
+def serving(broker):
+    """mssod is alive and answers a call that touches no state."""
+    assert broker.alive(), broker.log.read_text()[-2000:]
+    client = RawClient(broker.socket)
+    try:
+        return client.call("ping", {"data": "still there"}) == {
+            "type": "reply", "serial": 2, "result": {"data": "still there"}}
+    finally:
+        client.close()
+
+
+def remember(item):
+    attributes, secret = item
+    SECRETS.update([secret["accessToken"], secret["refreshToken"]])
+    return item
+
+
+def refresh_token_active(idp, token):
+    done = subprocess.run(["curl", "-s", "-u", f"msso:{idp.secret_file.read_text()}", "-d", f"token={token}",
+                           f"{idp.issuer}/introspect"], capture_output=True, text=True, timeout=10)
+    return json.loads(done.stdout)["active"]
+
+
+VERBS = {"status": ["status"], "check": ["check"], "sign": ["sign", "--url", URL], "extend": ["extend"],
+         "logout": ["logout"]}
+
+
+# Keyring locked
+
+
+def test_locked_keyring_is_reported_and_keeps_the_session(broker, desktop):
+    assert broker.login().returncode == 0
+    before = broker.status_json()
+    item = remember(desktop.keyring_item())
+    # Lock, then restart mssod: the credential is in the keyring only, not in memory.
+    broker.stop()
+    desktop.lock_keyring()
+    broker.start()
+    for verb in ("status", "check", "sign", "logout"):
+        done, took = timed(broker.msso, *VERBS[verb])
+        print(f"locked keyring, cold: {verb} exit {done.returncode} in {took:.2f} s")
+        assert done.returncode == 4, (verb, done.stdout, done.stderr)
+        assert "keyring is locked" in done.stderr, (verb, done.stderr)
+        assert "not logged in" not in done.stdout + done.stderr
+        assert took < 1.5, (verb, took)
+    assert serving(broker)
+    # The login password unlocks it again (a new gnome-keyring-daemon): nothing was lost.
+    desktop.stop_keyring()
+    desktop.start_keyring()
+    assert desktop.keyring_item() == item
+    check, took = timed(broker.msso, "check", "--json")
+    print(f"keyring restarted unlocked: check exit {check.returncode} in {took:.2f} s: {check.stderr.strip()}")
+    assert check.returncode == 0, check.stdout + check.stderr
+    after = json.loads(check.stdout)
+    assert (after["sessionExpiresAt"], after["loggedInAt"], after["username"]) == \
+        (before["sessionExpiresAt"], before["loggedInAt"], before["username"])
+
+
+def test_keyring_locked_while_the_credential_is_in_memory(broker, desktop, idp):
+    assert broker.login().returncode == 0
+    item = remember(desktop.keyring_item())
+    desktop.lock_keyring()
+    problems = []
+    # The hot path serves from memory: status, check and sign keep working.
+    for verb in ("status", "check", "sign"):
+        done, took = timed(broker.msso, *VERBS[verb])
+        print(f"locked keyring, hot: {verb} exit {done.returncode} in {took:.2f} s")
+        assert done.returncode == 0, (verb, done.stderr)
+    # A change needs the keyring: it fails, fast, and says why.
+    for verb in ("extend", "logout"):
+        done, took = timed(broker.msso, *VERBS[verb])
+        print(f"locked keyring, hot: {verb} exit {done.returncode} in {took:.2f} s: {done.stderr.strip()}")
+        assert done.returncode == 4 and "keyring is locked" in done.stderr, (verb, done.stdout, done.stderr)
+        assert took < 1.5
+    assert serving(broker)
+    # "KeyringLocked: nothing was read, changed or deleted": the failed logout left the session whole.
+    sign = broker.msso(*VERBS["sign"])
+    if sign.returncode != 0:
+        problems.append(f"after the refused logout, sign exits {sign.returncode} ({sign.stderr.strip()}): "
+                        "the failed logout dropped the credential from memory")
+    if not refresh_token_active(idp, item[1]["refreshToken"]):
+        problems.append("after the refused logout, the refresh token is revoked at the IdP: the keyring still "
+                        "holds a session that can no longer be refreshed")
+    desktop.stop_keyring()
+    desktop.start_keyring()
+    if desktop.keyring_item() != item:
+        problems.append("the keyring item changed or disappeared")
+    assert not problems, problems
+
+
+# No Secret Service
+
+
+def test_no_secret_service_is_reported_not_read_as_logged_out(idp):
+    session = Desktop(keyring=False)  # a bus without service activation: nothing provides the service
+    try:
+        daemon = Broker(session, idp)
+        try:
+            for verb, argv in VERBS.items():
+                done, took = timed(daemon.msso, *argv)
+                print(f"no Secret Service: {verb} exit {done.returncode} in {took:.2f} s")
+                assert done.returncode == 4, (verb, done.stdout, done.stderr)
+                assert "no Secret Service" in done.stderr, (verb, done.stderr)
+                assert "not logged in" not in done.stdout + done.stderr
+                assert took < 1, (verb, took)
+            done, took = timed(daemon.login)
+            print(f"no Secret Service: login exit {done.returncode} in {took:.2f} s: {done.stderr.strip()}")
+            assert done.returncode == 4, done.stdout + done.stderr
+            assert "Secret Service" in done.stderr and "could not store the credential" in done.stderr
+            assert "logged in" not in done.stdout
+            assert took < 2
+            # The refused login left nothing behind in memory either.
+            assert daemon.msso("sign", "--url", URL).returncode == 4
+            assert serving(daemon)
+        finally:
+            daemon.stop()
+    finally:
+        session.cleanup()
+
+
+# Hung Secret Service
+
+
+def test_hung_secret_service_times_out_and_recovers(desktop, idp):
+    timeout = 2
+    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+    try:
+        daemon.start()
+        assert daemon.login().returncode == 0
+        daemon.stop()
+        with frozen(desktop.keyring.pid):
+            daemon.start()  # fresh: the credential is not in memory
+            done, took = timed(daemon.msso, "status")
+            print(f"hung Secret Service (timeout {timeout} s): fresh status exit {done.returncode} in {took:.2f} s")
+            assert done.returncode == 4, done.stdout + done.stderr
+            assert f"did not answer within {timeout} s" in done.stderr
+            assert serving(daemon)
+            again, took_again = timed(daemon.msso, "sign", "--url", URL)
+            print(f"hung Secret Service: sign exit {again.returncode} in {took_again:.2f} s")
+            assert again.returncode == 4 and "did not answer" in again.stderr
+            assert took < timeout + 1.5, f"the first call took {took:.2f} s with a {timeout} s keyring timeout"
+            assert took_again < timeout + 1.5
+        check = daemon.msso("check", "--json")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert json.loads(check.stdout)["username"] == "alice"
+    finally:
+        daemon.stop()
+
+
+def test_concurrent_callers_on_a_hung_secret_service_do_not_queue_up(desktop, idp):
+    """Four apps asking at once must not wait 4 x the keyring timeout."""
+    timeout = 2
+    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+    try:
+        with frozen(desktop.keyring.pid):
+            daemon.start()
+            time.sleep(timeout + 0.5)  # let the start-up load time out first
+            started = time.monotonic()
+            calls = [subprocess.Popen([BIN / "msso", "status"], env=daemon.env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True) for _ in range(4)]
+            took = []
+            for call in calls:
+                call.wait(timeout=60)
+                took.append(round(time.monotonic() - started, 2))
+                assert call.returncode == 4
+            print(f"hung Secret Service: 4 concurrent status calls answered after {took} s")
+            assert max(took) < timeout + 1.5, took
+    finally:
+        daemon.stop()
+
+
+# Identity provider down, hung, refusing
+
+
+def test_idp_down_login_fails_fast_and_a_session_keeps_working(desktop, own_idp):
+    daemon = Broker(desktop, own_idp)
+    try:
+        assert daemon.login().returncode == 0
+        remember(desktop.keyring_item())
+        own_idp.stop()
+        sign, took = timed(daemon.msso, "sign", "--url", URL)
+        print(f"IdP down: sign exit {sign.returncode} in {took:.2f} s")
+        assert sign.returncode == 0 and sign.stdout.startswith("Authorization: Bearer "), sign.stderr
+        logout, took = timed(daemon.msso, "logout")
+        print(f"IdP down: logout exit {logout.returncode} in {took:.2f} s")
+        assert logout.returncode == 0, logout.stderr
+        assert logout.stdout.strip() == f"Logged out of {GROUP}."
+        assert took < 4
+        assert desktop.keyring_item() is None
+        assert daemon.msso("check").returncode == 2
+        login, took = timed(daemon.login)
+        print(f"IdP down: login exit {login.returncode} in {took:.2f} s: {login.stderr.strip()}")
+        assert login.returncode == 5, login.stdout + login.stderr
+        assert "identity provider" in login.stderr and "could not be reached" in login.stderr
+        assert took < 2
+        assert serving(daemon)
+        # A fresh daemon has no discovery document cached: same answer.
+        daemon.restart()
+        login, took = timed(daemon.login)
+        print(f"IdP down, fresh daemon: login exit {login.returncode} in {took:.2f} s")
+        assert login.returncode == 5 and "identity provider" in login.stderr
+        assert took < 2
+        assert desktop.keyring_item() is None
+    finally:
+        daemon.stop()
+
+
+def test_hung_idp_login_gives_up_at_the_idp_timeout(desktop, own_idp):
+    daemon = Broker(desktop, own_idp, args=["--idp-timeout", "2"])
+    try:
+        with frozen(own_idp.pid()):
+            login, took = timed(daemon.login)
+            print(f"hung IdP (timeout 2 s): login exit {login.returncode} in {took:.2f} s: {login.stderr.strip()}")
+            assert login.returncode == 5, login.stdout + login.stderr
+            assert "did not answer" in login.stderr and "identity provider" in login.stderr
+            assert took < 3
+            assert serving(daemon)
+            assert daemon.msso("check").returncode == 2
+        assert daemon.login().returncode == 0
+        assert daemon.msso("check").returncode == 0
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize("user, password", [("mallory", "mallory-pass"), ("alice", "not-the-password")])
+def test_refused_login_says_so_and_stores_nothing(broker, desktop, user, password):
+    SECRETS.add(password)
+    done, took = timed(broker.login, user=user, password=password)
+    print(f"IdP refuses {user}: login exit {done.returncode} in {took:.2f} s")
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert "refused the username or password" in done.stderr
+    assert took < 5
+    assert desktop.keyring_item() is None
+    assert broker.msso("check").returncode == 2
+    assert serving(broker)
+
+
+# Configuration
+
+
+def test_broken_config_exits_78_naming_file_line_and_key(desktop, idp):
+    daemon = Broker(desktop, idp, start=False)
+    daemon.config.write_text(
+        f'[groups."{GROUP}"]\n'
+        f'issuer = "{idp.issuer}"\n'
+        'client_id = "msso"\n'
+        'session_timeout = "soon"\n'
+        f'client_secret_file = "{idp.secret_file}"\n')
+    with open(daemon.log, "w") as log:
+        done, took = timed(subprocess.run, [BIN / "mssod"], env=daemon.env, stdout=log, stderr=log, timeout=30)
+    output = daemon.log.read_text()
+    print(f"broken config: mssod exit {done.returncode} in {took:.2f} s")
+    assert done.returncode == 78, output
+    assert f"{daemon.config}:4" in output and "session_timeout" in output, output
+    assert not daemon.socket.exists()
