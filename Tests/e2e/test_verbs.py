@@ -121,6 +121,7 @@ def test_logout_deletes_the_item_and_revokes(broker, desktop, idp):
                                  f"token={secret['refreshToken']}", f"{idp.issuer}/introspect"],
                                 capture_output=True, text=True)
     assert json.loads(introspect.stdout)["active"] is False
+    assert "revocation" not in broker.log.read_text(), "the IdP's empty 200 is a successful revocation"
     again = broker.msso("logout", "--json")
     assert again.returncode == 0 and json.loads(again.stdout) == {"loggedOut": []}
 
@@ -175,3 +176,13 @@ def test_every_verb_speaks_json(broker):
         json.loads(done.stdout)
     failed = broker.msso("sign", "--json", "--url", "https://a.example/")
     assert failed.returncode == 2 and json.loads(failed.stdout)["error"] == "NotLoggedIn"
+
+
+def test_sigterm_shuts_down_cleanly_and_keeps_the_session(broker):
+    broker.login()
+    broker.process.terminate()
+    assert broker.process.wait(timeout=10) == 0
+    assert not broker.socket.exists(), "the socket file is removed"
+    assert broker.msso("check").returncode == 3, "unreachable, and the CLI says so"
+    broker.start()
+    assert broker.msso("check").returncode == 0
