@@ -43,7 +43,7 @@ struct Bench: AsyncParsableCommand {
         let request = (method: "GET", url: "https://api.example.com/v1/items?page=2")
         for _ in 0..<2000 { _ = try await client.sign(method: request.method, url: request.url); _ = try await client.ping("x") }
 
-        let before = (store.count, identity.count)
+        let before = (store.calls.count, identity.calls.count)
         let ping = try await latency(calls) { _ = try await client.ping("x") }
         let sign = try await latency(calls) { _ = try await client.sign(method: request.method, url: request.url) }
         print("latency, one client, \(calls) sequential calls over the socket:")
@@ -58,7 +58,7 @@ struct Bench: AsyncParsableCommand {
             print(String(format: "  %2d clients   ping %8.0f calls/s   sign %8.0f calls/s", clients, pings, signs))
             for connection in connections { await connection.close() }
         }
-        let during = (store.count - before.0, identity.count - before.1)
+        let during = (store.calls.count - before.0, identity.calls.count - before.1)
         print("keyring calls during the sign runs: \(during.0); identity provider calls: \(during.1)")
 
         let targets = [
