@@ -25,6 +25,8 @@ PASSWORDS = {"alice": "alice-pass", "bob": "bob-pass"}
 
 SECRETS: set[str] = set(PASSWORDS.values())
 LOGS: list[Path] = []
+# Outside every test's HOME (which teardown deletes), so the last test can read them all.
+LOG_DIR = Path(tempfile.mkdtemp(prefix="msso-logs-"))
 
 
 def free_port() -> int:
@@ -165,7 +167,7 @@ class Broker:
         self.socket = desktop.runtime / "msso" / "broker.sock"
         self.config = desktop.home / "config.toml"
         self.args = list(args)
-        self.log = desktop.home / f"mssod-{len(LOGS)}.log"
+        self.log = LOG_DIR / f"mssod-{len(LOGS)}.log"
         LOGS.append(self.log)
         self.process = None
         self.write_config(groups if groups is not None else {GROUP: {}}, idp)
