@@ -9,18 +9,22 @@ import NIOPosix
 public final class BrokerServer: Sendable {
     private let channel: Channel
     public let socketPath: String
+    /// False when systemd made the socket (socket activation): then it is systemd's to remove.
+    private let ownsSocketFile: Bool
 
-    private init(channel: Channel, socketPath: String) {
+    private init(channel: Channel, socketPath: String, ownsSocketFile: Bool) {
         self.channel = channel
         self.socketPath = socketPath
+        self.ownsSocketFile = ownsSocketFile
     }
 
-    /// Binds the socket and starts serving `broker`.
-    public static func start(socketPath: String, broker: Broker, logger: Logger,
+    /// Starts serving `broker`: on `inheritedSocket` (a listening descriptor passed by systemd
+    /// socket activation) when given, else on a socket it binds at `socketPath`.
+    public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, logger: Logger,
                              helloTimeout: TimeAmount = .seconds(10),
                              group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> BrokerServer {
         let owner = getuid()
-        try prepare(socketPath: socketPath, owner: owner)
+        if inheritedSocket == nil { try prepare(socketPath: socketPath, owner: owner) }
         let dispatcher = Dispatcher(broker: broker, policy: AccessPolicy(owner: owner), logger: logger)
         let policy = dispatcher.policy
         let bootstrap = ServerBootstrap(group: group)
@@ -43,6 +47,11 @@ public final class BrokerServer: Sendable {
                     }
                 }
             }
+        if let inheritedSocket {
+            let channel = try await bootstrap.withBoundSocket(inheritedSocket).get()
+            logger.info("listening on the socket systemd passed", metadata: ["socket": "\(socketPath)"])
+            return BrokerServer(channel: channel, socketPath: socketPath, ownsSocketFile: false)
+        }
         // The socket is created under the daemon's umask (0077); chmod makes the mode explicit.
         let channel = try await bootstrap.bind(unixDomainSocketPath: socketPath).get()
         guard chmod(socketPath, 0o600) == 0 else {
@@ -50,13 +59,26 @@ public final class BrokerServer: Sendable {
             throw BrokerError(.internal, "cannot set the mode of \(socketPath)")
         }
         logger.info("listening", metadata: ["socket": "\(socketPath)"])
-        return BrokerServer(channel: channel, socketPath: socketPath)
+        return BrokerServer(channel: channel, socketPath: socketPath, ownsSocketFile: true)
     }
 
-    /// Stops accepting, closes the listener and removes the socket file.
+    /// Stops accepting, closes the listener and removes the socket file it made.
     public func close() async {
         try? await channel.close()
-        unlink(socketPath)
+        if ownsSocketFile { unlink(socketPath) }
+    }
+
+    /// The listening socket systemd passed (sd_listen_fds(3): LISTEN_PID is us, LISTEN_FDS ≥ 1,
+    /// the first descriptor is 3), if any. Clears the variables so children do not inherit them.
+    public static func socketFromSystemd(environment: [String: String]) -> CInt? {
+        defer {
+            unsetenv("LISTEN_PID")
+            unsetenv("LISTEN_FDS")
+            unsetenv("LISTEN_FDNAMES")
+        }
+        guard environment["LISTEN_PID"].flatMap(Int32.init) == getpid(),
+              let count = environment["LISTEN_FDS"].flatMap(Int.init), count >= 1 else { return nil }
+        return 3
     }
 
     /// Makes the socket's directory (0700, the user's), and clears a stale socket left by a crash,

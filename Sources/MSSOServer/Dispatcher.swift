@@ -37,7 +37,8 @@ struct Dispatcher: Sendable {
             return try await run(Methods.Sign.self, payload) { try await broker.sign($0) }
         case Methods.Login.name:
             return try await run(Methods.Login.self, payload) { args in
-                try await broker.login(args) { prompt in
+                try policy.authorize(args.flow, for: connection.peer)
+                return try await broker.login(args) { prompt in
                     connection.send(Signal(signal: .devicePrompt, group: args.group ?? "", serial: serial, prompt: prompt))
                 }
             }

@@ -14,7 +14,8 @@ struct Daemon: AsyncParsableCommand {
         commandName: "mssod",
         abstract: "The msso single-sign-on broker (one per user).",
         discussion: """
-            Listens on $MSSO_SOCKET, else $XDG_RUNTIME_DIR/msso/broker.sock. Reads \
+            Listens on $MSSO_SOCKET, else $XDG_RUNTIME_DIR/msso/broker.sock, or on the socket \
+            systemd passes (msso.socket, socket activation). Reads \
             /etc/msso/config.toml, then ~/.config/msso/config.toml (or only $MSSO_CONFIG). \
             Logs to standard error; MSSO_LOG_LEVEL=debug shows every call (never a secret). \
             SIGHUP reloads the configuration; SIGTERM and SIGINT shut down cleanly.
@@ -61,7 +62,9 @@ struct Daemon: AsyncParsableCommand {
                             identity: OpenIDProvider(logger: logger, requestTimeout: idpTimeout), logger: logger)
         let server: BrokerServer
         do {
-            server = try await BrokerServer.start(socketPath: socketPath, broker: broker, logger: logger,
+            server = try await BrokerServer.start(socketPath: socketPath,
+                                                 inheritedSocket: BrokerServer.socketFromSystemd(environment: environment),
+                                                 broker: broker, logger: logger,
                                                  helloTimeout: .milliseconds(Int64(helloTimeout * 1000)))
         } catch {
             logger.critical("cannot listen: \(error)")

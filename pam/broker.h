@@ -1,0 +1,33 @@
+/* The PAM module's side of the msso wire protocol (docs/PROTOCOL.md): connect to a user's
+ * broker, check that it is that user's, make one call, read its answer. Nothing else. */
+#ifndef MSSO_PAM_BROKER_H
+#define MSSO_PAM_BROKER_H
+
+#include <json-c/json.h>
+#include <sys/types.h>
+
+typedef struct {
+    int fd;
+    int timeout_ms;   /* budget for the whole exchange, connect included */
+    long deadline_ms; /* monotonic time at which the budget runs out */
+    unsigned serial;
+} msso_broker;
+
+/* Why a call failed, when it did. */
+typedef enum {
+    MSSO_OK = 0,
+    MSSO_UNREACHABLE,  /* no broker, a socket that is not the user's, or no answer in time */
+    MSSO_ERROR_REPLY,  /* the broker answered with a named error */
+} msso_status;
+
+/* Connects to `path` and checks, before sending anything, that the socket file and the process
+ * behind it (SO_PEERCRED) belong to `uid`; then says hello. */
+msso_status msso_broker_open(msso_broker *broker, const char *path, uid_t uid, int timeout_ms);
+
+/* Calls `method` with `args` (ownership taken). On MSSO_OK, *result is the reply's result; on
+ * MSSO_ERROR_REPLY, *result is the error object ({"error", "message"}). Free with json_object_put. */
+msso_status msso_broker_call(msso_broker *broker, const char *method, json_object *args, json_object **result);
+
+void msso_broker_close(msso_broker *broker);
+
+#endif
