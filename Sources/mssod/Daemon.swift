@@ -44,7 +44,8 @@ struct Daemon: AsyncParsableCommand {
         }
         let logger = Logger(label: "mssod")
 
-        guard let socketPath = socket ?? SocketPath.resolve(environment: environment) else {
+        let inherited = BrokerServer.socketFromSystemd(environment: environment)
+        guard let socketPath = socket ?? SocketPath.resolve(environment: environment) ?? inherited.map({ _ in "(from systemd)" }) else {
             throw ValidationError("set XDG_RUNTIME_DIR (or MSSO_SOCKET, or pass --socket) so mssod knows where to listen")
         }
         let configuration: Configuration
@@ -63,7 +64,7 @@ struct Daemon: AsyncParsableCommand {
         let server: BrokerServer
         do {
             server = try await BrokerServer.start(socketPath: socketPath,
-                                                 inheritedSocket: BrokerServer.socketFromSystemd(environment: environment),
+                                                 inheritedSocket: inherited,
                                                  broker: broker, logger: logger,
                                                  helloTimeout: .milliseconds(Int64(helloTimeout * 1000)))
         } catch {
