@@ -251,3 +251,10 @@ def test_a_thousand_start_end_cycles_neither_crash_nor_grow(stack, broker):
     assert match, out
     warm, end = map(int, match.groups())
     assert end - warm < 256, f"RSS grew from {warm} KB to {end} KB over 950 cycles"
+
+
+def test_install_puts_the_module_where_libpam_finds_modules(tmp_path):
+    subprocess.run(["make", "-s", "-C", ROOT / "pam", "install", f"DESTDIR={tmp_path}"], check=True, capture_output=True)
+    libpam = subprocess.run(["pkg-config", "--variable=libdir", "pam"], capture_output=True, text=True).stdout.strip()
+    installed = tmp_path / libpam.lstrip("/") / "security" / "pam_msso.so"
+    assert installed.exists() and Path(f"{libpam}/security/pam_unix.so").exists(), "next to pam_unix.so"
