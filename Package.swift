@@ -40,6 +40,9 @@ let package = Package(
         .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1",
                        providers: [.apt(["libsecret-1-dev"])]),
         .target(name: "MSSOKeyring", dependencies: ["CLibSecret", "MSSOCore"]),
+        // The audit log: who asked for what, in SQLite (libsqlite3).
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOProtocol"]),
         // OpenID Connect / OAuth 2.0 client flows.
         .target(name: "MSSOIdentity", dependencies: [
             "MSSOCore",
@@ -83,5 +86,6 @@ let package = Package(
             "MSSOProtocol", .product(name: "NIOCore", package: "swift-nio"),
         ]),
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
+        .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit"]),
     ]
 )

@@ -1,0 +1,29 @@
+/// One row of the audit log: who (as the kernel saw them) asked for what, and how it ended.
+/// Never holds a token, a password or any argument value beyond the group's name.
+public struct AuditEntry: Codable, Sendable, Equatable {
+    /// Seconds since the Unix epoch.
+    public var time: Double
+    public var uid: UInt32
+    public var pid: Int32
+    public var executable: String?
+    /// The registered app (or Flatpak app id) the caller was recognised as, if any.
+    public var app: String?
+    public var group: String?
+    public var verb: String
+    /// `ok`, or `error` with `error` naming it.
+    public var outcome: String
+    public var error: String?
+
+    public init(time: Double, uid: UInt32, pid: Int32, executable: String?, app: String?, group: String?,
+                verb: String, outcome: String, error: String?) {
+        self.time = time
+        self.uid = uid
+        self.pid = pid
+        self.executable = executable
+        self.app = app
+        self.group = group
+        self.verb = verb
+        self.outcome = outcome
+        self.error = error
+    }
+}
