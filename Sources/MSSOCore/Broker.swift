@@ -185,19 +185,7 @@ public actor Broker {
     // MARK: Internals
 
     private func group(_ name: String?) throws -> GroupConfig {
-        if let name {
-            guard let config = configuration.groups[name] else {
-                throw BrokerError(.unknownGroup, "no access group named \"\(name)\" is configured; `msso status` lists the configured groups")
-            }
-            return config
-        }
-        switch configuration.groups.count {
-        case 1: return configuration.groups.values.first!
-        case 0: throw BrokerError(.configInvalid, "no access group is configured; add one to ~/.config/msso/config.toml (see the README)")
-        default:
-            let names = configuration.groups.keys.sorted().joined(separator: ", ")
-            throw BrokerError(.badRequest, "several access groups are configured (\(names)): name one with --group")
-        }
+        try configuration.group(named: name)
     }
 
     private func update(_ name: String, _ change: (inout GroupState) -> Void) {

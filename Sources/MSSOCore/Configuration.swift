@@ -1,4 +1,5 @@
 import Foundation
+import MSSOProtocol
 
 /// A configuration problem, located precisely enough to fix: file, line and key.
 public struct ConfigError: Error, Equatable, CustomStringConvertible {
@@ -15,47 +16,99 @@ public struct ConfigError: Error, Equatable, CustomStringConvertible {
     }
 }
 
-/// The broker's configuration: the access groups, from TOML files.
+/// The admin's rules, read from the admin's config file only (a user cannot lift them).
+public struct Policy: Equatable, Sendable {
+    /// Whether the user's `apps.d` may register apps.
+    public var userApps = true
+    public var auditMaxRows = 100_000
+    public var auditMaxAge: Double = 90 * 86400
+    public init() {}
+}
+
+/// The broker's configuration: the access groups and the admin's policy, from TOML files.
 ///
-/// `/etc/msso/config.toml` (the admin's) is read first, then `$XDG_CONFIG_HOME/msso/config.toml`
-/// (the user's); a group defined in both takes the user's table whole. `MSSO_CONFIG` names one
-/// file to read instead of both.
+/// The admin's directory (`/etc/msso`, or `$MSSO_SYSTEM_DIR`) holds `config.toml` and `apps.d/`;
+/// so does the user's (`$XDG_CONFIG_HOME/msso`). A group defined in both takes the user's table
+/// whole; `[policy]` is read from the admin's file only. `MSSO_CONFIG` names one file to read
+/// instead of both `config.toml`s (it then counts as the admin's).
 public struct Configuration: Equatable, Sendable {
     public var groups: [String: GroupConfig]
+    public var policy = Policy()
+    public var systemDirectory = "/etc/msso"
+    public var userDirectory = "~/.config/msso"
 
     public init(groups: [GroupConfig]) {
         self.groups = Dictionary(groups.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
     }
 
+    /// The admin's and the user's configuration directories.
+    public static func directories(environment: [String: String]) -> (system: String, user: String) {
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let userConfig = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
+        return (environment["MSSO_SYSTEM_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/etc/msso", userConfig + "/msso")
+    }
+
     /// The files read, in order, for an environment.
     public static func searchPath(environment: [String: String]) -> [String] {
         if let only = environment["MSSO_CONFIG"], !only.isEmpty { return [only] }
-        let home = environment["HOME"] ?? NSHomeDirectory()
-        let userConfig = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
-        return ["/etc/msso/config.toml", userConfig + "/msso/config.toml"]
+        let (system, user) = directories(environment: environment)
+        return [system + "/config.toml", user + "/config.toml"]
     }
 
     /// Reads every existing file of the search path. A missing file is skipped; a bad one throws.
     public static func load(environment: [String: String]) throws -> Configuration {
         var groups: [String: GroupConfig] = [:]
-        for path in searchPath(environment: environment) {
+        var policy = Policy()
+        for (index, path) in searchPath(environment: environment).enumerated() {
             guard FileManager.default.fileExists(atPath: path) else { continue }
             guard let data = FileManager.default.contents(atPath: path),
                   let text = String(data: data, encoding: .utf8) else {
                 throw ConfigError(file: path, line: nil, key: nil, problem: "cannot be read as UTF-8 text")
             }
-            for group in try parse(text, file: path) { groups[group.name] = group }
+            let (fileGroups, filePolicy) = try parseFile(text, file: path, admin: index == 0)
+            for group in fileGroups { groups[group.name] = group }
+            if let filePolicy { policy = filePolicy }
         }
-        return Configuration(groups: Array(groups.values))
+        var configuration = Configuration(groups: Array(groups.values))
+        configuration.policy = policy
+        (configuration.systemDirectory, configuration.userDirectory) = directories(environment: environment)
+        return configuration
     }
 
-    /// Parses one file's text.
+    /// The group named `name`, or the only configured group when `name` is nil.
+    public func group(named name: String?) throws(BrokerError) -> GroupConfig {
+        if let name {
+            guard let config = groups[name] else {
+                throw BrokerError(.unknownGroup, "no access group named \"\(name)\" is configured; `msso status` lists the configured groups")
+            }
+            return config
+        }
+        switch groups.count {
+        case 1: return groups.values.first!
+        case 0: throw BrokerError(.configInvalid, "no access group is configured; add one to ~/.config/msso/config.toml (see the README)")
+        default:
+            throw BrokerError(.badRequest, "several access groups are configured (\(groups.keys.sorted().joined(separator: ", "))): name one with --group")
+        }
+    }
+
+    /// Parses one file's groups.
     public static func parse(_ text: String, file: String) throws -> [GroupConfig] {
+        try parseFile(text, file: file, admin: true).groups
+    }
+
+    /// Parses one file: its groups, and its policy when it is the admin's.
+    static func parseFile(_ text: String, file: String, admin: Bool) throws -> (groups: [GroupConfig], policy: Policy?) {
         let document = try TOMLSubset.parse(text, file: file)
         var groups: [GroupConfig] = []
+        var policy: Policy?
         for table in document {
             let fail = { (line: Int?, key: String?, problem: String) in
                 ConfigError(file: file, line: line, key: key, problem: problem)
+            }
+            if table.path == ["policy"] {
+                guard admin else { throw fail(table.line, nil, "only the administrator's config.toml may set [policy]") }
+                policy = try parsePolicy(table, fail)
+                continue
             }
             guard table.path.count == 2, table.path[0] == "groups" else {
                 throw fail(table.line, nil, "unknown table [\(table.path.joined(separator: "."))]; groups are written [groups.\"NAME\"]")
@@ -88,6 +141,8 @@ public struct Configuration: Equatable, Sendable {
                     group.sessionMax = try value.duration(fail, key)
                 case "refresh_lead":
                     group.refreshLead = try value.duration(fail, key)
+                case "expiring_lead":
+                    group.expiringLead = try value.duration(fail, key)
                 case "sign":
                     let text = try value.string(fail, key)
                     guard let profile = SigningProfile(configValue: text) else {
@@ -106,7 +161,22 @@ public struct Configuration: Equatable, Sendable {
             }
             groups.append(group)
         }
-        return groups
+        return (groups, policy)
+    }
+
+    static func parsePolicy(_ table: TOMLSubset.Table, _ fail: (Int?, String?, String) -> ConfigError) throws -> Policy {
+        var policy = Policy()
+        for (key, value) in table.values {
+            switch (key, value.kind) {
+            case ("user_apps", .boolean(let allowed)): policy.userApps = allowed
+            case ("audit_max_rows", .integer(let rows)) where rows > 0: policy.auditMaxRows = rows
+            case ("audit_max_age", _): policy.auditMaxAge = try value.duration(fail, key)
+            case ("user_apps", _): throw fail(value.line, key, "expected true or false")
+            case ("audit_max_rows", _): throw fail(value.line, key, "expected a positive whole number")
+            default: throw fail(value.line, key, "unknown key in [policy]")
+            }
+        }
+        return policy
     }
 }
 

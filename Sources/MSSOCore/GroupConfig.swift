@@ -49,6 +49,8 @@ public struct GroupConfig: Equatable, Sendable {
     public var signing: SigningProfile = .bearer
     /// A `sign` that finds the access token this close to its expiry refreshes it first.
     public var refreshLead: Double = 30
+    /// Subscribers get `Expiring` this long before the session window closes.
+    public var expiringLead: Double = 120
 
     public init(name: String, issuer: String, clientID: String) {
         self.name = name

@@ -27,6 +27,8 @@ public struct ErrorName: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let loginDenied = ErrorName(rawValue: "LoginDenied")
     /// The caller may not use this method (another user, or root asking for a state change).
     public static let forbidden = ErrorName(rawValue: "Forbidden")
+    /// The calling app is not registered for the access group.
+    public static let notEntitled = ErrorName(rawValue: "NotEntitled")
     /// The group is not configured.
     public static let unknownGroup = ErrorName(rawValue: "UnknownGroup")
     /// The method name is not one this daemon knows.
