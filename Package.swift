@@ -50,12 +50,14 @@ let package = Package(
         ]),
         // The Unix-socket server: listener, peer identity from the kernel, connections.
         .target(name: "MSSOServer", dependencies: [
-            "MSSOCore", "MSSOProtocol",
+            "MSSOCore", "MSSOProtocol", "MSSOAudit", "CMSSOSystem",
+            .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // prctl(2) for the daemon's hardening (variadic in C, so not callable from Swift).
+        // prctl(2), pidfds: system calls Swift cannot make directly.
         .target(name: "CMSSOSystem"),
         .executableTarget(name: "mssod", dependencies: [
             "CMSSOSystem", "MSSOServer", "MSSOCore", "MSSOKeyring", "MSSOIdentity",
