@@ -27,7 +27,10 @@ public actor Broker {
         /// Bumped by every login and logout, so a refresh begun before them cannot write back.
         var generation = 0
         var refresh: Task<Credential, any Error>?
+        /// The keyring read in progress: callers share it (and its failure) rather than queue.
+        var loading: Task<Credential?, any Error>?
         var expiryTimer: Task<Void, Never>?
+        var expiringTimer: Task<Void, Never>?
         var locked = false
         var waiting: [CheckedContinuation<Void, Never>] = []
     }
@@ -67,7 +70,13 @@ public actor Broker {
             refreshToken: tokens.refreshToken, accessTokenExpiresAt: t + tokens.expiresIn, loggedInAt: t,
             sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax)
         try await exclusively(config.name) {
-            try await store.save(credential, group: config.name)
+            do {
+                try await store.save(credential, group: config.name)
+            } catch {
+                // Not stored, so not a session: leave no live refresh token behind at the IdP.
+                if let refreshToken = tokens.refreshToken { await identity.revoke(config, refreshToken: refreshToken) }
+                throw error
+            }
             update(config.name) {
                 $0.credential = credential
                 $0.loaded = true
@@ -178,6 +187,7 @@ public actor Broker {
     public func shutdown() {
         for name in groups.keys {
             groups[name]?.expiryTimer?.cancel()
+            groups[name]?.expiringTimer?.cancel()
             groups[name]?.refresh?.cancel()
         }
     }
@@ -213,7 +223,11 @@ public actor Broker {
     /// The group's credential; from memory once loaded (the hot path takes no lock).
     private func credential(_ name: String) async throws -> Credential? {
         if let state = groups[name], state.loaded { return state.credential }
-        return try await exclusively(name) { try await loadedCredentialLocked(name) }
+        if let loading = groups[name]?.loading { return try await loading.value }
+        let loading = Task { try await self.exclusively(name) { try await self.loadedCredentialLocked(name) } }
+        update(name) { $0.loading = loading }
+        defer { groups[name]?.loading = nil }
+        return try await loading.value
     }
 
     /// Same, for a caller already holding the group's lock.
@@ -330,21 +344,21 @@ public actor Broker {
         let name = config.name
         let ended = try await exclusively(name) { () async throws -> Bool in
             guard let credential = try await loadedCredentialLocked(name) else { return false }
-            // From here every sign fails; the store stays the truth until the delete succeeded.
+            // The keyring first: if it refuses (locked), nothing has changed, in memory or at the
+            // IdP, and the error says so. Holding the lock, no refresh can write back meanwhile.
+            try await store.delete(group: name)
             update(name) {
                 $0.credential = nil
-                $0.loaded = false
                 $0.unsaved = false
                 $0.generation += 1
                 $0.refresh?.cancel()
                 $0.refresh = nil
                 $0.expiryTimer?.cancel()
+                $0.expiringTimer?.cancel()
             }
             if let refreshToken = credential.refreshToken {
                 await identity.revoke(config, refreshToken: refreshToken)
             }
-            try await store.delete(group: name)
-            update(name) { $0.loaded = true }
             return true
         }
         if ended {
@@ -354,8 +368,10 @@ public actor Broker {
         return ended
     }
 
+    /// Arms the group's `Expiring` and `Expired` timers for its current window.
     private func armExpiryTimer(_ name: String) {
         groups[name]?.expiryTimer?.cancel()
+        groups[name]?.expiringTimer?.cancel()
         guard let credential = groups[name]?.credential else { return }
         let delay = credential.sessionExpiresAt - now()
         guard delay > 0 else { return }
@@ -364,6 +380,18 @@ public actor Broker {
             guard !Task.isCancelled else { return }
             await self?.windowPassed(name)
         }
+        let lead = configuration.groups[name]?.expiringLead ?? 0
+        guard lead > 0, delay > lead else { return }
+        groups[name]!.expiringTimer = Task { [weak self] in
+            try? await Task.sleep(nanoseconds: UInt64((delay - lead) * 1_000_000_000))
+            guard !Task.isCancelled else { return }
+            await self?.windowClosing(name)
+        }
+    }
+
+    private func windowClosing(_ name: String) {
+        guard let credential = groups[name]?.credential, now() < credential.sessionExpiresAt else { return }
+        emit(.expiring, credential.status(group: name, now: now()))
     }
 
     private func windowPassed(_ name: String) {

@@ -20,8 +20,10 @@ public final class OpenIDProvider: IdentityProvider {
 
     public init(logger: Logger, requestTimeout: Double = 10, revokeTimeout: Double = 3) {
         let configuration = URLSessionConfiguration.ephemeral
-        configuration.timeoutIntervalForRequest = requestTimeout
-        configuration.timeoutIntervalForResource = requestTimeout
+        // Our own deadline (see `send`) fires first; URLSession's timeouts are only a backstop,
+        // kept well apart so the two never race (racing them deadlocked FoundationNetworking).
+        configuration.timeoutIntervalForRequest = requestTimeout + 30
+        configuration.timeoutIntervalForResource = requestTimeout + 30
         configuration.httpCookieStorage = nil
         configuration.urlCache = nil
         session = URLSession(configuration: configuration)
@@ -154,15 +156,13 @@ public final class OpenIDProvider: IdentityProvider {
 
     private func send(_ request: URLRequest, group: GroupConfig, timeout: Double? = nil) async throws(BrokerError) -> (Data, Int) {
         let limit = timeout ?? requestTimeout
-        do {
-            // URLSession's own timeout is per-idle-period: bound the whole exchange as well.
-            let (data, response) = try await withDeadline(seconds: limit) { [session] in
-                try await session.data(for: request)
-            }
-            return (data, (response as? HTTPURLResponse)?.statusCode ?? 0)
-        } catch {
-            let reason = (error as? DeadlineExceeded) != nil ? "did not answer within \(Int(limit)) s" : "could not be reached"
-            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) \(reason); check your network and try again")
+        switch await Exchange.run(request, on: session, deadline: limit) {
+        case .answered(let data, let status):
+            return (data, status)
+        case .timedOut:
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) did not answer within \(Int(limit)) s; check your network and try again")
+        case .failed:
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) could not be reached; check your network and try again")
         }
     }
 
@@ -261,17 +261,50 @@ final class DiscoveryCache: @unchecked Sendable {
     func set(_ issuer: String, _ metadata: ProviderMetadata) { lock.withLock { entries[issuer] = metadata } }
 }
 
-struct DeadlineExceeded: Error {}
+/// One HTTP exchange bounded by a deadline of our own.
+///
+/// Not Swift task cancellation: cancelling FoundationNetworking's async `data(for:)` while its own
+/// timeout fires can deadlock two cooperative-pool threads, which on a 2-core machine is the whole
+/// pool. Here the completion handler and a Dispatch timer race to resume one continuation, and the
+/// loser's `cancel()` runs on a Dispatch queue, never on the pool.
+enum Exchange {
+    enum Outcome: Sendable {
+        case answered(Data, Int)
+        case timedOut
+        case failed
+    }
 
-/// Runs `body`, giving up after `seconds`.
-func withDeadline<T: Sendable>(seconds: Double, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-    try await withThrowingTaskGroup(of: T.self) { group in
-        group.addTask { try await body() }
-        group.addTask {
-            try await Task.sleep(nanoseconds: UInt64(seconds * 1_000_000_000))
-            throw DeadlineExceeded()
+    static func run(_ request: URLRequest, on session: URLSession, deadline: Double) async -> Outcome {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
+            let once = ResumeOnce(continuation)
+            let task = session.dataTask(with: request) { data, response, error in
+                if let data, error == nil, let http = response as? HTTPURLResponse {
+                    once.resume(.answered(data, http.statusCode))
+                } else {
+                    once.resume(.failed)
+                }
+            }
+            DispatchQueue.global().asyncAfter(deadline: .now() + deadline) {
+                if once.resume(.timedOut) { task.cancel() }
+            }
+            task.resume()
         }
-        defer { group.cancelAll() }
-        return try await group.next()!
+    }
+}
+
+/// Resumes a continuation the first time only; says whether this call was the one.
+final class ResumeOnce<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, Never>?
+    init(_ continuation: CheckedContinuation<T, Never>) { self.continuation = continuation }
+
+    @discardableResult
+    func resume(_ value: T) -> Bool {
+        guard let continuation = lock.withLock({ () -> CheckedContinuation<T, Never>? in
+            defer { self.continuation = nil }
+            return self.continuation
+        }) else { return false }
+        continuation.resume(returning: value)
+        return true
     }
 }

@@ -9,9 +9,13 @@ import MSSOProtocol
 /// One item per access group, schema `org.msso.Credential`, attributes `group` and `issuer`;
 /// the whole ``Credential`` is the secret payload. Calls run one at a time on a private queue
 /// (libsecret's sync calls block) and each is cancelled after ``timeout``.
-public final class SecretServiceStore: CredentialStore {
+public final class SecretServiceStore: CredentialStore, @unchecked Sendable {
     private let timeout: Double
     private let queue = DispatchQueue(label: "msso.keyring")
+    private let lock = NSLock()
+    /// When a call last timed out. Calls that were already waiting then fail at once instead of
+    /// each waiting out a hung Secret Service in turn; a call that arrives later tries again.
+    private var lastTimeout = Date.distantPast
 
     public init(timeout: Double = 5) {
         self.timeout = timeout
@@ -59,21 +63,40 @@ public final class SecretServiceStore: CredentialStore {
     private func call(
         _ body: @escaping @Sendable (UnsafeMutablePointer<GCancellable>?, inout UnsafeMutablePointer<CChar>?) -> (msso_secret_result, String?)
     ) async -> (msso_secret_result, String?, String?) {
-        let timeout = self.timeout
+        let queued = Date()
         return await withCheckedContinuation { continuation in
-            queue.async {
-                let cancellable = g_cancellable_new()
-                let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
-                DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
-                var message: UnsafeMutablePointer<CChar>?
-                let (result, secret) = body(cancellable, &message)
-                timer.cancel()
-                g_object_unref(cancellable)
-                let text = message.map { String(cString: $0) }
-                g_free(message)
-                continuation.resume(returning: (result, secret, text))
+            queue.async { [self] in
+                guard lock.withLock({ lastTimeout < queued }) else {
+                    return continuation.resume(returning: (MSSO_SECRET_TIMEOUT, nil, nil))
+                }
+                var outcome = attempt(body)
+                if outcome.0 == MSSO_SECRET_UNAVAILABLE {
+                    // The Secret Service may have restarted under a new bus name: libsecret keeps
+                    // talking to the old one until its shared connection is dropped.
+                    secret_service_disconnect()
+                    outcome = attempt(body)
+                }
+                if outcome.0 == MSSO_SECRET_TIMEOUT {
+                    lock.withLock { lastTimeout = Date() }
+                }
+                continuation.resume(returning: outcome)
             }
         }
+    }
+
+    private func attempt(
+        _ body: (UnsafeMutablePointer<GCancellable>?, inout UnsafeMutablePointer<CChar>?) -> (msso_secret_result, String?)
+    ) -> (msso_secret_result, String?, String?) {
+        let cancellable = g_cancellable_new()
+        let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
+        var message: UnsafeMutablePointer<CChar>?
+        let (result, secret) = body(cancellable, &message)
+        timer.cancel()
+        g_object_unref(cancellable)
+        let text = message.map { String(cString: $0) }
+        g_free(message)
+        return (result, secret, text)
     }
 
     private func check(_ result: msso_secret_result, _ message: String?, doing what: String) throws(BrokerError) {

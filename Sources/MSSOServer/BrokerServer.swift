@@ -29,13 +29,18 @@ public final class BrokerServer: Sendable {
         let policy = dispatcher.policy
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
+            // Bounds what a client that stops reading can make the daemon hold (see Connection.deliver).
+            .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
             .childChannelInitializer { channel in
                 Peer.of(channel).flatMap { peer in
                     let connection = Connection(channel: channel, peer: peer)
                     guard policy.admits(peer) else {
                         logger.notice("refused connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)"])
-                        connection.send(ErrorReply(serial: 0, error: policy.refusal(for: peer)))
-                        return channel.close()
+                        return channel.eventLoop.makeCompletedFuture {
+                            try channel.pipeline.syncOperations.addHandlers([
+                                MessageToByteHandler(FrameEncoder()), Refusal(error: policy.refusal(for: peer)),
+                            ])
+                        }
                     }
                     logger.debug("connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)", "exe": "\(peer.executable ?? "?")"])
                     return channel.eventLoop.makeCompletedFuture {
@@ -117,4 +122,22 @@ public final class BrokerServer: Sendable {
             }
         }
     }
+}
+
+/// Tells a refused peer why, in one framed error, then hangs up.
+final class Refusal: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    private let error: BrokerError
+
+    init(error: BrokerError) { self.error = error }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(Dispatcher.encode(ErrorReply(serial: 0, error: error)))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {} // nothing a refused peer says is read
 }

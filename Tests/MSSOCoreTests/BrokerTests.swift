@@ -198,6 +198,27 @@ final class BrokerTests: XCTestCase {
         XCTAssertEqual(actual10, .valid, "the same session after unlocking")
     }
 
+    func testLogoutRefusedByALockedKeyringChangesNothing() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        store.locked = true
+        await assertFails(.keyringLocked) { try await broker.logout(nil, all: false) }
+        XCTAssertEqual(idp.counts.revoked, [], "nothing revoked at the IdP")
+        let signed = try await Self.sign(broker)
+        XCTAssertEqual(signed, "Bearer at-1", "the session is intact in memory")
+        store.locked = false
+        let ended = try await broker.logout(nil, all: false)
+        XCTAssertEqual(ended, [group])
+        XCTAssertEqual(idp.counts.revoked, ["rt-1"])
+    }
+
+    func testALoginTheKeyringRefusesLeavesNoLiveRefreshToken() async throws {
+        let broker = makeBroker()
+        store.locked = true
+        await assertFails(.keyringLocked) { try await login(broker) }
+        XCTAssertEqual(idp.counts.revoked, ["rt-1"])
+    }
+
     func testExpiredSignalIsSentWhenTheWindowPasses() async throws {
         let broker = Broker(configuration: Configuration(groups: [{
             var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")

@@ -72,25 +72,61 @@ class IdP:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Desktop:
-    """A user session: throwaway HOME and runtime dir, a private session bus, a real keyring."""
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:dir={dir}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
 
-    def __init__(self, keyring=True, password="login-pw"):
+
+def as_uid(uid, *caps):
+    """A setpriv prefix that runs a command as `uid` (and its gid), keeping only `caps` (ambient)."""
+    prefix = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    for cap in caps:
+        prefix += [f"--inh-caps=+{cap}", f"--ambient-caps=+{cap}"]
+    return prefix + ["--"]
+
+
+class Desktop:
+    """A user session: throwaway HOME and runtime dir, a private session bus, a real keyring.
+
+    The bus has no service activation: the stock session bus would D-Bus-activate a
+    gnome-keyring-daemon of its own (with the bus's HOME) on the first call to the Secret Service,
+    which could win the name before the test's keyring, and would make "no Secret Service"
+    untestable. With `uid`, the bus, the keyring (and a Broker on it) run as that user."""
+
+    def __init__(self, keyring=True, password="login-pw", uid=None):
+        self.uid = uid
+        self.prefix = [] if uid is None else as_uid(uid)
         self.home = Path(tempfile.mkdtemp(prefix="msso-home-"))
         self.runtime = self.home / "run"
         self.runtime.mkdir(mode=0o700)
-        out = subprocess.run(["dbus-daemon", "--session", "--fork", "--print-address=1", "--print-pid=1"],
-                             check=True, capture_output=True, text=True).stdout.split()
-        self.bus_address, self.bus_pid = out[0], int(out[1])
+        (self.home / "bus").mkdir(mode=0o700)
+        bus_config = self.home / "bus.conf"
+        bus_config.write_text(BUS_CONFIG.format(dir=self.home / "bus"))
+        self.chown(self.home, recursive=True)
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.home),
             "XDG_RUNTIME_DIR": str(self.runtime),
             "XDG_CONFIG_HOME": str(self.home / ".config"),
             "XDG_DATA_HOME": str(self.home / ".local" / "share"),
-            "DBUS_SESSION_BUS_ADDRESS": self.bus_address,
+            "XDG_STATE_HOME": str(self.home / ".local" / "state"),
             "LANG": "C.UTF-8",
         }
+        out = subprocess.run(self.prefix + ["dbus-daemon", f"--config-file={bus_config}", "--fork",
+                                            "--print-address=1", "--print-pid=1"],
+                             env=self.env, check=True, capture_output=True, text=True).stdout.split()
+        self.bus_address, self.bus_pid = out[0], int(out[1])
+        self.env["DBUS_SESSION_BUS_ADDRESS"] = self.bus_address
         self.keyring_password = password
         self.keyring = None
         if keyring:
@@ -100,10 +136,16 @@ class Desktop:
                 self.cleanup()  # no fixture will: the object was never handed out
                 raise
 
+    def chown(self, path, recursive=False):
+        if self.uid is not None:
+            for each in [path, *(Path(path).rglob("*") if recursive else [])]:
+                os.chown(each, self.uid, self.uid)
+
     def start_keyring(self):
         """gnome-keyring-daemon, unlocked with the login password (creates the login keyring)."""
-        # It forks the real daemon (`--start`) as a child: a session of its own lets us stop both.
-        self.keyring = subprocess.Popen(["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
+        # A session of its own, so that stopping it stops anything it forked.
+        self.keyring = subprocess.Popen(self.prefix + ["gnome-keyring-daemon", "--foreground", "--unlock",
+                                                       "--components=secrets"],
                                         env=self.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True)
         self.keyring.stdin.write(self.keyring_password.encode())
@@ -115,13 +157,12 @@ class Desktop:
 
     def stop_keyring(self):
         if self.keyring:
-            try:
-                os.killpg(self.keyring.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for sig in (signal.SIGCONT, signal.SIGKILL):  # a stopped process could not die
+                try:
+                    os.killpg(self.keyring.pid, sig)
+                except ProcessLookupError:
+                    pass
             self.keyring.wait()
-            wait_for(lambda: subprocess.run(["pgrep", "-s", str(self.keyring.pid)], capture_output=True).returncode == 1,
-                     what="the keyring daemons to exit")
             self.keyring = None
 
     def lock_keyring(self):
@@ -133,7 +174,7 @@ class Desktop:
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
         kwargs.setdefault("timeout", 60)
-        return subprocess.run(argv, env=self.env, **kwargs)
+        return subprocess.run(self.prefix + list(argv), env=self.env, **kwargs)
 
     def keyring_item(self, group=GROUP):
         """The broker's keyring item for a group, read with secret-tool: (attributes, secret) or None."""
@@ -191,30 +232,43 @@ class Broker:
 
     def start(self):
         log = open(self.log, "a")
-        self.process = subprocess.Popen([BIN / "mssod", *self.args], env=self.env, stdout=log, stderr=log)
-        wait_for(lambda: self.socket.exists() or self.process.poll() is not None, what="mssod's socket")
+        self.process = subprocess.Popen([*self.desktop.prefix, BIN / "mssod", *self.args], env=self.env,
+                                        stdout=log, stderr=log)
+        # Until it answers: after a kill -9 the stale socket file is there before the new daemon is.
+        wait_for(lambda: answers(self.socket) or self.process.poll() is not None, what="mssod's socket")
         assert self.process.poll() is None, f"mssod exited: {self.log.read_text()}"
 
     def stop(self, sig=signal.SIGTERM):
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(sig)
-            self.process.wait(timeout=10)
-        self.process = None
+        """Stops mssod; a daemon that ignores `sig` for 5 s is killed, and that is a test failure."""
+        process, self.process = self.process, None
+        if process and process.poll() is None:
+            process.send_signal(sig)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+                raise AssertionError(f"mssod (pid {process.pid}) ignored signal {sig} for 5 s; killed it")
 
     def restart(self):
         self.stop()
         self.start()
 
-    def msso(self, *argv, input=None, binary="msso", timeout=60):
-        """Runs a CLI command against this broker; records any token it prints as a secret."""
-        done = subprocess.run([BIN / binary, *map(str, argv)], env=self.env, input=input, capture_output=True,
-                              text=True, timeout=timeout)
+    def msso(self, *argv, input=None, binary="msso", timeout=60, prefix=None):
+        """Runs a CLI command against this broker, as the desktop's user (or with another `prefix`,
+        e.g. [] for root); records any token it prints as a secret."""
+        prefix = self.desktop.prefix if prefix is None else prefix
+        done = subprocess.run([*prefix, BIN / binary, *map(str, argv)], env=self.env, input=input,
+                              capture_output=True, text=True, timeout=timeout)
         for line in done.stdout.splitlines():
             if line.startswith("Authorization: Bearer "):
                 SECRETS.add(line.split(" ", 2)[2])
             elif ": " in line and len(line) > 100:
                 SECRETS.add(line.split(": ", 1)[1])
         return done
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
 
     def login(self, user="alice", password=None, group=None):
         argv = ["login", "--username", user, "--password-stdin"] + (["--group", group] if group else [])
@@ -223,6 +277,16 @@ class Broker:
     def status_json(self, group=GROUP):
         done = self.msso("check", "--json", "--group", group)
         return json.loads(done.stdout)
+
+
+def answers(path) -> bool:
+    """Whether something accepts connections on the Unix socket `path`."""
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+            return True
+        except OSError:
+            return False
 
 
 def frame(payload: bytes) -> bytes:

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from faults import Broker, Desktop, frozen, timed
-from harness import BIN, GROUP, LOGS, SECRETS, IdP, RawClient
+from faults import frozen, login_bounded, timed
+from harness import BIN, GROUP, SECRETS, Broker, Desktop, IdP, RawClient
 
 URL = "https://api.example.com/items"
 
@@ -73,7 +73,8 @@ def test_locked_keyring_is_reported_and_keeps_the_session(broker, desktop):
     assert broker.login().returncode == 0
     before = broker.status_json()
     item = remember(desktop.keyring_item())
-    # Lock, then restart mssod: the credential is in the keyring only, not in memory.
+    # Lock, then restart mssod (it loads every credential at start, so lock first): the credential
+    # is in the keyring only, not in memory.
     broker.stop()
     desktop.lock_keyring()
     broker.start()
@@ -179,11 +180,13 @@ def test_hung_secret_service_times_out_and_recovers(desktop, idp):
             again, took_again = timed(daemon.msso, "sign", "--url", URL)
             print(f"hung Secret Service: sign exit {again.returncode} in {took_again:.2f} s")
             assert again.returncode == 4 and "did not answer" in again.stderr
-            assert took < timeout + 1.5, f"the first call took {took:.2f} s with a {timeout} s keyring timeout"
-            assert took_again < timeout + 1.5
-        check = daemon.msso("check", "--json")
+        # Resumed: the same daemon reads the keyring again.
+        check, took_check = timed(daemon.msso, "check", "--json")
+        print(f"Secret Service resumed: check exit {check.returncode} in {took_check:.2f} s")
         assert check.returncode == 0, check.stdout + check.stderr
         assert json.loads(check.stdout)["username"] == "alice"
+        assert took_again < timeout + 1.5
+        assert took < timeout + 1.5, f"the first call on a fresh daemon took {took:.2f} s with a {timeout} s keyring timeout"
     finally:
         daemon.stop()
 
@@ -250,17 +253,54 @@ def test_hung_idp_login_gives_up_at_the_idp_timeout(desktop, own_idp):
     daemon = Broker(desktop, own_idp, args=["--idp-timeout", "2"])
     try:
         with frozen(own_idp.pid()):
-            login, took = timed(daemon.login)
-            print(f"hung IdP (timeout 2 s): login exit {login.returncode} in {took:.2f} s: {login.stderr.strip()}")
-            assert login.returncode == 5, login.stdout + login.stderr
-            assert "did not answer" in login.stderr and "identity provider" in login.stderr
-            assert took < 3
+            for attempt in range(3):  # the first hits discovery, the next ones the token endpoint
+                try:
+                    login, took = timed(login_bounded, daemon, 10)
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"attempt {attempt + 1}: `msso login` got no answer in 10 s from mssod started with "
+                                f"--idp-timeout 2 (status now answers: {answers_status(daemon)})")
+                print(f"hung IdP (timeout 2 s), attempt {attempt + 1}: login exit {login.returncode} in {took:.2f} s: "
+                      f"{login.stderr.strip()}")
+                assert login.returncode == 5, login.stdout + login.stderr
+                assert "identity provider" in login.stderr and "did not answer within 2 s" in login.stderr
+                assert took < 3
             assert serving(daemon)
             assert daemon.msso("check").returncode == 2
         assert daemon.login().returncode == 0
         assert daemon.msso("check").returncode == 0
     finally:
         daemon.stop()
+
+
+def test_hung_idp_logout_is_bounded_and_a_session_keeps_signing(desktop, own_idp):
+    """Revocation is best effort: a hung IdP delays logout by a few seconds at most."""
+    daemon = Broker(desktop, own_idp, args=["--idp-timeout", "2"])
+    try:
+        assert daemon.login().returncode == 0
+        remember(desktop.keyring_item())
+        with frozen(own_idp.pid()):
+            sign, took = timed(daemon.msso, "sign", "--url", URL, timeout=10)
+            print(f"hung IdP: sign exit {sign.returncode} in {took:.2f} s")
+            assert sign.returncode == 0 and took < 1
+            try:
+                logout, took = timed(daemon.msso, "logout", timeout=15)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"`msso logout` got no answer in 15 s with the IdP hung (status now answers: "
+                            f"{answers_status(daemon)})")
+            print(f"hung IdP: logout exit {logout.returncode} in {took:.2f} s")
+            assert logout.returncode == 0, logout.stderr
+            assert took < 4
+            assert desktop.keyring_item() is None
+            assert daemon.msso("check").returncode == 2
+    finally:
+        daemon.stop()
+
+
+def answers_status(daemon):
+    try:
+        return daemon.msso("status", timeout=5).returncode
+    except subprocess.TimeoutExpired:
+        return "no (timed out after 5 s)"
 
 
 @pytest.mark.parametrize("user, password", [("mallory", "mallory-pass"), ("alice", "not-the-password")])

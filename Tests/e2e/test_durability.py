@@ -1,0 +1,174 @@
+"""`kill -9` of mssod never loses or resurrects a session: the keyring is the truth after a crash."""
+import json
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from faults import frozen, kill_hard
+from harness import BIN, GROUP, SECRETS, Broker, Desktop, RawClient
+
+URL = "https://api.example.com/items"
+SESSION_KEYS = ("state", "username", "loggedInAt", "sessionExpiresAt", "sessionMaxAt", "issuer")
+
+
+@pytest.fixture
+def desktop():
+    session = Desktop()
+    yield session
+    session.cleanup()
+
+
+@pytest.fixture
+def broker(desktop, idp):
+    daemon = Broker(desktop, idp)
+    yield daemon
+    daemon.stop()
+
+
+def session(broker):
+    done = broker.msso("check", "--json")
+    status = json.loads(done.stdout)
+    return done.returncode, {key: status.get(key) for key in SESSION_KEYS}
+
+
+def stored(desktop):
+    item = desktop.keyring_item()
+    if item:
+        SECRETS.update([item[1]["accessToken"], item[1]["refreshToken"]])
+    return item
+
+
+def signed_token(broker):
+    done = broker.msso("sign", "--url", URL)
+    assert done.returncode == 0, done.stderr
+    name, _, value = done.stdout.strip().partition(": ")
+    assert name == "Authorization" and value.startswith("Bearer ")
+    return value.removeprefix("Bearer ")
+
+
+def userinfo(idp, token):
+    done = subprocess.run(["curl", "-sf", "-H", f"Authorization: Bearer {token}", f"{idp.issuer}/userinfo"],
+                          capture_output=True, text=True, timeout=10)
+    return done.returncode, json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def crash_and_restart(broker):
+    kill_hard(broker)
+    assert broker.socket.exists(), "a crash leaves the socket file behind"
+    broker.start()
+
+
+def test_a_crash_keeps_the_session(broker, desktop, idp):
+    assert broker.login().returncode == 0
+    code, before = session(broker)
+    assert code == 0 and before["state"] == "valid"
+    item = stored(desktop)
+    crash_and_restart(broker)
+    code, after = session(broker)
+    assert code == 0 and after == before
+    assert stored(desktop) == item
+    status, claims = userinfo(idp, signed_token(broker))
+    assert status == 0 and claims["sub"]
+
+
+def test_a_crash_after_logout_stays_logged_out(broker, desktop):
+    assert broker.login().returncode == 0
+    assert broker.msso("logout").returncode == 0
+    crash_and_restart(broker)
+    assert broker.msso("check").returncode == 2
+    assert broker.msso("sign", "--url", URL).returncode == 2
+    assert desktop.keyring_item() is None
+
+
+def test_a_crash_keeps_an_extended_window(broker, desktop):
+    assert broker.login().returncode == 0
+    _, before = session(broker)
+    time.sleep(1.2)
+    extended = json.loads(broker.msso("extend", "--json").stdout)
+    assert extended["sessionExpiresAt"] > before["sessionExpiresAt"] + 1
+    crash_and_restart(broker)
+    code, after = session(broker)
+    assert code == 0
+    assert after["sessionExpiresAt"] == pytest.approx(extended["sessionExpiresAt"])
+    assert after["loggedInAt"] == before["loggedInAt"]
+    assert stored(desktop)[1]["sessionExpiresAt"] == pytest.approx(extended["sessionExpiresAt"])
+
+
+def burst(broker, clients=4, seconds=0.8):
+    """Signs as fast as `clients` connections can, kills mssod -9 after `seconds`; the outcomes."""
+    outcomes, stop = Counter(), threading.Event()
+    lock = threading.Lock()
+
+    def signer():
+        try:
+            client = RawClient(broker.socket)
+        except OSError as error:
+            with lock:
+                outcomes[f"connect failed: {error}"] += 1
+            return
+        while not stop.is_set():
+            try:
+                reply = client.call("sign", {"method": "GET", "url": URL})
+            except OSError as error:
+                with lock:
+                    outcomes[type(error).__name__] += 1
+                return
+            with lock:
+                if reply is None:
+                    outcomes["closed"] += 1
+                    return
+                if reply["type"] == "reply":
+                    SECRETS.add(reply["result"]["headers"][0][1].removeprefix("Bearer "))
+                outcomes[reply.get("error", reply["type"])] += 1
+
+    threads = [threading.Thread(target=signer) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    kill_hard(broker)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=10)
+    return outcomes
+
+
+def test_a_crash_in_a_burst_of_signs_loses_nothing(broker, desktop, idp):
+    assert broker.login().returncode == 0
+    _, before = session(broker)
+    item = stored(desktop)
+    outcomes = burst(broker)
+    print(f"burst outcomes: {dict(outcomes)}")
+    assert outcomes["reply"] > 20, outcomes
+    assert set(outcomes) <= {"reply", "closed", "ConnectionResetError", "BrokenPipeError"}, outcomes
+    broker.start()
+    code, after = session(broker)
+    assert code == 0 and after == before
+    assert stored(desktop) == item
+    status, claims = userinfo(idp, signed_token(broker))
+    assert status == 0 and claims["sub"]
+
+
+@pytest.mark.xfail(strict=True, reason="one-use refresh-token rotation: a crash between the IdP's rotation and "
+                                       "the keyring write leaves a revoked refresh token in the keyring")
+def test_a_crash_between_rotation_and_the_keyring_write(desktop, idp):
+    """The IdP rotates the refresh token on every use. If mssod dies after the IdP answered and before the
+    keyring write, the keyring keeps the old, now revoked, refresh token. Made deterministic by freezing the
+    keyring so the write hangs; with a sign that refreshes every time (refresh_lead 3600s), a kill -9 in a
+    burst of signs hits this window about half the time."""
+    daemon = Broker(desktop, idp, groups={GROUP: {"refresh_lead": "3600s"}}, args=["--keyring-timeout", "3"])
+    try:
+        assert daemon.login().returncode == 0
+        with frozen(desktop.keyring.pid):
+            sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(1)  # the IdP has rotated the refresh token; mssod waits on the keyring to store it
+            kill_hard(daemon)
+            sign.wait(timeout=10)
+        daemon.start()
+        after = daemon.msso("sign", "--url", URL)
+        assert after.returncode == 0, after.stderr
+    finally:
+        daemon.stop()
