@@ -60,7 +60,7 @@ let package = Package(
         // prctl(2), pidfds: system calls Swift cannot make directly.
         .target(name: "CMSSOSystem"),
         .executableTarget(name: "mssod", dependencies: [
-            "CMSSOSystem", "MSSOServer", "MSSOCore", "MSSOKeyring", "MSSOIdentity",
+            "CMSSOSystem", "MSSOServer", "MSSOCore", "MSSOKeyring", "MSSOIdentity", "MSSOAudit",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
@@ -73,7 +73,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "msso-bench", dependencies: [
-            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol", "MSSOKeyring", "MSSOIdentity",
+            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol", "MSSOKeyring", "MSSOIdentity", "MSSOAudit",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),

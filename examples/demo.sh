@@ -9,7 +9,8 @@ TIMEOUT=${DEMO_SESSION_TIMEOUT:-6}
 # A throwaway user session: its own HOME, runtime dir, session bus and keyring.
 WORK=$(mktemp -d /tmp/msso-demo.XXXXXX)
 export HOME=$WORK/home XDG_RUNTIME_DIR=$WORK/run XDG_CONFIG_HOME=$WORK/home/.config
-export XDG_DATA_HOME=$WORK/home/.local/share MSSO_CONFIG=$WORK/config.toml
+export XDG_DATA_HOME=$WORK/home/.local/share XDG_STATE_HOME=$WORK/home/.local/state
+export MSSO_CONFIG=$WORK/config.toml MSSO_SYSTEM_DIR=$WORK/etc-msso   # stands in for /etc/msso
 mkdir -p "$HOME" && mkdir -m 700 "$XDG_RUNTIME_DIR"
 PIDS=()
 cleanup() {
@@ -44,6 +45,12 @@ session_timeout = "${TIMEOUT}s"   # 30m in real life; short so the demo can show
 session_max = "1h"
 TOML
 
+# The admin registers the suite's apps for its access group (as configuration management would).
+mkdir -p "$MSSO_SYSTEM_DIR/apps.d"
+for app in App1 App2 Logout; do
+    printf '[apps.%s]\nexecutable = "%s"\ngroups = ["com.example.suite"]\n\n' "$app" "$(realpath "$BIN/$app")"
+done > "$MSSO_SYSTEM_DIR/apps.d/suite.toml"
+
 "$BIN/mssod" 2>"${DEMO_MSSOD_LOG:-$WORK/mssod.log}" & PIDS+=($!)
 for _ in $(seq 100); do [ -S "$XDG_RUNTIME_DIR/msso/broker.sock" ] && break; sleep 0.05; done
 echo "Private keyring, identity provider at $ISSUER, suite API at $API, mssod running."
@@ -58,6 +65,8 @@ echo alice-pass | "$BIN/App1" start --username alice --password-stdin
 step "2. App2 starts, finds App1's login, and calls the API with a signed request"
 "$BIN/App2" start
 "$BIN/App2" fetch "$API"
+echo "A program outside the suite asks the broker for the same token:"
+"$BIN/msso" sign --url "$API" 2>&1 || true
 
 step "3. App2 logs out and logs in again; App1 sees the new session"
 "$BIN/App2" logout

@@ -159,7 +159,7 @@ public final class SSOClient: Sendable {
 /// A change of a group's SSO session, pushed by the broker to subscribed apps.
 public struct SSOEvent: Sendable, Equatable {
     public enum Kind: String, Sendable {
-        case loggedIn = "LoggedIn", extended = "Extended", loggedOut = "LoggedOut", expired = "Expired"
+        case loggedIn = "LoggedIn", extended = "Extended", loggedOut = "LoggedOut", expiring = "Expiring", expired = "Expired"
     }
     public var kind: Kind
     public var group: String

@@ -1,21 +1,6 @@
 import Foundation
 import MSSOProtocol
 
-/// An app registered for access groups, from an `apps.d` file.
-public struct AppRegistration: Equatable, Sendable, Codable {
-    public var name: String
-    /// The executable's path, symlinks resolved (as the kernel reports a running one).
-    public var executable: String?
-    /// Pins the executable's content: lowercase hex SHA-256.
-    public var sha256: String?
-    public var flatpak: String?
-    public var groups: [String]
-    /// `FILE:LINE` of the definition.
-    public var source: String
-    /// True when it comes from the admin's directory.
-    public var admin: Bool
-}
-
 /// Which app may use which access group (the Linux analogue of iOS keychain access groups).
 ///
 /// Registrations come from `apps.d/*.toml` in the admin's directory (`/etc/msso`) and, when the

@@ -20,7 +20,7 @@ public struct Call<Arguments: Codable & Sendable>: Codable, Sendable {
     public var type = MessageType.call
     public let serial: UInt32
     public let method: String
-    public let args: Arguments
+    public var args: Arguments
 
     public init(serial: UInt32, method: String, args: Arguments) {
         self.serial = serial
@@ -65,6 +65,9 @@ public enum SignalName: String, Codable, Sendable {
     case extended = "Extended"
     /// A group's session ended by logout: drop any state that depends on it.
     case loggedOut = "LoggedOut"
+    /// A group's session window closes soon (the group's `expiring_lead` before): a good time
+    /// for an active app to call `extend`, or to warn the user.
+    case expiring = "Expiring"
     /// A group's session window passed: the user must log in again.
     case expired = "Expired"
     /// Sent only to the caller of a device-flow `login`: show this to the user, then wait.

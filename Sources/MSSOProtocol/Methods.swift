@@ -121,4 +121,49 @@ public enum Methods {
             public init(groups: [String]) { self.groups = groups }
         }
     }
+
+    /// The app registrations in force (and the caller as the broker sees it). The user's tools only.
+    public enum Apps: BrokerMethod {
+        public static let name = "apps"
+        public typealias Arguments = Empty
+        public struct Result: Codable, Sendable, Equatable {
+            public var caller: CallerDescription
+            public var registrations: [AppRegistration]
+            /// The user's registrations not in force (the admin defines the name, or user apps are off).
+            public var ignored: [AppRegistration]
+            /// Whether the admin lets the user register apps.
+            public var userApps: Bool
+            /// Where the user's registrations live.
+            public var userDirectory: String
+            public init(caller: CallerDescription, registrations: [AppRegistration], ignored: [AppRegistration],
+                        userApps: Bool, userDirectory: String) {
+                self.caller = caller
+                self.registrations = registrations
+                self.ignored = ignored
+                self.userApps = userApps
+                self.userDirectory = userDirectory
+            }
+        }
+    }
+
+    /// Rows of the audit log, oldest first. The user's tools only.
+    public enum Audit: BrokerMethod {
+        public static let name = "audit"
+        public struct Arguments: Codable, Sendable, Equatable {
+            public var group: String?
+            /// Only rows at or after this time (Unix seconds).
+            public var since: Double?
+            /// At most this many rows, the newest (default 1000).
+            public var limit: Int?
+            public init(group: String? = nil, since: Double? = nil, limit: Int? = nil) {
+                self.group = group
+                self.since = since
+                self.limit = limit
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            public var entries: [AuditEntry]
+            public init(entries: [AuditEntry]) { self.entries = entries }
+        }
+    }
 }

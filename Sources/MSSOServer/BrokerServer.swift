@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import MSSOAudit
 import MSSOCore
 import MSSOProtocol
 import NIOCore
@@ -20,19 +21,21 @@ public final class BrokerServer: Sendable {
 
     /// Starts serving `broker`: on `inheritedSocket` (a listening descriptor passed by systemd
     /// socket activation) when given, else on a socket it binds at `socketPath`.
-    public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, logger: Logger,
+    public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, rules: Rules,
+                             audit: AuditLog?, ownTools: Set<String> = [], logger: Logger,
                              helloTimeout: TimeAmount = .seconds(10),
                              group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> BrokerServer {
         let owner = getuid()
         if inheritedSocket == nil { try prepare(socketPath: socketPath, owner: owner) }
-        let dispatcher = Dispatcher(broker: broker, policy: AccessPolicy(owner: owner), logger: logger)
-        let policy = dispatcher.policy
+        let policy = AccessPolicy(owner: owner, ownTools: ownTools)
+        let dispatcher = Dispatcher(broker: broker, policy: policy, rules: rules, audit: audit, logger: logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             // Bounds what a client that stops reading can make the daemon hold (see Connection.deliver).
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
             .childChannelInitializer { channel in
-                Peer.of(channel).flatMap { peer in
+                rules.refreshIfChanged()
+                return Peer.of(channel).flatMap { peer in
                     let connection = Connection(channel: channel, peer: peer)
                     guard policy.admits(peer) else {
                         logger.notice("refused connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)"])

@@ -13,7 +13,15 @@ final class Connection: SignalSink {
         self.peer = peer
     }
 
-    func deliver(_ signal: Signal) { send(signal) }
+    /// A subscriber that stops reading must not slow the broker or anyone else: once its
+    /// backlog passes the high-water mark, it is disconnected (it may reconnect and resubscribe).
+    func deliver(_ signal: Signal) {
+        guard channel.isWritable else {
+            channel.close(promise: nil)
+            return
+        }
+        send(signal)
+    }
 
     func send(_ message: some Encodable) {
         channel.writeAndFlush(Dispatcher.encode(message), promise: nil)

@@ -1,61 +1,108 @@
+import Foundation
 import Logging
+import MSSOAudit
 import MSSOCore
 import MSSOProtocol
 import NIOCore
 
-/// Decodes a call, checks it against the policy, runs it on the broker, encodes the answer.
-/// The one place that maps method names to broker verbs.
+/// Decodes a call, decides whether this caller may make it on this group, runs it on the broker,
+/// audits it, encodes the answer. The one place that maps method names to broker verbs.
 struct Dispatcher: Sendable {
     let broker: Broker
     let policy: AccessPolicy
+    let rules: Rules
+    let audit: AuditLog?
     let logger: Logger
 
     /// The reply (or error) to one call frame.
     func answer(_ payload: ByteBuffer, method: String, serial: UInt32, connection: Connection) async -> ByteBuffer {
         let peer = connection.peer
+        let role = policy.role(of: peer)
+        var group: String?
+        let reply: ByteBuffer
+        var failure: BrokerError?
         do {
-            try policy.authorize(method, for: peer)
-            let reply = try await route(payload, method: method, serial: serial, connection: connection)
-            logger.debug("call", metadata: ["method": "\(method)", "uid": "\(peer.uid)", "pid": "\(peer.pid)", "outcome": "ok"])
-            return reply
+            try policy.authorize(method, role: role)
+            reply = try await route(payload, method: method, connection: connection, role: role, group: &group)
         } catch {
-            let failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
-            if failure.name == .internal {
+            failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
+            if failure!.name == .internal {
                 logger.error("call failed", metadata: ["method": "\(method)", "error": "\(String(describing: type(of: error)))"])
-            } else {
-                logger.debug("call", metadata: ["method": "\(method)", "uid": "\(peer.uid)", "pid": "\(peer.pid)", "outcome": "\(failure.name)"])
             }
-            return Self.encode(ErrorReply(serial: serial, error: failure))
+            reply = Self.encode(ErrorReply(serial: serial, error: failure!))
         }
+        logger.debug("call", metadata: ["method": "\(method)", "uid": "\(peer.uid)", "pid": "\(peer.pid)",
+                                        "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")"])
+        if method != Methods.Ping.name, let audit {
+            audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: peer.uid, pid: peer.pid, executable: peer.executable,
+                                    app: rules.entitlements.matches(peer.app).first?.name ?? peer.app.flatpak, group: group,
+                                    verb: method, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue))
+        }
+        return reply
     }
 
-    private func route(_ payload: ByteBuffer, method: String, serial: UInt32, connection: Connection) async throws -> ByteBuffer {
+    private func route(_ payload: ByteBuffer, method: String, connection: Connection, role: AccessPolicy.Role,
+                       group: inout String?) async throws -> ByteBuffer {
+        let app = connection.peer.app
         switch method {
         case Methods.Ping.name:
-            return try await run(Methods.Ping.self, payload) { $0 }
+            let call = try decode(Methods.Ping.self, payload)
+            return reply(Methods.Ping.self, call, call.args)
         case Methods.Sign.name:
-            return try await run(Methods.Sign.self, payload) { try await broker.sign($0) }
+            var call = try decode(Methods.Sign.self, payload)
+            call.args.group = try resolve(call.args.group, method, role, app, into: &group)
+            return reply(Methods.Sign.self, call, try await broker.sign(call.args))
         case Methods.Login.name:
-            return try await run(Methods.Login.self, payload) { args in
-                try policy.authorize(args.flow, for: connection.peer)
-                return try await broker.login(args) { prompt in
-                    connection.send(Signal(signal: .devicePrompt, group: args.group ?? "", serial: serial, prompt: prompt))
-                }
-            }
+            var call = try decode(Methods.Login.self, payload)
+            try policy.authorize(call.args.flow, role: role)
+            let name = try resolve(call.args.group, method, role, app, into: &group)
+            call.args.group = name
+            let serial = call.serial
+            return reply(Methods.Login.self, call, try await broker.login(call.args) { prompt in
+                connection.send(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: prompt))
+            })
         case Methods.Extend.name:
-            return try await run(Methods.Extend.self, payload) { try await broker.extend($0.group) }
+            let call = try decode(Methods.Extend.self, payload)
+            return reply(Methods.Extend.self, call, try await broker.extend(try resolve(call.args.group, method, role, app, into: &group)))
         case Methods.Logout.name:
-            return try await run(Methods.Logout.self, payload) {
-                .init(loggedOut: try await broker.logout($0.group, all: $0.all ?? false))
+            let call = try decode(Methods.Logout.self, payload)
+            guard call.args.all == true else {
+                let name = try resolve(call.args.group, method, role, app, into: &group)
+                return reply(Methods.Logout.self, call, .init(loggedOut: try await broker.logout(name, all: false)))
             }
+            guard role == .app else { return reply(Methods.Logout.self, call, .init(loggedOut: try await broker.logout(nil, all: true))) }
+            var ended: [String] = []
+            for name in usableGroups(app).sorted() { ended += try await broker.logout(name, all: false) }
+            return reply(Methods.Logout.self, call, .init(loggedOut: ended))
         case Methods.Status.name:
-            return try await run(Methods.Status.self, payload) { .init(groups: try await broker.status($0.group)) }
-        case Methods.Check.name:
-            return try await run(Methods.Check.self, payload) { try await broker.check($0.group) }
-        case Methods.Subscribe.name:
-            return try await run(Methods.Subscribe.self, payload) {
-                .init(groups: try await broker.subscribe(connection, groups: $0.groups))
+            let call = try decode(Methods.Status.self, payload)
+            if call.args.group != nil || role != .app {
+                let name = try call.args.group.map { try resolve($0, method, role, app, into: &group) }
+                return reply(Methods.Status.self, call, .init(groups: try await broker.status(name)))
             }
+            let mine = usableGroups(app)
+            return reply(Methods.Status.self, call, .init(groups: try await broker.status(nil).filter { mine.contains($0.group) }))
+        case Methods.Check.name:
+            let call = try decode(Methods.Check.self, payload)
+            return reply(Methods.Check.self, call, try await broker.check(try resolve(call.args.group, method, role, app, into: &group)))
+        case Methods.Subscribe.name:
+            let call = try decode(Methods.Subscribe.self, payload)
+            let names = try call.args.groups.map { try $0.map { try resolve($0, method, role, app, into: &group) } }
+                ?? (role == .app ? usableGroups(app).sorted() : nil)
+            return reply(Methods.Subscribe.self, call, .init(groups: try await broker.subscribe(connection, groups: names)))
+        case Methods.Apps.name:
+            let call = try decode(Methods.Apps.self, payload)
+            let (configuration, entitlements) = (rules.configuration, rules.entitlements)
+            let caller = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
+                                           apps: entitlements.matches(app).map(\.name),
+                                           groups: role == .app ? usableGroups(app).sorted() : configuration.groups.keys.sorted())
+            return reply(Methods.Apps.self, call, .init(caller: caller, registrations: entitlements.registrations, ignored: entitlements.ignored,
+                                     userApps: configuration.policy.userApps, userDirectory: configuration.userDirectory + "/apps.d"))
+        case Methods.Audit.name:
+            let call = try decode(Methods.Audit.self, payload)
+            guard let audit else { throw BrokerError(.internal, "the audit log could not be opened; see mssod's log") }
+            let entries = try audit.query(group: call.args.group, since: call.args.since, limit: min(call.args.limit ?? 1000, 10_000))
+            return reply(Methods.Audit.self, call, .init(entries: entries))
         case Methods.Hello.name:
             throw BrokerError(.badRequest, "hello may be sent only once, first")
         default:
@@ -63,9 +110,35 @@ struct Dispatcher: Sendable {
         }
     }
 
-    private func run<M: BrokerMethod>(_: M.Type, _ payload: ByteBuffer, _ body: (M.Arguments) async throws -> M.Result) async throws -> ByteBuffer {
-        let call = try WireCodec.decode(Call<M.Arguments>.self, from: payload)
-        return Self.encode(Reply(serial: call.serial, result: try await body(call.args)))
+    /// The group a call is about, after checking the caller may use it. An app registered for
+    /// exactly one of several configured groups gets that one by default.
+    private func resolve(_ name: String?, _ method: String, _ role: AccessPolicy.Role, _ app: AppIdentity,
+                         into group: inout String?) throws -> String {
+        let configuration = rules.configuration
+        var name = name
+        if name == nil, role == .app, configuration.groups.count > 1 {
+            let mine = usableGroups(app)
+            if mine.count == 1 { name = mine.first }
+        }
+        let resolved = try configuration.group(named: name).name
+        group = resolved
+        if policy.needsEntitlement(method, role: role) {
+            try rules.entitlements.authorize(app, group: resolved)
+        }
+        return resolved
+    }
+
+    /// The configured groups an app is registered for.
+    private func usableGroups(_ app: AppIdentity) -> Set<String> {
+        rules.entitlements.groups(of: app).intersection(rules.configuration.groups.keys)
+    }
+
+    private func decode<M: BrokerMethod>(_: M.Type, _ payload: ByteBuffer) throws -> Call<M.Arguments> {
+        try WireCodec.decode(Call<M.Arguments>.self, from: payload)
+    }
+
+    private func reply<M: BrokerMethod>(_: M.Type, _ call: Call<M.Arguments>, _ result: M.Result) -> ByteBuffer {
+        Self.encode(Reply(serial: call.serial, result: result))
     }
 
     static func encode(_ message: some Encodable) -> ByteBuffer {

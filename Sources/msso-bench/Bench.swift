@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import MSSOAudit
 import MSSOClient
 import MSSOCore
 import MSSOIdentity
@@ -34,9 +35,21 @@ struct Bench: AsyncParsableCommand {
         group.scopes = ["openid", "app1"]
         let store = CountingStore(SecretServiceStore())
         let identity = CountingIdP(OpenIDProvider(logger: logger))
-        let broker = Broker(configuration: Configuration(groups: [group]), store: store, identity: identity, logger: logger)
-        let server = try await BrokerServer.start(socketPath: socket, broker: broker, logger: logger)
-        defer { rmdir(directory) }
+        // The bench registers itself for the group, as an admin would register an app, and audits
+        // every call as mssod does: the hot path measured is the real one.
+        var configuration = Configuration(groups: [group])
+        configuration.systemDirectory = directory + "/etc"
+        configuration.userDirectory = directory + "/user"
+        try FileManager.default.createDirectory(atPath: directory + "/etc/apps.d", withIntermediateDirectories: true)
+        let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        try "[apps.bench]\nexecutable = \"\(me)\"\ngroups = [\"bench\"]\n".write(toFile: directory + "/etc/apps.d/bench.toml",
+                                                                                   atomically: true, encoding: .utf8)
+        let audit = try AuditLog(path: directory + "/audit.sqlite")
+        let broker = Broker(configuration: configuration, store: store, identity: identity, logger: logger)
+        let server = try await BrokerServer.start(socketPath: socket, broker: broker,
+                                                  rules: try Rules(configuration: configuration, logger: logger),
+                                                  audit: audit, logger: logger)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
 
         let client = try await SSOClient.connect(socketPath: socket)
         _ = try await client.login(username: username, password: password)

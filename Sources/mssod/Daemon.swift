@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import MSSOAudit
 import MSSOCore
 import MSSOIdentity
 import MSSOKeyring
@@ -59,13 +60,21 @@ struct Daemon: AsyncParsableCommand {
             logger.warning("no access group configured", metadata: ["files": "\(Configuration.searchPath(environment: environment))"])
         }
 
+        let rules: Rules
+        do {
+            rules = try Rules(configuration: configuration, logger: logger)
+        } catch let error as ConfigError {
+            logger.critical("invalid app registration: \(error)")
+            throw ExitCode(78)
+        }
+        let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
         let broker = Broker(configuration: configuration, store: SecretServiceStore(timeout: keyringTimeout),
                             identity: OpenIDProvider(logger: logger, requestTimeout: idpTimeout), logger: logger)
         let server: BrokerServer
         do {
             server = try await BrokerServer.start(socketPath: socketPath,
-                                                 inheritedSocket: inherited,
-                                                 broker: broker, logger: logger,
+                                                 inheritedSocket: inherited, broker: broker, rules: rules, audit: audit,
+                                                 ownTools: Self.ownTools(), logger: logger,
                                                  helloTimeout: .milliseconds(Int64(helloTimeout * 1000)))
         } catch {
             logger.critical("cannot listen: \(error)")
@@ -74,7 +83,9 @@ struct Daemon: AsyncParsableCommand {
         await broker.preload()
         await Signals.wait(reload: {
             do {
-                await broker.reload(try Configuration.load(environment: ProcessInfo.processInfo.environment))
+                let configuration = try Configuration.load(environment: ProcessInfo.processInfo.environment)
+                try rules.reload(configuration)
+                await broker.reload(configuration)
                 logger.info("configuration reloaded")
             } catch {
                 logger.error("configuration not reloaded: \(error)")
@@ -83,5 +94,26 @@ struct Daemon: AsyncParsableCommand {
         logger.info("shutting down")
         await server.close()
         await broker.shutdown()
+        audit?.flush()
+    }
+
+    /// `msso` and `msso-logout` installed beside this daemon: the user's own tools.
+    static func ownTools() -> Set<String> {
+        guard let me = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return [] }
+        let directory = (me as NSString).deletingLastPathComponent
+        return [directory + "/msso", directory + "/msso-logout"]
+    }
+
+    /// The audit log in `$XDG_STATE_HOME/msso/audit.sqlite`. Without it mssod still serves, and
+    /// says so loudly: refusing every app because a log file is unwritable helps nobody.
+    static func openAudit(environment: [String: String], policy: Policy, logger: Logger) -> AuditLog? {
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let state = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
+        do {
+            return try AuditLog(path: state + "/msso/audit.sqlite", maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge)
+        } catch {
+            logger.error("no audit log: \(error)")
+            return nil
+        }
     }
 }

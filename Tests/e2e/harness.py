@@ -14,6 +14,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("MSSO_BIN", ROOT / ".build" / "debug"))
 GROUP = "com.example.suite"
 PASSWORDS = {"alice": "alice-pass", "bob": "bob-pass"}
+
+PYTHON = Path(sys.executable).resolve()  # the interpreter behind the Python clients (and RawClient)
 
 SECRETS: set[str] = set(PASSWORDS.values())
 LOGS: list[Path] = []
@@ -203,17 +206,36 @@ class Desktop:
 class Broker:
     """mssod on a Desktop, configured for one IdP."""
 
-    def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True):
+    def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True, register=True):
         self.desktop = desktop
         self.socket = desktop.runtime / "msso" / "broker.sock"
         self.config = desktop.home / "config.toml"
+        self.admin_dir = desktop.home / "etc-msso"  # stands in for /etc/msso
+        self.user_dir = desktop.home / ".config" / "msso"
         self.args = list(args)
         self.log = LOG_DIR / f"mssod-{len(LOGS)}.log"
         LOGS.append(self.log)
         self.process = None
-        self.write_config(groups if groups is not None else {GROUP: {}}, idp)
+        groups = groups if groups is not None else {GROUP: {}}
+        self.write_config(groups, idp)
+        if register:
+            # The clients the tests drive, registered by the "admin" for every group.
+            self.register("test-clients", [BIN / "msso", PYTHON, BIN / "App1", BIN / "App2", BIN / "Logout"], list(groups))
         if start:
             self.start()
+
+    def register(self, name, executables, groups, admin=True, sha256=None):
+        """An apps.d file registering executables for groups, in the admin's or the user's directory."""
+        directory = (self.admin_dir if admin else self.user_dir) / "apps.d"
+        directory.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for index, executable in enumerate(executables):
+            lines += [f"[apps.{name}-{index}]", f"executable = {json.dumps(str(Path(executable).resolve()))}",
+                      f"groups = {json.dumps(groups)}"]
+            if sha256:
+                lines.append(f"sha256 = {json.dumps(sha256)}")
+        (directory / f"{name}.toml").write_text("\n".join(lines) + "\n")
+        self.desktop.chown(directory, recursive=True)
 
     def write_config(self, groups, idp):
         lines = []
@@ -228,7 +250,8 @@ class Broker:
 
     @property
     def env(self):
-        return dict(self.desktop.env, MSSO_CONFIG=str(self.config), MSSO_LOG_LEVEL="debug")
+        return dict(self.desktop.env, MSSO_CONFIG=str(self.config), MSSO_SYSTEM_DIR=str(self.admin_dir),
+                    MSSO_LOG_LEVEL="debug")
 
     def start(self):
         log = open(self.log, "a")

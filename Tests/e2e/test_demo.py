@@ -25,6 +25,7 @@ def test_the_demo_scenario(tmp_path):
     # 2. App2 uses App1's login without logging in, and the API accepts its signed request.
     assert "[App2] found the suite's session (alice" in two and "no login needed" in two
     assert "[App2] GET /inbox -> 200" in two
+    assert "msso: " in two and "is not registered for access group \"com.example.suite\"" in two, "outsiders are refused"
 
     # 3. App2 logs out and in again; App1 sees both and its next request works with the new session.
     assert three.index("[App1] was logged out") < three.index("[App1] sees a new session")

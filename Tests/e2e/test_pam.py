@@ -23,7 +23,12 @@ SET_ITEMS = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_set_items.so"  # sets PAM
 class Stack:
     """A PAM config directory with one service, and the driver to run it as `alice`."""
 
-    def __init__(self, directory, broker_env, socket_path, uid=os.getuid()):
+    def __init__(self, directory, broker, socket_path=None, uid=os.getuid()):
+        # Here the broker runs as root like the driver, so the driver is an app to it and needs a
+        # registration; the root role against another user's broker is covered by test_peers.
+        broker.register("pam-driver", [DRIVER], [GROUP])
+        broker_env = broker.env
+        socket_path = socket_path or broker.socket
         self.dir = directory / "pam.d"
         self.dir.mkdir(exist_ok=True)
         self.socket = socket_path
@@ -56,7 +61,7 @@ def result(output, action):
 
 @pytest.fixture
 def stack(tmp_path, broker):
-    return Stack(tmp_path, broker.env, broker.socket)
+    return Stack(tmp_path, broker)
 
 
 def test_only_the_pam_entry_points_are_exported():
@@ -89,7 +94,7 @@ def test_open_session_says_expired_and_how_to_fix_it(tmp_path, desktop, idp):
     try:
         broker.login()
         time.sleep(1.2)
-        stack = Stack(tmp_path, broker.env, broker.socket)
+        stack = Stack(tmp_path, broker)
         stack.service(["session optional MODULE group=" + GROUP])
         out = stack.run("open_session")
         assert re.search(rf"info: SSO {GROUP}: expired at \d\d:\d\d; run `msso login --group {GROUP}`.", out), out
@@ -157,7 +162,7 @@ def test_a_password_the_idp_refuses_gives_a_clear_message_and_no_session(stack, 
 def test_enforcing_mode_fails_the_account_phase_with_the_documented_codes(tmp_path, desktop, idp):
     broker = Broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
     try:
-        stack = Stack(tmp_path, broker.env, broker.socket)
+        stack = Stack(tmp_path, broker)
         stack.service(["account required MODULE enforce"])
         out = stack.run("acct_mgmt")
         assert result(out, "acct_mgmt")[:2] == ("Permission denied", 6), "not logged in: PAM_PERM_DENIED"
@@ -213,7 +218,7 @@ def test_a_socket_of_another_uid_is_not_talked_to(tmp_path, broker):
     planted = tmp_path / "planted.sock"
     listener = Listener(planted)
     os.chown(planted, 65534, 65534)
-    stack = Stack(tmp_path, broker.env, planted)
+    stack = Stack(tmp_path, broker, planted)
     stack.service(["session optional MODULE"])
     out = stack.run("open_session")
     assert "not reachable" in out
@@ -234,7 +239,7 @@ def test_a_daemon_of_another_uid_behind_the_users_socket_file_is_not_talked_to(t
                 break
             time.sleep(0.02)
         os.chown(path, os.getuid(), os.getgid())  # the file looks like the user's; the process is not
-        stack = Stack(tmp_path, broker.env, path)
+        stack = Stack(tmp_path, broker, path)
         stack.service(["session optional MODULE"])
         out = stack.run("open_session")
         assert "not reachable" in out
