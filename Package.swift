@@ -67,6 +67,7 @@ let package = Package(
         .executableTarget(name: "msso", dependencies: [
             "MSSOClient",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .executableTarget(name: "msso-logout", dependencies: [
             "MSSOClient",

@@ -23,7 +23,7 @@ enum ExitStatus: Int32 {
         case .keyringLocked, .keyringUnavailable: self = .keyring
         case .idpUnavailable: self = .idpUnavailable
         case .invalidCredentials, .loginDenied: self = .refused
-        case .forbidden: self = .forbidden
+        case .forbidden, .notEntitled: self = .forbidden
         case .badRequest, .unknownGroup, .unknownMethod, .unsupportedVersion: self = .usage
         case .configInvalid: self = .config
         default: self = .internalError
@@ -39,7 +39,7 @@ enum ExitStatus: Int32 {
           4   the keyring is locked or no Secret Service is running
           5   the identity provider is unreachable
           6   the identity provider refused the login
-          7   forbidden
+          7   forbidden, or the app is not registered for the group
           64  usage error (bad arguments, unknown group)
           70  internal error
           78  invalid configuration

@@ -1,4 +1,5 @@
 @testable import MSSOCore
+import MSSOProtocol
 import XCTest
 
 final class ConfigurationTests: XCTestCase {

@@ -1,0 +1,150 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import MSSOClient
+
+struct Apps: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List, show, allow and revoke the apps that may use each access group.",
+        discussion: """
+            Apps are registered in apps.d/*.toml files: the administrator's (/etc/msso/apps.d, which \
+            wins) and yours (~/.config/msso/apps.d, if the administrator allows). allow and revoke \
+            edit yours; the broker picks changes up at the next connection.
+            """,
+        subcommands: [List.self, Show.self, Allow.self, Revoke.self],
+        defaultSubcommand: List.self)
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the registered apps.")
+        @OptionGroup var options: CommonOptions
+
+        func run() async throws {
+            try await options.run { client in
+                let apps = try await client.call(Methods.Apps.self, Empty())
+                if options.json { return Output.json(apps) }
+                if apps.registrations.isEmpty { print("No app is registered.") }
+                for app in apps.registrations { print(Apps.line(app)) }
+                for app in apps.ignored { print(Apps.line(app) + "  (ignored: " + (apps.userApps ? "the administrator defines this name)" : "user registrations are off)")) }
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one app's registration.")
+        @OptionGroup var options: CommonOptions
+        @Argument(help: "The app's name.") var name: String
+
+        func run() async throws {
+            try await options.run { client in
+                let apps = try await client.call(Methods.Apps.self, Empty())
+                guard let app = (apps.registrations + apps.ignored).first(where: { $0.name == name }) else {
+                    throw BrokerError(.badRequest, "no app named \"\(name)\" is registered; `msso apps` lists them")
+                }
+                if options.json { return Output.json(app) }
+                print("""
+                    name:       \(app.name)
+                    \(app.flatpak.map { "flatpak:    \($0)" } ?? "executable: \(app.executable ?? "-")")
+                    pinned:     \(app.sha256 ?? "no")
+                    groups:     \(app.groups.joined(separator: ", "))
+                    defined in: \(app.source) (\(app.admin ? "administrator" : "user"))
+                    """)
+            }
+        }
+    }
+
+    struct Allow: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Let an app use an access group (in your apps.d).")
+        @OptionGroup var options: CommonOptions
+        @Argument(help: "The app's executable.") var executable: String?
+        @Option(help: "A Flatpak app id instead of an executable.") var flatpak: String?
+        @Option(help: "The registration's name (default: the executable's file name or the Flatpak id).") var name: String?
+        @Flag(help: "Pin the executable's current content (SHA-256): a changed binary is refused.") var pin = false
+
+        func validate() throws {
+            guard (executable == nil) != (flatpak == nil) else { throw ValidationError("give an executable or --flatpak ID") }
+            guard options.group != nil else { throw ValidationError("name the access group with --group") }
+            if pin && flatpak != nil { throw ValidationError("--pin applies to executables") }
+        }
+
+        func run() async throws {
+            try await options.run { client in
+                let apps = try await client.call(Methods.Apps.self, Empty())
+                guard apps.userApps else {
+                    throw BrokerError(.forbidden, "your administrator does not allow user app registrations; ask them to register the app")
+                }
+                var app: AppRegistration
+                if let flatpak {
+                    app = AppRegistration(name: name ?? flatpak, executable: nil, sha256: nil, flatpak: flatpak, groups: [], source: "", admin: false)
+                } else {
+                    let path = URL(fileURLWithPath: executable!).resolvingSymlinksInPath().path
+                    guard FileManager.default.isExecutableFile(atPath: path) else {
+                        throw BrokerError(.badRequest, "\(path) is not an executable file")
+                    }
+                    app = AppRegistration(name: name ?? (path as NSString).lastPathComponent, executable: path,
+                                          sha256: pin ? try Apps.digest(path) : nil, flatpak: nil, groups: [], source: "", admin: false)
+                }
+                if let admin = apps.registrations.first(where: { $0.name == app.name && $0.admin }) {
+                    throw BrokerError(.badRequest, "the administrator already defines \"\(app.name)\" (\(admin.source)); choose another --name")
+                }
+                let existing = (apps.registrations + apps.ignored).first { $0.name == app.name && !$0.admin }
+                app.groups = Array(Set((existing?.groups ?? []) + [options.group!])).sorted()
+                try Apps.write(app, to: apps.userDirectory)
+                if options.json { Output.json(app) } else { print("\(app.name) may now use \(app.groups.joined(separator: ", ")).") }
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Take an access group (or every group) from an app you registered.")
+        @OptionGroup var options: CommonOptions
+        @Argument(help: "The app's name.") var name: String
+
+        func run() async throws {
+            try await options.run { client in
+                let apps = try await client.call(Methods.Apps.self, Empty())
+                if let admin = apps.registrations.first(where: { $0.name == name && $0.admin }) {
+                    throw BrokerError(.forbidden, "\"\(name)\" is registered by the administrator (\(admin.source)); ask them to change it")
+                }
+                guard var app = (apps.registrations + apps.ignored).first(where: { $0.name == name && !$0.admin }) else {
+                    throw BrokerError(.badRequest, "no app named \"\(name)\" is registered; `msso apps` lists them")
+                }
+                app.groups.removeAll { options.group == nil || $0 == options.group }
+                if app.groups.isEmpty {
+                    try FileManager.default.removeItem(atPath: apps.userDirectory + "/" + Apps.fileName(name))
+                    print("\(name) is no longer registered.")
+                } else {
+                    try Apps.write(app, to: apps.userDirectory)
+                    print("\(name) may now use \(app.groups.joined(separator: ", ")).")
+                }
+            }
+        }
+    }
+
+    static func line(_ app: AppRegistration) -> String {
+        let who = app.flatpak.map { "flatpak \($0)" } ?? (app.executable ?? "-") + (app.sha256 == nil ? "" : " (pinned)")
+        return "\(app.name)  \(who)  groups: \(app.groups.joined(separator: ", "))  [\(app.admin ? "admin" : "user")]"
+    }
+
+    static func fileName(_ name: String) -> String {
+        name.map { $0.isLetter || $0.isNumber || "-_.".contains($0) ? $0 : "_" }.map(String.init).joined() + ".toml"
+    }
+
+    /// One file per app in the user's apps.d, written whole (the broker re-reads changed files).
+    static func write(_ app: AppRegistration, to directory: String) throws {
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        func quoted(_ text: String) -> String {
+            "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        }
+        var lines = ["# Written by `msso apps`.", "[apps.\(quoted(app.name))]"]
+        if let executable = app.executable { lines.append("executable = \(quoted(executable))") }
+        if let sha256 = app.sha256 { lines.append("sha256 = \(quoted(sha256))") }
+        if let flatpak = app.flatpak { lines.append("flatpak = \(quoted(flatpak))") }
+        lines.append("groups = [\(app.groups.map(quoted).joined(separator: ", "))]")
+        try (lines.joined(separator: "\n") + "\n").write(toFile: directory + "/" + fileName(app.name), atomically: true, encoding: .utf8)
+    }
+
+    static func digest(_ path: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: path) else { throw BrokerError(.badRequest, "cannot read \(path)") }
+        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+    }
+}
