@@ -75,6 +75,7 @@ public struct SuiteApp: Sendable {
             case .loggedIn: say("sees a new session (\(event.status?.username ?? "?"), until \(clock(event.status?.sessionExpiresAt)))")
             case .extended: say("session extended until \(clock(event.status?.sessionExpiresAt))")
             case .loggedOut: say("was logged out: dropping its data, asking the user to authenticate again")
+            case .expiring: say("the session expires at \(clock(event.status?.sessionExpiresAt)) unless the user is active")
             case .expired: say("the session expired: asking the user to log in")
             }
         }
