@@ -90,5 +90,6 @@ let package = Package(
         ]),
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit"]),
+        .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "CMSSOSystem"]),
     ]
 )

@@ -13,3 +13,7 @@ int cmsso_pidfd_alive(int pidfd) {
     /* Signal 0 checks without signalling; it fails with ESRCH once the process has exited. */
     return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
 }
+
+int cmsso_pidfd_open(int pid) {
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}

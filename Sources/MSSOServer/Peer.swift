@@ -96,7 +96,11 @@ final class ProcessHandle: Sendable {
 
     /// The app id in a Flatpak sandbox's `/.flatpak-info` (written by flatpak, read-only inside).
     static func flatpakID(pid: Int32) -> String? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/root/.flatpak-info", encoding: .utf8) else { return nil }
+        (try? String(contentsOfFile: "/proc/\(pid)/root/.flatpak-info", encoding: .utf8)).flatMap(flatpakID(info:))
+    }
+
+    /// The `name` of the `[Application]` section of a `.flatpak-info` file.
+    static func flatpakID(info text: String) -> String? {
         var inApplication = false
         for line in text.split(separator: "\n") {
             if line.hasPrefix("[") { inApplication = line == "[Application]" }

@@ -13,4 +13,7 @@ int cmsso_set_not_dumpable(void);
 /// 1 while the process behind `pidfd` is alive (so its pid has not been reused), else 0.
 int cmsso_pidfd_alive(int pidfd);
 
+/// pidfd_open(2): a pidfd for a process of ours (-1 on failure).
+int cmsso_pidfd_open(int pid);
+
 #endif
