@@ -95,6 +95,8 @@ final class ClientHandler: ChannelInboundHandler {
         let payload = unwrapInboundIn(data)
         guard let envelope = try? WireCodec.envelope(of: payload) else { return }
         switch envelope.type {
+        case nil:
+            break
         case .reply, .error:
             if let serial = envelope.serial, serial != 0 {
                 calls.complete(serial, with: payload)

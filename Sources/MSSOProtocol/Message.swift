@@ -7,12 +7,24 @@ public enum MessageType: String, Codable, Sendable {
 }
 
 /// The fields every message has, decoded first to route a frame before its body is read.
+///
+/// Each field is read on its own, leniently: a message with a bad `type` but a readable `serial`
+/// still gets an error that names that serial, so its sender is not left waiting.
 public struct Envelope: Decodable, Sendable {
-    public let type: MessageType
+    public let type: MessageType?
     /// Set on calls, replies and errors; the caller picks it and the reply repeats it.
     public let serial: UInt32?
     /// Set on calls.
     public let method: String?
+
+    enum CodingKeys: String, CodingKey { case type, serial, method }
+
+    public init(from decoder: Decoder) throws {
+        let fields = try decoder.container(keyedBy: CodingKeys.self) // fails only if not a JSON object
+        type = try? fields.decode(MessageType.self, forKey: .type)
+        serial = try? fields.decode(UInt32.self, forKey: .serial)
+        method = try? fields.decode(String.self, forKey: .method)
+    }
 }
 
 /// A method call from a client. `serial` is chosen by the client, unique per connection.

@@ -31,6 +31,10 @@ public final class BrokerServer: Sendable {
         let dispatcher = Dispatcher(broker: broker, policy: policy, rules: rules, audit: audit, logger: logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
+            // Out of descriptors, accept() fails at once and forever: back off instead of spinning.
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler()) }
+            }
             // Bounds what a client that stops reading can make the daemon hold (see Connection.deliver).
             .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
             .childChannelInitializer { channel in

@@ -64,7 +64,10 @@ final class ConnectionHandler: ChannelInboundHandler {
             return connection.send(ErrorReply(serial: 0, error: error))
         }
         guard envelope.type == .call, let serial = envelope.serial, let method = envelope.method else {
-            return connection.send(ErrorReply(serial: envelope.serial ?? 0, error: BrokerError(.badRequest, "expected a call with a serial and a method")))
+            return connection.send(ErrorReply(serial: envelope.serial ?? 0, error: BrokerError(.badRequest, "expected a call: {\"type\": \"call\", \"serial\", \"method\", \"args\"}")))
+        }
+        guard serial != 0 else {
+            return connection.send(ErrorReply(serial: 0, error: BrokerError(.badRequest, "serials run from 1 to 4294967295; 0 means \"no call\"")))
         }
         guard greeted else { return greet(payload, method: method, serial: serial) }
         let (dispatcher, connection) = (self.dispatcher, self.connection)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harness import GROUP, PASSWORDS, ROOT, SECRETS, Broker
+from harness import GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker
 
 sys.path.insert(0, str(ROOT / "examples" / "python"))
 from msso_client import MSSOClient, MSSOError  # noqa: E402
@@ -96,6 +96,24 @@ def test_signals_arrive_when_the_cli_logs_in_and_out(broker, client):
     assert client.next_event(timeout=0.2) is None
 
 
+def test_the_window_passing_is_an_expired_signal(desktop, idp):
+    daemon = Broker(desktop, idp, groups={GROUP: {"session_timeout": "2s", "session_max": "1h"}})
+    try:
+        with MSSOClient(daemon.socket) as client:
+            client.subscribe()
+            status = client.login_password("alice", PASSWORDS["alice"])
+            assert client.next_event(timeout=1).name == "LoggedIn"
+            event = client.next_event(timeout=4)
+            assert event is not None and event.name == "Expired" and event.status["state"] == "expired"
+            assert time.time() >= status["sessionExpiresAt"] - 0.1
+            assert client.check()["state"] == "expired"
+            with pytest.raises(MSSOError) as error:
+                client.sign("GET", "https://api.example.com/")
+            assert error.value.name == "Expired"
+    finally:
+        daemon.stop()
+
+
 def test_subscribing_to_named_groups_only(desktop, idp):
     daemon = Broker(desktop, idp, groups={GROUP: {}, "com.example.other": {}})
     try:
@@ -114,6 +132,33 @@ def test_subscribing_to_named_groups_only(desktop, idp):
             with pytest.raises(MSSOError) as error:
                 watcher.subscribe(["com.example.nope"])
             assert error.value.name == "UnknownGroup"
+    finally:
+        daemon.stop()
+
+
+def test_an_app_sees_and_uses_only_its_groups(desktop, idp):
+    other = "com.example.other"
+    daemon = Broker(desktop, idp, groups={GROUP: {}, other: {}}, register=False, start=False)
+    daemon.register("python", [PYTHON], [GROUP])
+    daemon.start()
+    try:
+        assert daemon.login(group=GROUP).returncode == 0 and daemon.login(group=other).returncode == 0
+        with MSSOClient(daemon.socket) as app:
+            assert [status["group"] for status in app.status()] == [GROUP]
+            assert app.check()["group"] == GROUP, "registered for one group: that one is the default"
+            assert app.subscribe() == [GROUP]
+            bearer(app.sign("GET", "https://api.example.com/"))
+            for call in (lambda: app.sign("GET", "https://api.example.com/", group=other),
+                         lambda: app.check(other), lambda: app.logout(other)):
+                with pytest.raises(MSSOError) as error:
+                    call()
+                assert error.value.name == "NotEntitled" and other in error.value.message
+            for method in ("apps", "audit"):  # the user's own tools only
+                with pytest.raises(MSSOError) as error:
+                    app.call(method, {})
+                assert error.value.name == "Forbidden"
+            assert app.logout(all=True) == [GROUP], "logout all ends the app's groups only"
+        assert daemon.status_json(other)["state"] == "valid"
     finally:
         daemon.stop()
 
@@ -137,6 +182,32 @@ def test_errors_come_back_as_msso_errors(client):
     assert wrong.name == "InvalidCredentials" and "not-the-password" not in wrong.message
     # After all that the connection is still fine.
     assert client.ping("still here") == "still here"
+
+
+def test_device_login_shows_the_prompt_and_waits_for_approval(client, idp):
+    prompts = []
+
+    def approve(prompt):  # called while the login call is still open
+        prompts.append(prompt)
+        idp.approve_device(prompt["userCode"])
+
+    status = client.login_device(on_prompt=approve, timeout=60)
+    # (`username` is whatever the IdP says: with these scopes glewlwyd gives only the opaque `sub`.)
+    assert status["state"] == "valid" and status["username"]
+    (prompt,) = prompts
+    assert prompt["verificationURI"].startswith(idp.issuer)
+    assert prompt["expiresAt"] > time.time()
+
+
+def test_a_lost_connection_is_broker_unreachable(broker, client):
+    client.subscribe()
+    broker.stop()
+    with pytest.raises(MSSOError) as error:
+        client.next_event(timeout=5)
+    assert error.value.name == "BrokerUnreachable"
+    with pytest.raises(MSSOError) as error:
+        client.status()
+    assert error.value.name == "BrokerUnreachable"
 
 
 def test_no_broker_is_broker_unreachable(tmp_path):

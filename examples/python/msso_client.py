@@ -47,8 +47,9 @@ class MSSOError(Exception):
     """An error from the broker: `name` is the stable name from the protocol's error table.
 
     Branch on `name`, show `message` to the user. Names the daemon never sends:
-    `BrokerUnreachable` (nothing answers on the socket, or the connection was lost) and
-    `ProtocolError` (the daemon sent something this client cannot parse).
+    `BrokerUnreachable` (nothing answers on the socket, the connection was lost, or a call got no
+    answer within the client's timeout) and `ProtocolError` (the daemon sent something this
+    client cannot parse).
     """
 
     def __init__(self, name: str, message: str = ""):
@@ -371,27 +372,37 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import getpass
 
-    parser = argparse.ArgumentParser(prog="msso_client.py", description="Talk to the msso broker.")
-    parser.add_argument("--socket", help="the broker's socket (default: $MSSO_SOCKET or "
-                                         "$XDG_RUNTIME_DIR/msso/broker.sock)")
-    parser.add_argument("--group", help="the access group (default: the only configured one)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    # The common options are accepted before or after the verb ("--json status" and "status --json").
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--socket", default=argparse.SUPPRESS,
+                        help="the broker's socket (default: $MSSO_SOCKET or $XDG_RUNTIME_DIR/msso/broker.sock)")
+    common.add_argument("--group", default=argparse.SUPPRESS,
+                        help="the access group (default: the only configured one)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
+    parser = argparse.ArgumentParser(prog="msso_client.py", description="Talk to the msso broker.", parents=[common])
     verbs = parser.add_subparsers(dest="verb", required=True)
-    verbs.add_parser("status", help="every group's session")
-    verbs.add_parser("check", help="exit 0 when logged in, 1 when expired, 2 when not logged in")
-    sign = verbs.add_parser("sign", help="print the headers that authenticate a request")
+
+    def verb(name, help):
+        return verbs.add_parser(name, help=help, parents=[common])
+
+    verb("status", "every group's session")
+    verb("check", "exit 0 when logged in, 1 when expired, 2 when not logged in")
+    sign = verb("sign", "print the headers that authenticate a request")
     sign.add_argument("url")
     sign.add_argument("--method", default="GET")
     sign.add_argument("--header", action="append", default=[], metavar="'NAME: VALUE'")
     sign.add_argument("--body-file", help="the request body, to bind the signature to it")
-    login = verbs.add_parser("login", help="log in with a password (read from stdin), or --device")
+    login = verb("login", "log in with a password (read from stdin or the terminal), or --device")
     login.add_argument("username", nargs="?")
     login.add_argument("--device", action="store_true")
-    verbs.add_parser("extend", help="slide the session window")
-    logout = verbs.add_parser("logout", help="end the session")
+    verb("extend", "slide the session window")
+    logout = verb("logout", "end the session")
     logout.add_argument("--all", action="store_true")
-    verbs.add_parser("watch", help="print the broker's signals until interrupted")
+    verb("watch", "print the broker's signals until interrupted")
     options = parser.parse_args(argv)
+    for name, default in (("socket", None), ("group", None), ("json", False)):
+        if not hasattr(options, name):
+            setattr(options, name, default)
 
     def show(value, text):
         print(json.dumps(value, indent=2) if options.json else text)
@@ -406,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
                 show(status, _describe(status))
                 return {"valid": 0, "expired": 1}.get(status.get("state"), 2)
             elif options.verb == "sign":
+                if any(":" not in header for header in options.header):
+                    parser.error("sign: a --header is 'NAME: VALUE'")
                 headers = [tuple(part.strip() for part in h.split(":", 1)) for h in options.header]
                 body = open(options.body_file, "rb").read() if options.body_file else None
                 signed = msso.sign(options.method, options.url, headers, body, options.group)
