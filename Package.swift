@@ -43,6 +43,8 @@ let package = Package(
         // The audit log: who asked for what, in SQLite (libsqlite3).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOProtocol"]),
+        // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions.
+        .target(name: "MSSOSigning", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // OpenID Connect / OAuth 2.0 client flows.
         .target(name: "MSSOIdentity", dependencies: [
             "MSSOCore",
@@ -90,6 +92,7 @@ let package = Package(
         ]),
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit"]),
+        .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
         .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "CMSSOSystem"]),
     ]
 )

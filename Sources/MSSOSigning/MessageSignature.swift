@@ -1,0 +1,118 @@
+import Foundation
+
+/// HTTP Message Signatures (RFC 9421) for requests, with Content-Digest (RFC 9530).
+public enum MessageSignature {
+    /// What is being signed.
+    public struct Request: Sendable {
+        public var method: String
+        public var url: URL
+        /// Header names are matched case-insensitively; repeated headers are combined (RFC 9421 §2.1).
+        public var headers: [(name: String, value: String)]
+
+        public init(method: String, url: URL, headers: [(name: String, value: String)]) {
+            self.method = method
+            self.url = url
+            self.headers = headers
+        }
+    }
+
+    /// The signature's parameters, serialised in the order given here.
+    public struct Parameters: Sendable {
+        public var created: Int?
+        public var expires: Int?
+        public var nonce: String?
+        public var algorithm: String?
+        public var keyID: String?
+        public var tag: String?
+
+        public init(created: Int? = nil, expires: Int? = nil, nonce: String? = nil, algorithm: String? = nil,
+                    keyID: String? = nil, tag: String? = nil) {
+            self.created = created
+            self.expires = expires
+            self.nonce = nonce
+            self.algorithm = algorithm
+            self.keyID = keyID
+            self.tag = tag
+        }
+
+        /// `;created=…;keyid="…"` as a structured-field parameter list (RFC 8941).
+        var serialised: String {
+            var out = ""
+            if let created { out += ";created=\(created)" }
+            if let expires { out += ";expires=\(expires)" }
+            if let nonce { out += ";nonce=\(quoted(nonce))" }
+            if let algorithm { out += ";alg=\(quoted(algorithm))" }
+            if let keyID { out += ";keyid=\(quoted(keyID))" }
+            if let tag { out += ";tag=\(quoted(tag))" }
+            return out
+        }
+    }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    /// `sha-256=:BASE64:`, the Content-Digest field value for a body's SHA-256.
+    public static func contentDigest(sha256: Data) -> String {
+        "sha-256=:\(sha256.base64EncodedString()):"
+    }
+
+    /// The signature base (RFC 9421 §2.5): one line per covered component, then the parameters.
+    public static func base(_ request: Request, components: [String], parameters: Parameters) throws -> String {
+        var lines: [String] = []
+        for component in components {
+            lines.append("\(quoted(component)): \(try value(of: component, in: request))")
+        }
+        lines.append("\"@signature-params\": \(signatureParams(components, parameters))")
+        return lines.joined(separator: "\n")
+    }
+
+    /// The `Signature-Input` and `Signature` field values for one signature labelled `label`.
+    public static func sign(_ request: Request, components: [String], parameters: Parameters, label: String = "sig1",
+                            key: SigningKey) throws -> (signatureInput: String, signature: String) {
+        let base = try base(request, components: components, parameters: parameters)
+        let signature = try key.signature(for: Data(base.utf8))
+        return ("\(label)=\(signatureParams(components, parameters))", "\(label)=:\(signature.base64EncodedString()):")
+    }
+
+    static func signatureParams(_ components: [String], _ parameters: Parameters) -> String {
+        "(" + components.map(quoted).joined(separator: " ") + ")" + parameters.serialised
+    }
+
+    /// A component's value (RFC 9421 §2.1 for fields, §2.2 for derived components).
+    static func value(of component: String, in request: Request) throws -> String {
+        guard let parts = URLComponents(url: request.url, resolvingAgainstBaseURL: false), let host = parts.host else {
+            throw Failure(description: "the URL has no authority")
+        }
+        switch component {
+        case "@method":
+            return request.method.uppercased()
+        case "@target-uri":
+            return request.url.absoluteString
+        case "@authority":
+            let scheme = parts.scheme?.lowercased()
+            let defaultPort = (scheme == "https" && parts.port == 443) || (scheme == "http" && parts.port == 80)
+            return host.lowercased() + (parts.port.map { defaultPort ? "" : ":\($0)" } ?? "")
+        case "@scheme":
+            return (parts.scheme ?? "").lowercased()
+        case "@path":
+            return parts.percentEncodedPath.isEmpty ? "/" : parts.percentEncodedPath
+        case "@query":
+            return "?" + (parts.percentEncodedQuery ?? "")
+        case "@request-target":
+            let path = parts.percentEncodedPath.isEmpty ? "/" : parts.percentEncodedPath
+            return path + (parts.percentEncodedQuery.map { "?" + $0 } ?? "")
+        default:
+            guard !component.hasPrefix("@") else { throw Failure(description: "unsupported derived component \(component)") }
+            let values = request.headers.filter { $0.name.lowercased() == component }
+                .map { $0.value.trimmingCharacters(in: .whitespaces) }
+            guard !values.isEmpty else { throw Failure(description: "the request has no \(component) header to cover") }
+            return values.joined(separator: ", ")
+        }
+    }
+}
+
+/// A structured-field string (RFC 8941 §3.3.3).
+func quoted(_ text: String) -> String {
+    "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+}
