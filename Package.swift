@@ -33,7 +33,7 @@ let package = Package(
         ]),
         // Broker logic: sessions, the two clocks, config, dispatch. Storage and IdP behind protocols.
         .target(name: "MSSOCore", dependencies: [
-            "MSSOProtocol",
+            "MSSOProtocol", "MSSOSigning",
             .product(name: "Logging", package: "swift-log"),
         ]),
         // The Secret Service store (libsecret).

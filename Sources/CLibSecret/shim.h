@@ -16,12 +16,20 @@ typedef enum {
     MSSO_SECRET_TIMEOUT = 4,
 } msso_secret_result;
 
-// One item per access group. Attributes are readable while the keyring is locked: they hold
-// names only, never a token or an expiry time.
+// One item per access group and schema. Attributes are readable while the keyring is locked:
+// they hold names only, never a token, a key or an expiry time.
 static const SecretSchema msso_credential_schema = {
     "org.msso.Credential", SECRET_SCHEMA_NONE,
     { { "group", SECRET_SCHEMA_ATTRIBUTE_STRING }, { "issuer", SECRET_SCHEMA_ATTRIBUTE_STRING }, { NULL, 0 } },
 };
+// The group's signing key: kept apart from the credential so that it outlives a logout.
+static const SecretSchema msso_key_schema = {
+    "org.msso.Key", SECRET_SCHEMA_NONE,
+    { { "group", SECRET_SCHEMA_ATTRIBUTE_STRING }, { "kind", SECRET_SCHEMA_ATTRIBUTE_STRING }, { NULL, 0 } },
+};
+
+static inline const SecretSchema *msso_credential_schema_ref(void) { return &msso_credential_schema; }
+static inline const SecretSchema *msso_key_schema_ref(void) { return &msso_key_schema; }
 
 static inline msso_secret_result msso_secret_fail(GError *error, char **message) {
     msso_secret_result result = g_error_matches(error, G_IO_ERROR, G_IO_ERROR_CANCELLED)
@@ -32,14 +40,14 @@ static inline msso_secret_result msso_secret_fail(GError *error, char **message)
 }
 
 // The items of one group; *out is a list the caller frees with g_list_free_full(…, g_object_unref).
-static inline msso_secret_result msso_secret_search(SecretService *service, const char *group, gboolean load,
+static inline msso_secret_result msso_secret_search(SecretService *service, const SecretSchema *schema, const char *group, gboolean load,
                                                     GList **out, GCancellable *cancellable, char **message) {
     GError *error = NULL;
     GHashTable *attributes = g_hash_table_new(g_str_hash, g_str_equal);
     g_hash_table_insert(attributes, "group", (gpointer)group);
     // No SECRET_SEARCH_UNLOCK: a locked keyring must be reported, never prompted for here.
     SecretSearchFlags flags = SECRET_SEARCH_ALL | (load ? SECRET_SEARCH_LOAD_SECRETS : 0);
-    *out = secret_service_search_sync(service, &msso_credential_schema, attributes, flags, cancellable, &error);
+    *out = secret_service_search_sync(service, schema, attributes, flags, cancellable, &error);
     g_hash_table_unref(attributes);
     return error ? msso_secret_fail(error, message) : MSSO_SECRET_OK;
 }
@@ -53,13 +61,13 @@ static inline SecretService *msso_secret_service(GCancellable *cancellable, msso
 
 /// Reads the group's secret into *secret (free with msso_secret_free). Locked items are reported
 /// as LOCKED: libsecret's lookup would return NULL for them, indistinguishable from "absent".
-static inline msso_secret_result msso_secret_lookup(const char *group, char **secret,
+static inline msso_secret_result msso_secret_lookup(const SecretSchema *schema, const char *group, char **secret,
                                                     GCancellable *cancellable, char **message) {
     msso_secret_result result = MSSO_SECRET_OK;
     SecretService *service = msso_secret_service(cancellable, &result, message);
     if (!service) return result;
     GList *items = NULL;
-    result = msso_secret_search(service, group, TRUE, &items, cancellable, message);
+    result = msso_secret_search(service, schema, group, TRUE, &items, cancellable, message);
     g_object_unref(service);
     if (result != MSSO_SECRET_OK) return result;
     result = MSSO_SECRET_ABSENT;
@@ -76,9 +84,11 @@ static inline msso_secret_result msso_secret_lookup(const char *group, char **se
     return result;
 }
 
-/// Stores the group's secret in the default collection, replacing its item. Refuses (LOCKED)
-/// rather than prompting when the collection is locked.
-static inline msso_secret_result msso_secret_store(const char *group, const char *issuer, const char *label,
+/// Stores the group's secret in the default collection, replacing its item; `extra` names the
+/// schema's second attribute (`issuer`, `kind`). Refuses (LOCKED) rather than prompting when the
+/// collection is locked.
+static inline msso_secret_result msso_secret_store(const SecretSchema *schema, const char *group, const char *extra,
+                                                   const char *extra_value, const char *label,
                                                    const char *secret, GCancellable *cancellable, char **message) {
     msso_secret_result result = MSSO_SECRET_OK;
     SecretService *service = msso_secret_service(cancellable, &result, message);
@@ -98,9 +108,9 @@ static inline msso_secret_result msso_secret_store(const char *group, const char
 
     GHashTable *attributes = g_hash_table_new(g_str_hash, g_str_equal);
     g_hash_table_insert(attributes, "group", (gpointer)group);
-    g_hash_table_insert(attributes, "issuer", (gpointer)issuer);
+    g_hash_table_insert(attributes, (gpointer)extra, (gpointer)extra_value);
     SecretValue *value = secret_value_new(secret, -1, "application/json");
-    gboolean stored = secret_service_store_sync(service, &msso_credential_schema, attributes, SECRET_COLLECTION_DEFAULT,
+    gboolean stored = secret_service_store_sync(service, schema, attributes, SECRET_COLLECTION_DEFAULT,
                                                 label, value, cancellable, &error);
     secret_value_unref(value);
     g_hash_table_unref(attributes);
@@ -108,14 +118,14 @@ static inline msso_secret_result msso_secret_store(const char *group, const char
         g_object_unref(service);
         return error ? msso_secret_fail(error, message) : MSSO_SECRET_UNAVAILABLE;
     }
-    // Same attributes replace the item; an item left from an earlier issuer would not be, so
-    // remove it now that the new one is safely written.
+    // Same attributes replace the item; one left with an earlier issuer (or key kind) would not
+    // be, so remove it now that the new one is safely written.
     GList *items = NULL;
-    if (msso_secret_search(service, group, FALSE, &items, cancellable, message) == MSSO_SECRET_OK) {
+    if (msso_secret_search(service, schema, group, FALSE, &items, cancellable, message) == MSSO_SECRET_OK) {
         for (GList *l = items; l; l = l->next) {
             GHashTable *attrs = secret_item_get_attributes(l->data);
-            const char *other = g_hash_table_lookup(attrs, "issuer");
-            if (!other || strcmp(other, issuer) != 0) secret_item_delete_sync(l->data, cancellable, NULL);
+            const char *other = g_hash_table_lookup(attrs, extra);
+            if (!other || strcmp(other, extra_value) != 0) secret_item_delete_sync(l->data, cancellable, NULL);
             g_hash_table_unref(attrs);
         }
         g_list_free_full(items, g_object_unref);
@@ -125,12 +135,12 @@ static inline msso_secret_result msso_secret_store(const char *group, const char
 }
 
 /// Deletes the group's items. Deletes nothing (LOCKED) when any of them is locked.
-static inline msso_secret_result msso_secret_delete(const char *group, GCancellable *cancellable, char **message) {
+static inline msso_secret_result msso_secret_delete(const SecretSchema *schema, const char *group, GCancellable *cancellable, char **message) {
     msso_secret_result result = MSSO_SECRET_OK;
     SecretService *service = msso_secret_service(cancellable, &result, message);
     if (!service) return result;
     GList *items = NULL;
-    result = msso_secret_search(service, group, FALSE, &items, cancellable, message);
+    result = msso_secret_search(service, schema, group, FALSE, &items, cancellable, message);
     g_object_unref(service);
     if (result != MSSO_SECRET_OK) return result;
     result = items ? MSSO_SECRET_OK : MSSO_SECRET_ABSENT;

@@ -108,10 +108,12 @@ public final class SSOClient: Sendable {
     }
 
     /// The headers that authenticate a request described by its parts.
-    public func sign(method: String, url: String, headers: [Header] = [], body: Data? = nil, group: String? = nil) async throws -> [Header] {
+    /// - Parameter dpopNonce: a `DPoP-Nonce` the server answered with (retry the request with it).
+    public func sign(method: String, url: String, headers: [Header] = [], body: Data? = nil, group: String? = nil,
+                     dpopNonce: String? = nil) async throws -> [Header] {
         let digest = body.map { Data(SHA256.hash(data: $0)).base64EncodedString() }
-        return try await call(Methods.Sign.self, SignRequest(group: group, method: method, url: url,
-                                                             headers: headers.isEmpty ? nil : headers, bodySHA256: digest)).headers
+        return try await call(Methods.Sign.self, SignRequest(group: group, method: method, url: url, headers: headers.isEmpty ? nil : headers,
+                                                             bodySHA256: digest, dpopNonce: dpopNonce)).headers
     }
 
     /// Adds the authenticating headers to `request` in place.

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import MSSOProtocol
+import MSSOSigning
 
 /// The broker's logic: one SSO session per access group, its two clocks, and the verbs.
 ///
@@ -11,7 +12,12 @@ import MSSOProtocol
 public actor Broker {
     public private(set) var configuration: Configuration
     private let store: any CredentialStore
+    private let keys: (any KeyStore)?
     private let identity: any IdentityProvider
+    /// Each group's signing key, once loaded or made.
+    private var signingKeys: [String: SigningKey] = [:]
+    /// The newest DPoP nonce each origin asked for (RFC 9449 §8, §9).
+    private var dpopNonces: [String: String] = [:]
     private let logger: Logger
     private let now: @Sendable () -> Double
 
@@ -40,10 +46,12 @@ public actor Broker {
         var groups: Set<String>
     }
 
-    public init(configuration: Configuration, store: any CredentialStore, identity: any IdentityProvider,
-                logger: Logger, now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+    public init(configuration: Configuration, store: any CredentialStore, keys: (any KeyStore)? = nil,
+                identity: any IdentityProvider, logger: Logger,
+                now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
         self.configuration = configuration
         self.store = store
+        self.keys = keys
         self.identity = identity
         self.logger = logger
         self.now = now
@@ -54,15 +62,16 @@ public actor Broker {
     /// Logs the group in with the flow the caller chose, stores the credential, announces it.
     public func login(_ args: LoginArguments, prompt: @escaping @Sendable (DevicePrompt) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
+        let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
         let tokens: TokenSet
         switch args.flow {
         case .password:
             guard let username = args.username, !username.isEmpty, let password = args.password, !password.isEmpty else {
                 throw BrokerError(.badRequest, "a password login needs a username and a password")
             }
-            tokens = try await identity.passwordLogin(config, username: username, password: password)
+            tokens = try await identity.passwordLogin(config, username: username, password: password, dpop: dpop)
         case .device:
-            tokens = try await identity.deviceLogin(config, prompt: prompt)
+            tokens = try await identity.deviceLogin(config, dpop: dpop, prompt: prompt)
         }
         let t = now()
         let credential = Credential(
@@ -153,7 +162,29 @@ public actor Broker {
         if credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
             credential = try await refreshed(config, credential)
         }
-        return SignResponse(headers: config.signing.headers(accessToken: credential.accessToken))
+        let key = config.signing.needsKey ? try await signingKey(config) : nil
+        let origin = Self.origin(of: url)
+        if let nonce = request.dpopNonce { dpopNonces[origin] = nonce }
+        return SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: credential.accessToken,
+                                                                key: key, dpopNonce: dpopNonces[origin], now: now()))
+    }
+
+    /// The public half of the group's signing key (made on first use). With `rotate`, a new key
+    /// replaces it; tokens bound to the old key (DPoP) die with it, so that ends the session.
+    public func key(_ name: String?, rotate: Bool) async throws -> KeyDescription {
+        let config = try group(name)
+        if rotate {
+            guard let keys else { throw BrokerError(.internal, "this broker has no key store") }
+            let fresh = SigningKey.generate(config.keyKind)
+            try await exclusively(config.name) {
+                try await keys.saveKey(StoredKey(fresh, createdAt: now()), group: config.name)
+                signingKeys[config.name] = fresh
+            }
+            if config.signing.token == .dpop { _ = try await endSession(config) }
+        }
+        let key = try await signingKey(config)
+        return KeyDescription(group: config.name, kind: key.kind.rawValue, keyID: key.thumbprint,
+                              jwk: Dictionary(uniqueKeysWithValues: key.publicJWK), pem: key.publicPEM)
     }
 
     // MARK: Subscriptions
@@ -196,6 +227,30 @@ public actor Broker {
 
     private func group(_ name: String?) throws -> GroupConfig {
         try configuration.group(named: name)
+    }
+
+    /// The group's signing key: from memory, else the keyring, else made and stored.
+    private func signingKey(_ config: GroupConfig) async throws -> SigningKey {
+        if let key = signingKeys[config.name] { return key }
+        guard let keys else { throw BrokerError(.configInvalid, "the \(config.signing) profile of \"\(config.name)\" needs a key store") }
+        return try await exclusively(config.name) {
+            if let key = signingKeys[config.name] { return key }
+            let key: SigningKey
+            if let stored = try await keys.loadKey(group: config.name) {
+                key = try stored.key()
+            } else {
+                key = SigningKey.generate(config.keyKind)
+                try await keys.saveKey(StoredKey(key, createdAt: now()), group: config.name)
+                logger.info("made a signing key", metadata: ["group": "\(config.name)", "kind": "\(key.kind.rawValue)"])
+            }
+            signingKeys[config.name] = key
+            return key
+        }
+    }
+
+    /// `scheme://host:port`, the unit DPoP nonces are kept by.
+    static func origin(of url: URL) -> String {
+        "\(url.scheme ?? "")://\(url.host ?? "")\(url.port.map { ":\($0)" } ?? "")"
     }
 
     private func update(_ name: String, _ change: (inout GroupState) -> Void) {
@@ -300,7 +355,8 @@ public actor Broker {
             }
             let tokens: TokenSet
             do {
-                tokens = try await identity.refresh(config, refreshToken: refreshToken)
+                let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
+                tokens = try await identity.refresh(config, refreshToken: refreshToken, dpop: dpop)
             } catch let error as BrokerError where error.name == .expired {
                 try await endWindowEarly(name, generation: generation)
                 throw error
@@ -405,16 +461,6 @@ public actor Broker {
         let message = Signal(signal: signal, group: status.group, status: status)
         for subscriber in subscribers.values where subscriber.groups.contains(status.group) {
             subscriber.sink.deliver(message)
-        }
-    }
-}
-
-extension SigningProfile {
-    /// The headers that carry `accessToken` under this profile.
-    public func headers(accessToken: String) -> [Header] {
-        switch self {
-        case .bearer: return [Header("Authorization", "Bearer " + accessToken)]
-        case .header(let name): return [Header(name, accessToken)]
         }
     }
 }

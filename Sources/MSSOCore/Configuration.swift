@@ -1,5 +1,6 @@
 import Foundation
 import MSSOProtocol
+import MSSOSigning
 
 /// A configuration problem, located precisely enough to fix: file, line and key.
 public struct ConfigError: Error, Equatable, CustomStringConvertible {
@@ -146,9 +147,15 @@ public struct Configuration: Equatable, Sendable {
                 case "sign":
                     let text = try value.string(fail, key)
                     guard let profile = SigningProfile(configValue: text) else {
-                        throw fail(value.line, key, "expected \"bearer\" or \"header:NAME\", got \"\(text)\"")
+                        throw fail(value.line, key, "expected \"bearer\", \"header:NAME\", \"dpop\" or \"http-signature\" (or e.g. \"dpop+http-signature\"), got \"\(text)\"")
                     }
                     group.signing = profile
+                case "key":
+                    let text = try value.string(fail, key)
+                    guard let kind = SigningKey.Kind(rawValue: text) else {
+                        throw fail(value.line, key, "expected \"p-256\" or \"ed25519\", got \"\(text)\"")
+                    }
+                    group.keyKind = kind
                 default:
                     throw fail(value.line, key, "unknown key in group \"\(name)\"")
                 }

@@ -1,30 +1,61 @@
-/// How `sign` authenticates a request for a group.
-public enum SigningProfile: Equatable, Sendable, CustomStringConvertible {
-    /// `Authorization: Bearer <access token>`.
-    case bearer
-    /// `<name>: <access token>`, as the mSSO pattern's `auth-token` header.
-    case header(String)
+import MSSOSigning
 
-    /// Parses the config form: `bearer` or `header:NAME`.
+/// How `sign` authenticates a request for a group: which header carries the access token, and
+/// whether an HTTP Message Signature (RFC 9421) covers the request.
+public struct SigningProfile: Equatable, Sendable, CustomStringConvertible {
+    public enum Token: Equatable, Sendable {
+        /// `Authorization: Bearer <access token>`.
+        case bearer
+        /// `<name>: <access token>`, as the mSSO pattern's `auth-token` header.
+        case header(String)
+        /// `Authorization: DPoP <access token>` and a `DPoP` proof (RFC 9449): the token is bound
+        /// to the broker's key, so a copy is useless without it.
+        case dpop
+    }
+
+    public var token: Token
+    /// Adds `Signature-Input`/`Signature` (RFC 9421), with `Content-Digest` when there is a body.
+    public var messageSignature: Bool
+
+    public init(token: Token, messageSignature: Bool = false) {
+        self.token = token
+        self.messageSignature = messageSignature
+    }
+
+    public static let bearer = SigningProfile(token: .bearer)
+
+    /// Whether the profile signs with the group's key.
+    public var needsKey: Bool { token == .dpop || messageSignature }
+
+    /// Parses the config form: `bearer`, `header:NAME`, `dpop`, `http-signature` (bearer plus a
+    /// message signature), or a token form plus `+http-signature` (`dpop+http-signature`).
     public init?(configValue: String) {
-        if configValue == "bearer" {
-            self = .bearer
-        } else if configValue.hasPrefix("header:") {
-            let name = String(configValue.dropFirst("header:".count))
+        var parts = configValue.split(separator: "+").map(String.init)
+        messageSignature = parts.last == "http-signature"
+        if messageSignature { parts.removeLast() }
+        switch parts.first {
+        case nil where messageSignature: token = .bearer
+        case "bearer" where parts.count == 1: token = .bearer
+        case "dpop" where parts.count == 1: token = .dpop
+        case let part? where part.hasPrefix("header:") && parts.count == 1:
+            let name = String(part.dropFirst("header:".count))
             guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
                 return nil
             }
-            self = .header(name)
-        } else {
+            token = .header(name)
+        default:
             return nil
         }
     }
 
     public var description: String {
-        switch self {
-        case .bearer: return "bearer"
-        case .header(let name): return "header:\(name)"
+        let base: String
+        switch token {
+        case .bearer: base = messageSignature ? "" : "bearer"
+        case .header(let name): base = "header:\(name)"
+        case .dpop: base = "dpop"
         }
+        return messageSignature ? (base.isEmpty ? "http-signature" : base + "+http-signature") : base
     }
 }
 
@@ -51,6 +82,8 @@ public struct GroupConfig: Equatable, Sendable {
     public var refreshLead: Double = 30
     /// Subscribers get `Expiring` this long before the session window closes.
     public var expiringLead: Double = 120
+    /// The kind of key the broker makes for the group, when its profile signs.
+    public var keyKind: SigningKey.Kind = .p256
 
     public init(name: String, issuer: String, clientID: String) {
         self.name = name

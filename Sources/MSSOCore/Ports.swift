@@ -1,4 +1,6 @@
+import Foundation
 import MSSOProtocol
+import MSSOSigning
 
 /// Where credentials live durably (the desktop keyring in production).
 ///
@@ -14,15 +16,44 @@ public protocol CredentialStore: Sendable {
     func delete(group: String) async throws -> Bool
 }
 
+/// A group's signing key as stored: its private half, for the keyring only.
+public struct StoredKey: Codable, Sendable {
+    public var kind: SigningKey.Kind
+    public var privateKey: Data
+    public var createdAt: Double
+
+    public init(_ key: SigningKey, createdAt: Double) {
+        kind = key.kind
+        privateKey = key.rawPrivate
+        self.createdAt = createdAt
+    }
+
+    public func key() throws -> SigningKey { try SigningKey(kind: kind, rawPrivate: privateKey) }
+}
+
+extension StoredKey: CustomStringConvertible, CustomReflectable {
+    public var description: String { "StoredKey(kind: \(kind), private: <redacted>)" }
+    public var customMirror: Mirror { Mirror(self, children: ["redacted": description]) }
+}
+
+/// Where the groups' signing keys live (the keyring, apart from the credentials: a key outlives
+/// logouts, since services may have been told to trust its public half).
+public protocol KeyStore: Sendable {
+    func loadKey(group: String) async throws -> StoredKey?
+    func saveKey(_ key: StoredKey, group: String) async throws
+}
+
 /// The OpenID Connect / OAuth 2.0 flows the broker needs from an identity provider.
 ///
 /// Implementations throw `BrokerError`: `InvalidCredentials` when the IdP refuses the user,
 /// `Expired` when it refuses a refresh token, `IdPUnavailable` when it cannot be reached in time.
 public protocol IdentityProvider: Sendable {
-    func passwordLogin(_ group: GroupConfig, username: String, password: String) async throws -> TokenSet
+    /// With `dpop`, token requests carry a DPoP proof made with that key, so the IdP binds the
+    /// tokens to it (RFC 9449).
+    func passwordLogin(_ group: GroupConfig, username: String, password: String, dpop: SigningKey?) async throws -> TokenSet
     /// Runs a device authorization grant, calling `prompt` once with what to show the user.
-    func deviceLogin(_ group: GroupConfig, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet
-    func refresh(_ group: GroupConfig, refreshToken: String) async throws -> TokenSet
+    func deviceLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet
+    func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet
     /// Best effort, bounded in time: failures are logged, not thrown.
     func revoke(_ group: GroupConfig, refreshToken: String) async
 }

@@ -5,6 +5,7 @@ import FoundationNetworking
 import Logging
 import MSSOCore
 import MSSOProtocol
+import MSSOSigning
 
 /// An OpenID Connect provider reached over HTTP: discovery, password grant, device authorization
 /// grant (RFC 8628), refresh with rotation, revocation (RFC 7009).
@@ -16,7 +17,9 @@ public final class OpenIDProvider: IdentityProvider {
     private let logger: Logger
     private let requestTimeout: Double
     private let revokeTimeout: Double
-    private let discoveries = DiscoveryCache()
+    private let discoveries = Locked([String: ProviderMetadata]())
+    /// The newest DPoP nonce each token endpoint's origin asked for.
+    private let dpopNonces = Locked([String: String]())
 
     public init(logger: Logger, requestTimeout: Double = 10, revokeTimeout: Double = 3) {
         let configuration = URLSessionConfiguration.ephemeral
@@ -34,14 +37,14 @@ public final class OpenIDProvider: IdentityProvider {
 
     // MARK: IdentityProvider
 
-    public func passwordLogin(_ group: GroupConfig, username: String, password: String) async throws(BrokerError) -> TokenSet {
+    public func passwordLogin(_ group: GroupConfig, username: String, password: String, dpop: SigningKey?) async throws(BrokerError) -> TokenSet {
         let metadata = try await discover(group)
-        let response = try await post(metadata.tokenEndpoint, group: group, form: [
+        let response = try await post(metadata.tokenEndpoint, group: group, dpop: dpop, form: [
             ("grant_type", "password"), ("username", username), ("password", password),
             ("scope", group.scopes.joined(separator: " ")),
         ])
         switch response {
-        case .success(let json): return try tokens(from: json, group: group)
+        case .success(let json): return try tokens(from: json, group: group, dpop: dpop)
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
         case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.status == 403):
             throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
@@ -49,7 +52,7 @@ public final class OpenIDProvider: IdentityProvider {
         }
     }
 
-    public func deviceLogin(_ group: GroupConfig, prompt: @Sendable (DevicePrompt) -> Void) async throws(BrokerError) -> TokenSet {
+    public func deviceLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (DevicePrompt) -> Void) async throws(BrokerError) -> TokenSet {
         let metadata = try await discover(group)
         guard let endpoint = metadata.deviceAuthorizationEndpoint else {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" does not offer device login; use `msso login --username`")
@@ -71,11 +74,11 @@ public final class OpenIDProvider: IdentityProvider {
             do { try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000)) } catch {
                 throw BrokerError(.loginDenied, "the device login was cancelled")
             }
-            let response = try await post(metadata.tokenEndpoint, group: group, form: [
+            let response = try await post(metadata.tokenEndpoint, group: group, dpop: dpop, form: [
                 ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", deviceCode),
             ])
             switch response {
-            case .success(let json): return try tokens(from: json, group: group)
+            case .success(let json): return try tokens(from: json, group: group, dpop: dpop)
             case .failure(let error) where error.code == "authorization_pending": continue
             case .failure(let error) where error.code == "slow_down": interval += 5 // RFC 8628 §3.5
             case .failure(let error) where error.code == "access_denied":
@@ -88,12 +91,12 @@ public final class OpenIDProvider: IdentityProvider {
         throw BrokerError(.loginDenied, "the device code for \"\(group.name)\" expired before it was approved; run `msso login` again")
     }
 
-    public func refresh(_ group: GroupConfig, refreshToken: String) async throws(BrokerError) -> TokenSet {
+    public func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws(BrokerError) -> TokenSet {
         let metadata = try await discover(group)
-        switch try await post(metadata.tokenEndpoint, group: group, form: [
+        switch try await post(metadata.tokenEndpoint, group: group, dpop: dpop, form: [
             ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
         ]) {
-        case .success(let json): return try tokens(from: json, group: group)
+        case .success(let json): return try tokens(from: json, group: group, dpop: dpop)
         // A refused refresh token ends the session, whether the IdP says `invalid_grant` or sends a bare 4xx.
         case .failure(let error) where error.code == "invalid_grant" || error.code.isEmpty:
             throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
@@ -126,9 +129,28 @@ public final class OpenIDProvider: IdentityProvider {
 
     /// POSTs a form to an endpoint with the group's client authentication. A 200 with a JSON object
     /// is `.success`; an OAuth error response is `.failure`; no answer is thrown as `IdPUnavailable`.
-    private func post(_ url: URL, group: GroupConfig, timeout: Double? = nil,
+    /// With `dpop`, the request carries a DPoP proof; a `use_dpop_nonce` refusal is retried once
+    /// with the nonce the IdP sent (RFC 9449 §8).
+    private func post(_ url: URL, group: GroupConfig, timeout: Double? = nil, dpop: SigningKey? = nil,
                       form: [(String, String)]) async throws(BrokerError) -> Result<[String: Any], OAuthError> {
+        let first = try await post(url, group: group, timeout: timeout, dpop: dpop, form: form, attempt: 1)
+        if case .failure(let error) = first, error.code == "use_dpop_nonce", dpop != nil {
+            return try await post(url, group: group, timeout: timeout, dpop: dpop, form: form, attempt: 2)
+        }
+        return first
+    }
+
+    private func post(_ url: URL, group: GroupConfig, timeout: Double?, dpop: SigningKey?, form: [(String, String)],
+                      attempt: Int) async throws(BrokerError) -> Result<[String: Any], OAuthError> {
         var request = URLRequest(url: url, timeoutInterval: timeout ?? requestTimeout)
+        let origin = "\(url.scheme ?? "")://\(url.host ?? "")\(url.port.map { ":\($0)" } ?? "")"
+        if let dpop {
+            let nonce = dpopNonces.read { $0[origin] }
+            guard let proof = try? DPoPProof.make(key: dpop, method: "POST", url: url, nonce: nonce) else {
+                throw BrokerError(.internal, "could not make a DPoP proof")
+            }
+            request.setValue(proof, forHTTPHeaderField: "DPoP")
+        }
         request.httpMethod = "POST"
         request.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
         request.setValue("application/json", forHTTPHeaderField: "Accept")
@@ -141,7 +163,8 @@ public final class OpenIDProvider: IdentityProvider {
             fields.append(("client_id", group.clientID))
         }
         request.httpBody = Data(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
-        let (data, status) = try await send(request, group: group, timeout: timeout)
+        let (data, status, headers) = try await send(request, group: group, timeout: timeout)
+        if let nonce = headers["dpop-nonce"] { dpopNonces.write { $0[origin] = nonce } }
         let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
         // RFC 7009: a revocation endpoint answers 200 with an empty body.
         if status == 200 { return .success(json ?? [:]) }
@@ -154,11 +177,11 @@ public final class OpenIDProvider: IdentityProvider {
         throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered HTTP \(status) at \(url.path)")
     }
 
-    private func send(_ request: URLRequest, group: GroupConfig, timeout: Double? = nil) async throws(BrokerError) -> (Data, Int) {
+    private func send(_ request: URLRequest, group: GroupConfig, timeout: Double? = nil) async throws(BrokerError) -> (Data, Int, [String: String]) {
         let limit = timeout ?? requestTimeout
         switch await Exchange.run(request, on: session, deadline: limit) {
-        case .answered(let data, let status):
-            return (data, status)
+        case .answered(let data, let status, let headers):
+            return (data, status, headers)
         case .timedOut:
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) did not answer within \(Int(limit)) s; check your network and try again")
         case .failed:
@@ -167,25 +190,29 @@ public final class OpenIDProvider: IdentityProvider {
     }
 
     private func discover(_ group: GroupConfig) async throws(BrokerError) -> ProviderMetadata {
-        if let known = discoveries.get(group.issuer) { return known }
+        if let known = discoveries.read({ $0[group.issuer] }) { return known }
         let url = URL(string: group.issuer.hasSuffix("/") ? group.issuer + ".well-known/openid-configuration"
                                                         : group.issuer + "/.well-known/openid-configuration")!
         var request = URLRequest(url: url, timeoutInterval: requestTimeout)
         request.setValue("application/json", forHTTPHeaderField: "Accept")
-        let (data, status) = try await send(request, group: group)
+        let (data, status, _) = try await send(request, group: group)
         guard status == 200, let json = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
               let metadata = ProviderMetadata(json: json) else {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" has no usable OpenID configuration at \(url.absoluteString) (HTTP \(status)); check `issuer` in the config")
         }
-        discoveries.set(group.issuer, metadata)
+        discoveries.write { $0[group.issuer] = metadata }
         return metadata
     }
 
     // MARK: Helpers
 
-    private func tokens(from json: [String: Any], group: GroupConfig) throws(BrokerError) -> TokenSet {
+    private func tokens(from json: [String: Any], group: GroupConfig, dpop: SigningKey?) throws(BrokerError) -> TokenSet {
         guard let accessToken = json["access_token"] as? String, !accessToken.isEmpty else {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered without an access token")
+        }
+        if dpop != nil, (json["token_type"] as? String)?.lowercased() != "dpop" {
+            // An unbound token sent as "DPoP" would be refused, and would be a bearer token anyway.
+            throw BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" did not bind the tokens to msso's key (token_type \(json["token_type"] as? String ?? "missing")); enable DPoP for the client, or use sign = \"bearer\"")
         }
         return TokenSet(accessToken: accessToken, refreshToken: json["refresh_token"] as? String,
                         expiresIn: number(json["expires_in"]) ?? 300,
@@ -253,12 +280,13 @@ struct ProviderMetadata: Sendable {
     }
 }
 
-/// Discovery documents by issuer, kept for the life of the process.
-final class DiscoveryCache: @unchecked Sendable {
+/// A value behind a lock, for the provider's caches.
+final class Locked<Value>: @unchecked Sendable {
     private let lock = NSLock()
-    private var entries: [String: ProviderMetadata] = [:]
-    func get(_ issuer: String) -> ProviderMetadata? { lock.withLock { entries[issuer] } }
-    func set(_ issuer: String, _ metadata: ProviderMetadata) { lock.withLock { entries[issuer] = metadata } }
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func read<T>(_ body: (Value) -> T) -> T { lock.withLock { body(value) } }
+    func write(_ body: (inout Value) -> Void) { lock.withLock { body(&value) } }
 }
 
 /// One HTTP exchange bounded by a deadline of our own.
@@ -269,7 +297,8 @@ final class DiscoveryCache: @unchecked Sendable {
 /// loser's `cancel()` runs on a Dispatch queue, never on the pool.
 enum Exchange {
     enum Outcome: Sendable {
-        case answered(Data, Int)
+        /// The body, the status, and the headers with lowercased names.
+        case answered(Data, Int, [String: String])
         case timedOut
         case failed
     }
@@ -279,7 +308,10 @@ enum Exchange {
             let once = ResumeOnce(continuation)
             let task = session.dataTask(with: request) { data, response, error in
                 if let data, error == nil, let http = response as? HTTPURLResponse {
-                    once.resume(.answered(data, http.statusCode))
+                    let headers = Dictionary(http.allHeaderFields.compactMap { key, value in
+                        (key as? String).map { ($0.lowercased(), "\(value)") }
+                    }, uniquingKeysWith: { first, _ in first })
+                    once.resume(.answered(data, http.statusCode, headers))
                 } else {
                     once.resume(.failed)
                 }

@@ -9,7 +9,7 @@ import MSSOProtocol
 /// One item per access group, schema `org.msso.Credential`, attributes `group` and `issuer`;
 /// the whole ``Credential`` is the secret payload. Calls run one at a time on a private queue
 /// (libsecret's sync calls block) and each is cancelled after ``timeout``.
-public final class SecretServiceStore: CredentialStore, @unchecked Sendable {
+public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sendable {
     private let timeout: Double
     private let queue = DispatchQueue(label: "msso.keyring")
     private let lock = NSLock()
@@ -22,41 +22,53 @@ public final class SecretServiceStore: CredentialStore, @unchecked Sendable {
     }
 
     public func load(group: String) async throws(BrokerError) -> Credential? {
-        let (result, secret, message) = await call { cancellable, message in
-            var secret: UnsafeMutablePointer<CChar>?
-            let result = msso_secret_lookup(group, &secret, cancellable, &message)
-            defer { msso_secret_free(secret) }
-            return (result, secret.map { String(cString: $0) })
-        }
-        try check(result, message, doing: "read the credential of \"\(group)\"")
-        guard result == MSSO_SECRET_OK, let secret else { return nil }
-        do {
-            return try JSONDecoder().decode(Credential.self, from: Data(secret.utf8))
-        } catch {
-            throw BrokerError(.keyringUnavailable, "the keyring item of \"\(group)\" is not an msso credential; run `msso logout --group \(group)` to clear it")
-        }
+        try await read(Credential.self, schema: .credential, group: group, what: "credential")
     }
 
     public func save(_ credential: Credential, group: String) async throws(BrokerError) {
-        let payload: String
-        do {
-            payload = String(decoding: try JSONEncoder().encode(credential), as: UTF8.self)
-        } catch {
-            throw BrokerError(.internal, "could not encode the credential of \"\(group)\"")
-        }
-        let (result, _, message) = await call { cancellable, message in
-            (msso_secret_store(group, credential.issuer, "msso credential for \(group)", payload, cancellable, &message), nil)
-        }
-        try check(result, message, doing: "store the credential of \"\(group)\"")
+        try await write(credential, schema: .credential, group: group, attribute: ("issuer", credential.issuer), what: "credential")
     }
 
     @discardableResult
     public func delete(group: String) async throws(BrokerError) -> Bool {
         let (result, _, message) = await call { cancellable, message in
-            (msso_secret_delete(group, cancellable, &message), nil)
+            (msso_secret_delete(ItemSchema.credential.pointer, group, cancellable, &message), nil)
         }
         try check(result, message, doing: "delete the credential of \"\(group)\"")
         return result == MSSO_SECRET_OK
+    }
+
+    // MARK: Items as JSON
+
+    private func read<T: Decodable>(_ type: T.Type, schema: ItemSchema, group: String,
+                                    what: String) async throws(BrokerError) -> T? {
+        let (result, secret, message) = await call { cancellable, message in
+            var secret: UnsafeMutablePointer<CChar>?
+            let result = msso_secret_lookup(schema.pointer, group, &secret, cancellable, &message)
+            defer { msso_secret_free(secret) }
+            return (result, secret.map { String(cString: $0) })
+        }
+        try check(result, message, doing: "read the \(what) of \"\(group)\"")
+        guard result == MSSO_SECRET_OK, let secret else { return nil }
+        do {
+            return try JSONDecoder().decode(T.self, from: Data(secret.utf8))
+        } catch {
+            throw BrokerError(.keyringUnavailable, "the keyring's \(what) item of \"\(group)\" is not msso's; delete it with your keyring manager")
+        }
+    }
+
+    private func write<T: Encodable>(_ value: T, schema: ItemSchema, group: String,
+                                     attribute: (String, String), what: String) async throws(BrokerError) {
+        let payload: String
+        do {
+            payload = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
+        } catch {
+            throw BrokerError(.internal, "could not encode the \(what) of \"\(group)\"")
+        }
+        let (result, _, message) = await call { cancellable, message in
+            (msso_secret_store(schema.pointer, group, attribute.0, attribute.1, "msso \(what) for \(group)", payload, cancellable, &message), nil)
+        }
+        try check(result, message, doing: "store the \(what) of \"\(group)\"")
     }
 
     /// Runs one shim call on the keyring queue with a cancellable that fires after `timeout`.
@@ -111,4 +123,21 @@ public final class SecretServiceStore: CredentialStore, @unchecked Sendable {
             throw BrokerError(.keyringUnavailable, "no Secret Service on this session bus, so msso could not \(what) (\(message ?? "unknown error")); start gnome-keyring-daemon or another Secret Service")
         }
     }
+}
+
+extension SecretServiceStore {
+    public func loadKey(group: String) async throws(BrokerError) -> StoredKey? {
+        try await read(StoredKey.self, schema: .key, group: group, what: "signing key")
+    }
+
+    public func saveKey(_ key: StoredKey, group: String) async throws(BrokerError) {
+        try await write(key, schema: .key, group: group, attribute: ("kind", key.kind.rawValue), what: "signing key")
+    }
+}
+
+/// The shim's two item schemas.
+enum ItemSchema: Sendable {
+    case credential, key
+    /// Static C data: the pointer stays valid.
+    var pointer: UnsafePointer<SecretSchema> { self == .credential ? msso_credential_schema_ref() : msso_key_schema_ref() }
 }

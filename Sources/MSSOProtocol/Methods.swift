@@ -166,4 +166,18 @@ public enum Methods {
             public init(entries: [AuditEntry]) { self.entries = entries }
         }
     }
+
+    /// The public half of a group's signing key (made on first use); `rotate` replaces the key.
+    public enum Keys: BrokerMethod {
+        public static let name = "keys"
+        public struct Arguments: Codable, Sendable, Equatable {
+            public var group: String?
+            public var rotate: Bool?
+            public init(group: String? = nil, rotate: Bool = false) {
+                self.group = group
+                self.rotate = rotate ? true : nil
+            }
+        }
+        public typealias Result = KeyDescription
+    }
 }

@@ -115,13 +115,17 @@ public struct SignRequest: Codable, Sendable, Equatable {
     public var headers: [Header]?
     /// SHA-256 of the body, base64 (standard alphabet), for profiles that cover the body.
     public var bodySHA256: String?
+    /// A `DPoP-Nonce` the request's server sent: used in this proof and later ones to its origin.
+    public var dpopNonce: String?
 
-    public init(group: String? = nil, method: String, url: String, headers: [Header]? = nil, bodySHA256: String? = nil) {
+    public init(group: String? = nil, method: String, url: String, headers: [Header]? = nil, bodySHA256: String? = nil,
+                dpopNonce: String? = nil) {
         self.group = group
         self.method = method
         self.url = url
         self.headers = headers
         self.bodySHA256 = bodySHA256
+        self.dpopNonce = dpopNonce
     }
 }
 
@@ -184,5 +188,26 @@ public struct CallerDescription: Codable, Sendable, Equatable {
         self.unit = unit
         self.apps = apps
         self.groups = groups
+    }
+}
+
+/// The public half of a group's signing key. The private half never leaves the broker.
+public struct KeyDescription: Codable, Sendable, Equatable {
+    public var group: String
+    /// `p-256` or `ed25519`.
+    public var kind: String
+    /// The JWK thumbprint (RFC 7638): the `keyid` of message signatures, DPoP's `jkt`.
+    public var keyID: String
+    /// The public JWK.
+    public var jwk: [String: String]
+    /// The public key as PEM (SubjectPublicKeyInfo).
+    public var pem: String
+
+    public init(group: String, kind: String, keyID: String, jwk: [String: String], pem: String) {
+        self.group = group
+        self.kind = kind
+        self.keyID = keyID
+        self.jwk = jwk
+        self.pem = pem
     }
 }

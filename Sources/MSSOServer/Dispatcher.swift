@@ -103,6 +103,10 @@ struct Dispatcher: Sendable {
             guard let audit else { throw BrokerError(.internal, "the audit log could not be opened; see mssod's log") }
             let entries = try audit.query(group: call.args.group, since: call.args.since, limit: min(call.args.limit ?? 1000, 10_000))
             return reply(Methods.Audit.self, call, .init(entries: entries))
+        case Methods.Keys.name:
+            let call = try decode(Methods.Keys.self, payload)
+            let name = try resolve(call.args.group, method, role, app, into: &group)
+            return reply(Methods.Keys.self, call, try await broker.key(name, rotate: call.args.rotate ?? false))
         case Methods.Hello.name:
             throw BrokerError(.badRequest, "hello may be sent only once, first")
         default:

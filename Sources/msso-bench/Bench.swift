@@ -45,7 +45,7 @@ struct Bench: AsyncParsableCommand {
         try "[apps.bench]\nexecutable = \"\(me)\"\ngroups = [\"bench\"]\n".write(toFile: directory + "/etc/apps.d/bench.toml",
                                                                                    atomically: true, encoding: .utf8)
         let audit = try AuditLog(path: directory + "/audit.sqlite")
-        let broker = Broker(configuration: configuration, store: store, identity: identity, logger: logger)
+        let broker = Broker(configuration: configuration, store: store, keys: SecretServiceStore(), identity: identity, logger: logger)
         let server = try await BrokerServer.start(socketPath: socket, broker: broker,
                                                   rules: try Rules(configuration: configuration, logger: logger),
                                                   audit: audit, logger: logger)

@@ -1,6 +1,7 @@
 import Foundation
 import MSSOCore
 import MSSOProtocol
+import MSSOSigning
 
 /// A thread-safe call counter.
 final class CallCounter: @unchecked Sendable {
@@ -26,17 +27,17 @@ final class CountingIdP: IdentityProvider {
     let calls = CallCounter()
     init(_ inner: any IdentityProvider) { self.inner = inner }
 
-    func passwordLogin(_ group: GroupConfig, username: String, password: String) async throws -> TokenSet {
+    func passwordLogin(_ group: GroupConfig, username: String, password: String, dpop: SigningKey?) async throws -> TokenSet {
         calls.tick()
-        return try await inner.passwordLogin(group, username: username, password: password)
+        return try await inner.passwordLogin(group, username: username, password: password, dpop: dpop)
     }
-    func deviceLogin(_ group: GroupConfig, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet {
+    func deviceLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet {
         calls.tick()
-        return try await inner.deviceLogin(group, prompt: prompt)
+        return try await inner.deviceLogin(group, dpop: dpop, prompt: prompt)
     }
-    func refresh(_ group: GroupConfig, refreshToken: String) async throws -> TokenSet {
+    func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet {
         calls.tick()
-        return try await inner.refresh(group, refreshToken: refreshToken)
+        return try await inner.refresh(group, refreshToken: refreshToken, dpop: dpop)
     }
     func revoke(_ group: GroupConfig, refreshToken: String) async {
         calls.tick()

@@ -10,5 +10,5 @@ struct Msso: AsyncParsableCommand {
 
             \(ExitStatus.table)
             """,
-        subcommands: [Login.self, Extend.self, Logout.self, Status.self, Check.self, Sign.self, Apps.self, Audit.self])
+        subcommands: [Login.self, Extend.self, Logout.self, Status.self, Check.self, Sign.self, Keys.self, Apps.self, Audit.self])
 }

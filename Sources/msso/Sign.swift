@@ -23,6 +23,9 @@ struct Sign: AsyncParsableCommand {
     @Option(help: ArgumentHelp("A file holding the request's body.", valueName: "file"))
     var bodyFile: String?
 
+    @Option(help: ArgumentHelp("A DPoP-Nonce the server answered with (dpop profiles).", valueName: "nonce"))
+    var dpopNonce: String?
+
     func validate() throws {
         guard let parsed = URL(string: url), parsed.scheme != nil, parsed.host != nil else {
             throw ValidationError("--url must be an absolute URL such as https://api.example.com/path")
@@ -46,7 +49,8 @@ struct Sign: AsyncParsableCommand {
                           parts.count > 1 ? String(parts[1]).trimmingCharacters(in: .whitespaces) : "")
         }
         try await options.run { client in
-            let added = try await client.sign(method: method.uppercased(), url: url, headers: given, body: body, group: options.group)
+            let added = try await client.sign(method: method.uppercased(), url: url, headers: given, body: body, group: options.group,
+                                              dpopNonce: dpopNonce)
             if options.json {
                 Output.json(SignResponse(headers: added))
             } else {

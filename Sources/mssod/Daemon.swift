@@ -68,7 +68,8 @@ struct Daemon: AsyncParsableCommand {
             throw ExitCode(78)
         }
         let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
-        let broker = Broker(configuration: configuration, store: SecretServiceStore(timeout: keyringTimeout),
+        let keyring = SecretServiceStore(timeout: keyringTimeout)
+        let broker = Broker(configuration: configuration, store: keyring, keys: keyring,
                             identity: OpenIDProvider(logger: logger, requestTimeout: idpTimeout), logger: logger)
         let server: BrokerServer
         do {

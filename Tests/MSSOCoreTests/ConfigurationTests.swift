@@ -23,7 +23,7 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(group.scopes, ["openid", "app1"])
         XCTAssertEqual(group.sessionTimeout, 1800)
         XCTAssertEqual(group.sessionMax, 43200)
-        XCTAssertEqual(group.signing, .header("auth-token"))
+        XCTAssertEqual(group.signing, SigningProfile(token: .header("auth-token")))
     }
 
     func testDefaultsAndMultiLineArrays() throws {
@@ -56,7 +56,7 @@ final class ConfigurationTests: XCTestCase {
             ("[groups.a]\nissuer = \"https://i.example\n", "/c.toml:2: `issuer`: string is not closed on this line"),
             ("[groups.a]\nissuer = \"https://i.example\"\nissuer = \"https://j.example\"", "/c.toml:3: `issuer`: key is defined twice"),
             ("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsign = \"dpop-ish\"",
-             "/c.toml:4: `sign`: expected \"bearer\" or \"header:NAME\", got \"dpop-ish\""),
+             "/c.toml:4: `sign`: expected \"bearer\", \"header:NAME\", \"dpop\" or \"http-signature\" (or e.g. \"dpop+http-signature\"), got \"dpop-ish\""),
             ("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsession_timeout = \"2h\"\nsession_max = \"1h\"",
              "/c.toml:5: `session_max`: must not be shorter than session_timeout"),
             ("[daemon]\n", "/c.toml:1: unknown table [daemon]; groups are written [groups.\"NAME\"]"),
@@ -81,6 +81,19 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(path, ["/etc/msso/config.toml", dir.path + "/msso/config.toml"])
         let only = Configuration.searchPath(environment: ["MSSO_CONFIG": "/x.toml", "HOME": "/h"])
         XCTAssertEqual(only, ["/x.toml"])
+    }
+
+    func testSigningProfiles() {
+        for (text, profile) in [("bearer", SigningProfile.bearer), ("dpop", SigningProfile(token: .dpop)),
+                                ("http-signature", SigningProfile(token: .bearer, messageSignature: true)),
+                                ("dpop+http-signature", SigningProfile(token: .dpop, messageSignature: true)),
+                                ("header:auth-token+http-signature", SigningProfile(token: .header("auth-token"), messageSignature: true))] {
+            XCTAssertEqual(SigningProfile(configValue: text), profile, text)
+            XCTAssertEqual(profile.description, text)
+        }
+        for bad in ["", "dpop+bearer", "http-signature+dpop", "header:", "header:a b", "mtls"] {
+            XCTAssertNil(SigningProfile(configValue: bad), bad)
+        }
     }
 
     func testDurations() {

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 @testable import MSSOCore
 import MSSOProtocol
+import MSSOSigning
 
 // Fakes to inject faults the real keyring and IdP cannot produce on demand. The real parts are
 // exercised end to end by Tests/e2e.
@@ -67,17 +68,17 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
         }
     }
 
-    func passwordLogin(_ group: GroupConfig, username: String, password: String) async throws -> TokenSet {
+    func passwordLogin(_ group: GroupConfig, username: String, password: String, dpop: SigningKey?) async throws -> TokenSet {
         guard password == "right" else { throw BrokerError(.invalidCredentials, "refused") }
         return next()
     }
 
-    func deviceLogin(_ group: GroupConfig, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet {
+    func deviceLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet {
         prompt(DevicePrompt(verificationURI: "https://idp.example/device", verificationURIComplete: nil, userCode: "ABCD", expiresAt: 0))
         return next()
     }
 
-    func refresh(_ group: GroupConfig, refreshToken: String) async throws -> TokenSet {
+    func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet {
         lock.withLock { refreshes += 1 }
         if refreshDelay > 0 { try? await Task.sleep(nanoseconds: refreshDelay) }
         if let refreshError { throw refreshError }

@@ -51,10 +51,10 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
 class IdP:
     """A real OpenID Connect provider (glewlwyd) on 127.0.0.1."""
 
-    def __init__(self, token_ttl=3600):
+    def __init__(self, token_ttl=3600, dpop_nonce=False):
         self.dir = Path(tempfile.mkdtemp(prefix="msso-idp-"))
         self.port = free_port()
-        env = dict(os.environ, IDP_ACCESS_TOKEN_TTL=str(token_ttl))
+        env = dict(os.environ, IDP_ACCESS_TOKEN_TTL=str(token_ttl), IDP_DPOP_NONCE="1" if dpop_nonce else "0")
         self.issuer = subprocess.run([ROOT / "scripts" / "idp", "start", self.dir, str(self.port)], env=env,
                                      check=True, capture_output=True, text=True).stdout.strip()
         self.secret_file = self.dir / "client_secret"
@@ -179,9 +179,9 @@ class Desktop:
         kwargs.setdefault("timeout", 60)
         return subprocess.run(self.prefix + list(argv), env=self.env, **kwargs)
 
-    def keyring_item(self, group=GROUP):
+    def keyring_item(self, group=GROUP, schema="org.msso.Credential"):
         """The broker's keyring item for a group, read with secret-tool: (attributes, secret) or None."""
-        found = self.run(["secret-tool", "search", "--all", "--unlock", "group", group])
+        found = self.run(["secret-tool", "search", "--all", "--unlock", "xdg:schema", schema, "group", group])
         if "attribute.group" not in found.stdout + found.stderr:
             return None
         attributes = {}
@@ -191,7 +191,7 @@ class Desktop:
                 attributes[key] = value
             elif line.startswith("schema = "):
                 attributes["xdg:schema"] = line[len("schema = "):]
-        secret = self.run(["secret-tool", "lookup", "group", group]).stdout
+        secret = self.run(["secret-tool", "lookup", "xdg:schema", schema, "group", group]).stdout
         return attributes, (json.loads(secret) if secret else None)
 
     def cleanup(self):
