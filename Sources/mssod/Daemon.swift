@@ -49,6 +49,9 @@ struct Daemon: AsyncParsableCommand {
         guard let socketPath = socket ?? SocketPath.resolve(environment: environment) ?? inherited.map({ _ in "(from systemd)" }) else {
             throw ValidationError("set XDG_RUNTIME_DIR (or MSSO_SOCKET, or pass --socket) so mssod knows where to listen")
         }
+        // Before anything listens, so that no shutdown request can be lost (see Signals).
+        let reloads = ReloadBox()
+        let signals = Signals(reload: { await reloads.run() })
         let configuration: Configuration
         do {
             configuration = try Configuration.load(environment: environment)
@@ -81,8 +84,7 @@ struct Daemon: AsyncParsableCommand {
             logger.critical("cannot listen: \(error)")
             throw ExitCode(1)
         }
-        await broker.preload()
-        await Signals.wait(reload: {
+        reloads.set {
             do {
                 let configuration = try Configuration.load(environment: ProcessInfo.processInfo.environment)
                 try rules.reload(configuration)
@@ -91,7 +93,9 @@ struct Daemon: AsyncParsableCommand {
             } catch {
                 logger.error("configuration not reloaded: \(error)")
             }
-        })
+        }
+        await broker.preload()
+        await signals.termination()
         logger.info("shutting down")
         await server.close()
         await broker.shutdown()
@@ -117,4 +121,12 @@ struct Daemon: AsyncParsableCommand {
             return nil
         }
     }
+}
+
+/// The SIGHUP action, set once the parts it reloads exist (a SIGHUP before that does nothing).
+final class ReloadBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var action: (@Sendable () async -> Void)?
+    func set(_ action: @escaping @Sendable () async -> Void) { lock.withLock { self.action = action } }
+    func run() async { await lock.withLock({ action })?() }
 }

@@ -1,38 +1,51 @@
 import Dispatch
 import Foundation
 
-/// Waits for SIGTERM or SIGINT, running `reload` on each SIGHUP meanwhile.
-enum Signals {
-    static func wait(reload: @escaping @Sendable () async -> Void) async {
-        let queue = DispatchQueue(label: "mssod.signals")
-        for signal in [SIGTERM, SIGINT, SIGHUP] { Foundation.signal(signal, SIG_IGN) }
-        let hangup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: queue)
-        hangup.setEventHandler { Task { await reload() } }
-        hangup.resume()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let sources = [SIGTERM, SIGINT].map { DispatchSource.makeSignalSource(signal: $0, queue: queue) }
-            let once = Once()
-            for source in sources {
-                source.setEventHandler {
-                    guard once.first() else { return }
-                    sources.forEach { $0.cancel() }
-                    continuation.resume()
-                }
-                source.resume()
-            }
-        }
-        hangup.cancel()
-    }
-}
-
-/// True the first time only.
-private final class Once: @unchecked Sendable {
+/// SIGTERM/SIGINT (shutdown) and SIGHUP (reload), handled from before the socket exists: a
+/// signal that arrives between "listening" and "handling signals" must not be lost.
+final class Signals: @unchecked Sendable {
+    private let queue = DispatchQueue(label: "mssod.signals")
     private let lock = NSLock()
-    private var done = false
-    func first() -> Bool {
-        lock.withLock {
-            defer { done = true }
-            return !done
+    private var sources: [DispatchSourceSignal] = []
+    private var terminated = false
+    private var waiter: CheckedContinuation<Void, Never>?
+
+    /// Starts handling now; `reload` runs on each SIGHUP.
+    init(reload: @escaping @Sendable () async -> Void) {
+        // First the default actions off, then the sources on: resuming a source installs
+        // libdispatch's own handler, which a later SIG_IGN would replace.
+        for signal in [SIGTERM, SIGINT, SIGHUP] { Foundation.signal(signal, SIG_IGN) }
+        for signal in [SIGTERM, SIGINT, SIGHUP] {
+            let source = DispatchSource.makeSignalSource(signal: signal, queue: queue)
+            if signal == SIGHUP {
+                source.setEventHandler { Task { await reload() } }
+            } else {
+                source.setEventHandler { [weak self] in self?.terminate() }
+            }
+            source.resume()
+            sources.append(source)
         }
+    }
+
+    /// Returns once SIGTERM or SIGINT has arrived (at once if one already did).
+    func termination() async {
+        await withCheckedContinuation { continuation in
+            let done = lock.withLock {
+                if terminated { return true }
+                waiter = continuation
+                return false
+            }
+            if done { continuation.resume() }
+        }
+        sources.forEach { $0.cancel() }
+    }
+
+    private func terminate() {
+        let waiter = lock.withLock {
+            defer { self.waiter = nil }
+            terminated = true
+            return self.waiter
+        }
+        waiter?.resume()
     }
 }
