@@ -49,6 +49,10 @@ let package = Package(
         .target(name: "MSSOIdentity", dependencies: [
             "MSSOCore",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
         ]),
         // The Unix-socket server: listener, peer identity from the kernel, connections.
         .target(name: "MSSOServer", dependencies: [
@@ -76,7 +80,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .executableTarget(name: "msso-bench", dependencies: [
-            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol", "MSSOKeyring", "MSSOIdentity", "MSSOAudit",
+            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol", "MSSOKeyring", "MSSOIdentity", "MSSOAudit", "MSSOSigning",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),

@@ -8,6 +8,7 @@ final class PendingCalls: Sendable {
         var serial: UInt32 = 0
         var waiting: [UInt32: CheckedContinuation<ByteBuffer, Error>] = [:]
         var prompts: [UInt32: @Sendable (DevicePrompt) -> Void] = [:]
+        var browsers: [UInt32: @Sendable (BrowserPrompt) -> Void] = [:]
         var listeners: [AsyncStream<SSOEvent>.Continuation] = []
         /// Set once the connection is gone: later calls fail at once with it.
         var closed: BrokerError?
@@ -23,11 +24,12 @@ final class PendingCalls: Sendable {
     }
 
     func register(_ serial: UInt32, _ continuation: CheckedContinuation<ByteBuffer, Error>,
-                  onPrompt: (@Sendable (DevicePrompt) -> Void)?) {
+                  onPrompt: (@Sendable (DevicePrompt) -> Void)?, onBrowser: (@Sendable (BrowserPrompt) -> Void)?) {
         let closed: BrokerError? = state.withLockedValue {
             if let closed = $0.closed { return closed }
             $0.waiting[serial] = continuation
             $0.prompts[serial] = onPrompt
+            $0.browsers[serial] = onBrowser
             return nil
         }
         if let closed { continuation.resume(throwing: closed) }
@@ -36,6 +38,7 @@ final class PendingCalls: Sendable {
     func complete(_ serial: UInt32, with payload: ByteBuffer) {
         let continuation = state.withLockedValue {
             $0.prompts[serial] = nil
+            $0.browsers[serial] = nil
             return $0.waiting.removeValue(forKey: serial)
         }
         continuation?.resume(returning: payload)
@@ -50,6 +53,10 @@ final class PendingCalls: Sendable {
 
     func prompt(_ serial: UInt32, _ prompt: DevicePrompt) {
         state.withLockedValue { $0.prompts[serial] }?(prompt)
+    }
+
+    func browser(_ serial: UInt32, _ prompt: BrowserPrompt) {
+        state.withLockedValue { $0.browsers[serial] }?(prompt)
     }
 
     func addListener(_ continuation: AsyncStream<SSOEvent>.Continuation) {
@@ -73,6 +80,7 @@ final class PendingCalls: Sendable {
             defer {
                 state.waiting = [:]
                 state.prompts = [:]
+                state.browsers = [:]
                 state.listeners = []
             }
             return (Array(state.waiting.values), state.listeners, error)
@@ -107,6 +115,8 @@ final class ClientHandler: ChannelInboundHandler {
             guard let signal = try? WireCodec.decode(Signal.self, from: payload) else { return }
             if signal.signal == .devicePrompt, let serial = signal.serial, let prompt = signal.prompt {
                 calls.prompt(serial, prompt)
+            } else if signal.signal == .browserPrompt, let serial = signal.serial, let browser = signal.browser {
+                calls.browser(serial, browser)
             } else if let kind = SSOEvent.Kind(rawValue: signal.signal.rawValue) {
                 calls.broadcast(SSOEvent(kind: kind, group: signal.group, status: signal.status))
             }

@@ -80,6 +80,12 @@ public final class SSOClient: Sendable {
         try await call(Methods.Login.self, LoginArguments(group: group, flow: .device), onPrompt: prompt)
     }
 
+    /// Logs in through the user's browser (authorization code with PKCE): `open` is called once
+    /// with the URL to open on this machine; the call returns when the browser came back.
+    public func loginWithBrowser(group: String? = nil, open: @escaping @Sendable (BrowserPrompt) -> Void) async throws -> SessionStatus {
+        try await call(Methods.Login.self, LoginArguments(group: group, flow: .browser), onBrowser: open)
+    }
+
     /// Slides the session window (call it when the user is active).
     public func extend(group: String? = nil) async throws -> SessionStatus {
         try await call(Methods.Extend.self, GroupArguments(group: group))
@@ -144,11 +150,12 @@ public final class SSOClient: Sendable {
 
     /// Sends one call and waits for its reply. The one generic path every verb takes.
     public func call<M: BrokerMethod>(_: M.Type, _ arguments: M.Arguments,
-                                      onPrompt: (@Sendable (DevicePrompt) -> Void)? = nil) async throws -> M.Result {
+                                      onPrompt: (@Sendable (DevicePrompt) -> Void)? = nil,
+                                      onBrowser: (@Sendable (BrowserPrompt) -> Void)? = nil) async throws -> M.Result {
         let serial = calls.nextSerial()
         let payload = try WireCodec.encode(Call(serial: serial, method: M.name, args: arguments), allocator: channel.allocator)
         let answer: ByteBuffer = try await withCheckedThrowingContinuation { continuation in
-            calls.register(serial, continuation, onPrompt: onPrompt)
+            calls.register(serial, continuation, onPrompt: onPrompt, onBrowser: onBrowser)
             channel.writeAndFlush(payload).whenFailure { [calls] _ in calls.fail(serial) }
         }
         if try WireCodec.envelope(of: answer).type == .error {

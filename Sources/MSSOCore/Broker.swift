@@ -60,7 +60,7 @@ public actor Broker {
     // MARK: Verbs
 
     /// Logs the group in with the flow the caller chose, stores the credential, announces it.
-    public func login(_ args: LoginArguments, prompt: @escaping @Sendable (DevicePrompt) -> Void) async throws -> SessionStatus {
+    public func login(_ args: LoginArguments, prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
         let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
         let tokens: TokenSet
@@ -71,7 +71,9 @@ public actor Broker {
             }
             tokens = try await identity.passwordLogin(config, username: username, password: password, dpop: dpop)
         case .device:
-            tokens = try await identity.deviceLogin(config, dpop: dpop, prompt: prompt)
+            tokens = try await identity.deviceLogin(config, dpop: dpop) { prompt(.device($0)) }
+        case .browser:
+            tokens = try await identity.browserLogin(config, dpop: dpop) { prompt(.browser($0)) }
         }
         let t = now()
         let credential = Credential(

@@ -144,6 +144,14 @@ public struct Configuration: Equatable, Sendable {
                     group.refreshLead = try value.duration(fail, key)
                 case "expiring_lead":
                     group.expiringLead = try value.duration(fail, key)
+                case "browser_timeout":
+                    group.browserTimeout = try value.duration(fail, key)
+                case "redirect_uri":
+                    let text = try value.string(fail, key)
+                    guard let url = URL(string: text), url.scheme == "http", ["127.0.0.1", "::1", "[::1]"].contains(url.host ?? "") else {
+                        throw fail(value.line, key, "expected a loopback http URL such as http://127.0.0.1:4600/callback (RFC 8252)")
+                    }
+                    group.redirectURI = text
                 case "sign":
                     let text = try value.string(fail, key)
                     guard let profile = SigningProfile(configValue: text) else {

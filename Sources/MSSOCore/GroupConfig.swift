@@ -84,6 +84,11 @@ public struct GroupConfig: Equatable, Sendable {
     public var expiringLead: Double = 120
     /// The kind of key the broker makes for the group, when its profile signs.
     public var keyKind: SigningKey.Kind = .p256
+    /// The browser login's loopback redirect. Port 0 picks a free port (RFC 8252 §7.3); some
+    /// IdPs insist on the registered port.
+    public var redirectURI = "http://127.0.0.1:0/callback"
+    /// How long a browser login waits for the browser.
+    public var browserTimeout: Double = 300
 
     public init(name: String, issuer: String, clientID: String) {
         self.name = name

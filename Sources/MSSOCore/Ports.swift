@@ -53,9 +53,18 @@ public protocol IdentityProvider: Sendable {
     func passwordLogin(_ group: GroupConfig, username: String, password: String, dpop: SigningKey?) async throws -> TokenSet
     /// Runs a device authorization grant, calling `prompt` once with what to show the user.
     func deviceLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet
+    /// Runs an authorization code grant with PKCE and a loopback redirect, calling `prompt` once
+    /// with the URL to open.
+    func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws -> TokenSet
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet
     /// Best effort, bounded in time: failures are logged, not thrown.
     func revoke(_ group: GroupConfig, refreshToken: String) async
+}
+
+/// What a login asks its caller to show the user.
+public enum LoginPrompt: Sendable {
+    case device(DevicePrompt)
+    case browser(BrowserPrompt)
 }
 
 /// Something that receives group signals (a subscribed connection). Must not block.

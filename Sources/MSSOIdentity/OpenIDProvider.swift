@@ -2,6 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import Crypto
 import Logging
 import MSSOCore
 import MSSOProtocol
@@ -89,6 +90,53 @@ public final class OpenIDProvider: IdentityProvider {
             }
         }
         throw BrokerError(.loginDenied, "the device code for \"\(group.name)\" expired before it was approved; run `msso login` again")
+    }
+
+    public func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws(BrokerError) -> TokenSet {
+        let metadata = try await discover(group)
+        guard let authorization = metadata.authorizationEndpoint,
+              let redirect = URLComponents(string: group.redirectURI) else {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" offers no browser login; use `msso login` (device) instead")
+        }
+        let listener = try await LoopbackRedirect.start(port: redirect.port ?? 0, path: redirect.path)
+        // The redirect URI sent must match the registered one exactly, port included.
+        let redirectURI = "http://127.0.0.1:\(listener.port)\(redirect.path)"
+        let verifier = Self.random(32), state = Self.random(16), nonce = Self.random(16)
+        var url = URLComponents(url: authorization, resolvingAgainstBaseURL: false)!
+        url.queryItems = (url.queryItems ?? []) + [
+            URLQueryItem(name: "response_type", value: "code"), URLQueryItem(name: "client_id", value: group.clientID),
+            URLQueryItem(name: "redirect_uri", value: redirectURI), URLQueryItem(name: "scope", value: group.scopes.joined(separator: " ")),
+            URLQueryItem(name: "state", value: state), URLQueryItem(name: "nonce", value: nonce),
+            URLQueryItem(name: "code_challenge", value: Base64URL.encode(Data(SHA256.hash(data: Data(verifier.utf8))))),
+            URLQueryItem(name: "code_challenge_method", value: "S256"),
+        ]
+        prompt(BrowserPrompt(url: url.url!.absoluteString, expiresAt: Date().timeIntervalSince1970 + group.browserTimeout))
+        let callback = await listener.wait(timeout: group.browserTimeout)
+        await listener.close()
+        guard let callback else {
+            throw BrokerError(.loginDenied, "no answer from the browser within \(SessionDuration.format(group.browserTimeout)); run `msso login --browser` again")
+        }
+        guard callback["state"] == state else {
+            throw BrokerError(.loginDenied, "the browser came back from another login attempt (state mismatch); run `msso login --browser` again")
+        }
+        if let error = callback["error"] {
+            throw BrokerError(.loginDenied, "the identity provider of \"\(group.name)\" refused the browser login (\(error))")
+        }
+        guard let code = callback["code"] else {
+            throw BrokerError(.loginDenied, "the browser came back without an authorization code")
+        }
+        switch try await post(metadata.tokenEndpoint, group: group, dpop: dpop, form: [
+            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
+        ]) {
+        case .success(let json): return try tokens(from: json, group: group, dpop: dpop)
+        case .failure(let error): throw refusal(error, group: group, doing: "finish the browser login")
+        }
+    }
+
+    /// `bytes` random bytes, base64url: PKCE verifiers (43 characters from 32 bytes), states, nonces.
+    static func random(_ bytes: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return Base64URL.encode(Data((0..<bytes).map { _ in UInt8.random(in: 0...255, using: &generator) }))
     }
 
     public func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws(BrokerError) -> TokenSet {
@@ -269,12 +317,14 @@ public final class OpenIDProvider: IdentityProvider {
 /// The endpoints of a provider, from its discovery document.
 struct ProviderMetadata: Sendable {
     var tokenEndpoint: URL
+    var authorizationEndpoint: URL?
     var deviceAuthorizationEndpoint: URL?
     var revocationEndpoint: URL?
 
     init?(json: [String: Any]) {
         guard let token = (json["token_endpoint"] as? String).flatMap(URL.init(string:)) else { return nil }
         tokenEndpoint = token
+        authorizationEndpoint = (json["authorization_endpoint"] as? String).flatMap(URL.init(string:))
         deviceAuthorizationEndpoint = (json["device_authorization_endpoint"] as? String).flatMap(URL.init(string:))
         revocationEndpoint = (json["revocation_endpoint"] as? String).flatMap(URL.init(string:))
     }

@@ -84,6 +84,8 @@ public enum SignalName: String, Codable, Sendable {
     case expired = "Expired"
     /// Sent only to the caller of a device-flow `login`: show this to the user, then wait.
     case devicePrompt = "DevicePrompt"
+    /// Sent only to the caller of a browser-flow `login`: open this URL, then wait.
+    case browserPrompt = "BrowserPrompt"
 }
 
 /// A message the daemon sends without being asked: group events to subscribers, and the device
@@ -97,13 +99,16 @@ public struct Signal: Codable, Sendable, Equatable {
     public var status: SessionStatus?
     /// What the user must do (for `DevicePrompt`).
     public var prompt: DevicePrompt?
+    /// What to open (for `BrowserPrompt`).
+    public var browser: BrowserPrompt?
 
     public init(signal: SignalName, group: String, serial: UInt32? = nil,
-                status: SessionStatus? = nil, prompt: DevicePrompt? = nil) {
+                status: SessionStatus? = nil, prompt: DevicePrompt? = nil, browser: BrowserPrompt? = nil) {
         self.signal = signal
         self.group = group
         self.serial = serial
         self.status = status
         self.prompt = prompt
+        self.browser = browser
     }
 }

@@ -10,6 +10,22 @@ public enum LoginFlow: String, Codable, Sendable {
     case password
     /// RFC 8628 device authorization grant: the user approves on another screen.
     case device
+    /// Authorization code with PKCE (RFC 7636) and a loopback redirect (RFC 8252): the user logs
+    /// in in their browser on this machine.
+    case browser
+}
+
+/// What a browser login asks the user to open.
+public struct BrowserPrompt: Codable, Sendable, Equatable {
+    /// The identity provider's authorization URL, to open in a browser on this machine.
+    public var url: String
+    /// When the broker stops waiting for the browser, seconds since the Unix epoch.
+    public var expiresAt: Double
+
+    public init(url: String, expiresAt: Double) {
+        self.url = url
+        self.expiresAt = expiresAt
+    }
 }
 
 public struct LoginArguments: Codable, Sendable {

@@ -59,7 +59,12 @@ struct Dispatcher: Sendable {
             call.args.group = name
             let serial = call.serial
             return reply(Methods.Login.self, call, try await broker.login(call.args) { prompt in
-                connection.send(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: prompt))
+                switch prompt {
+                case .device(let device):
+                    connection.send(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device))
+                case .browser(let browser):
+                    connection.send(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser))
+                }
             })
         case Methods.Extend.name:
             let call = try decode(Methods.Extend.self, payload)

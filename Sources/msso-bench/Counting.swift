@@ -35,6 +35,10 @@ final class CountingIdP: IdentityProvider {
         calls.tick()
         return try await inner.deviceLogin(group, dpop: dpop, prompt: prompt)
     }
+    func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws -> TokenSet {
+        calls.tick()
+        return try await inner.browserLogin(group, dpop: dpop, prompt: prompt)
+    }
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet {
         calls.tick()
         return try await inner.refresh(group, refreshToken: refreshToken, dpop: dpop)

@@ -10,7 +10,12 @@ struct Login: AsyncParsableCommand {
             login there (on any device), and msso finishes when you have.
             With --username and --password-stdin: a password login (for scripts); the password is \
             read from standard input, never from the command line.
+            With --browser: a login in your web browser on this machine (authorization code with \
+            PKCE); msso opens it with xdg-open when there is a desktop, and prints the address.
             """)
+
+    @Flag(help: "Log in through a web browser on this machine.")
+    var browser = false
 
     @OptionGroup var options: CommonOptions
 
@@ -22,6 +27,7 @@ struct Login: AsyncParsableCommand {
 
     func validate() throws {
         if passwordStdin && username == nil { throw ValidationError("--password-stdin needs --username") }
+        if browser && username != nil { throw ValidationError("give --browser or --username, not both") }
         if username != nil && !passwordStdin {
             throw ValidationError("give the password on standard input with --password-stdin (never on the command line)")
         }
@@ -35,6 +41,8 @@ struct Login: AsyncParsableCommand {
                     throw BrokerError(.badRequest, "no password on standard input")
                 }
                 status = try await client.login(group: options.group, username: username, password: line)
+            } else if browser {
+                status = try await client.loginWithBrowser(group: options.group) { Login.open($0) }
             } else {
                 let countdown = Countdown(quiet: options.json)
                 status = try await client.loginWithDevice(group: options.group) { countdown.start($0) }
@@ -42,6 +50,23 @@ struct Login: AsyncParsableCommand {
             }
             if options.json { Output.json(status) } else { print(Output.line(status)) }
         }
+    }
+}
+
+extension Login {
+    /// Prints the login address, and opens it in the desktop's browser when there is one.
+    static func open(_ prompt: BrowserPrompt) {
+        let err = FileHandle.standardError
+        err.write(Data("To log in, open this address in a browser on this machine:\n\(prompt.url)\n".utf8))
+        let environment = ProcessInfo.processInfo.environment
+        guard environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil,
+              FileManager.default.isExecutableFile(atPath: "/usr/bin/xdg-open") else { return }
+        let opener = Process()
+        opener.executableURL = URL(fileURLWithPath: "/usr/bin/xdg-open")
+        opener.arguments = [prompt.url]
+        opener.standardOutput = FileHandle.nullDevice
+        opener.standardError = FileHandle.nullDevice
+        if (try? opener.run()) != nil { err.write(Data("(opened in your browser)\n".utf8)) }
     }
 }
 

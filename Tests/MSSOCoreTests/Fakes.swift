@@ -78,6 +78,9 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
         return next()
     }
 
+    func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws -> TokenSet {
+        next()
+    }
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet {
         lock.withLock { refreshes += 1 }
         if refreshDelay > 0 { try? await Task.sleep(nanoseconds: refreshDelay) }
