@@ -194,3 +194,45 @@ def test_the_key_outlives_logout_and_rotation_replaces_it(desktop, idp):
         assert payload["cnf"]["jkt"] == rotated
     finally:
         broker.stop()
+
+
+def test_a_second_verifier_with_a_covered_component_policy(desktop, idp, tmp_path):
+    """requests-http-signature: stricter about what must be covered, and checks the digest itself."""
+    from requests_http_signature import HTTPSignatureAuth
+    from requests_http_signature import algorithms as rhs_algorithms
+
+    broker = Broker(desktop, idp, groups={GROUP: {"sign": "http-signature"}})
+    try:
+        broker.login()
+        key_id = json.loads(broker.msso("keys", "--json").stdout)["keyID"]
+        body = tmp_path / "body.json"
+        body.write_bytes(b'{"item": 42}')
+        headers = signed_headers(broker, "--method", "PUT", "--url", API, "--header", "Content-Type: application/json",
+                                 "--body-file", body)
+        headers["Content-Type"] = "application/json"
+        policy = dict(require_components=("@method", "@authority", "@target-uri", "authorization", "content-type"),
+                      signature_algorithm=rhs_algorithms.ECDSA_P256_SHA256, key_resolver=Resolver(public_key(broker), key_id),
+                      expect_tag="msso", max_age=__import__("datetime").timedelta(minutes=5))
+        result = HTTPSignatureAuth.verify(requests.Request("PUT", API, headers=headers, data=body.read_bytes()).prepare(), **policy)
+        assert result.parameters["keyid"] == key_id
+        with pytest.raises(Exception):  # the body is not the one whose digest was signed
+            HTTPSignatureAuth.verify(requests.Request("PUT", API, headers=headers, data=b'{"item": 43}').prepare(), **policy)
+    finally:
+        broker.stop()
+
+
+def test_dpop_bound_tokens_refresh_with_a_proof(desktop):
+    short = IdP(token_ttl=40)
+    broker = Broker(desktop, short, groups={GROUP: {"sign": "dpop", "refresh_lead": "38s"}})
+    try:
+        broker.login()
+        _, before = desktop.keyring_item()
+        time.sleep(2.5)
+        headers = signed_headers(broker, "--url", f"{short.issuer}/userinfo")
+        _, after = desktop.keyring_item()
+        SECRETS.update([before["accessToken"], before["refreshToken"], after["accessToken"], after["refreshToken"]])
+        assert after["accessToken"] != before["accessToken"], "refreshed (the IdP demands a proof for bound tokens)"
+        assert requests.get(f"{short.issuer}/userinfo", headers=headers, timeout=5).status_code == 200
+    finally:
+        broker.stop()
+        short.cleanup()
