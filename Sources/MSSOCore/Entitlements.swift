@@ -46,11 +46,6 @@ public struct Entitlements: Sendable, Equatable {
         throw BrokerError(.notEntitled, "\(who) is not registered for access group \"\(group)\"; register it with `\(fix)` (or ask your administrator)")
     }
 
-    /// The groups `app` may use.
-    public func groups(of app: AppIdentity) -> Set<String> {
-        Set(matches(app).flatMap(\.groups))
-    }
-
     // MARK: Files
 
     static func read(directory: String, admin: Bool) throws -> [AppRegistration] {

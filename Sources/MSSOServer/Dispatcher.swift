@@ -15,15 +15,28 @@ struct Dispatcher: Sendable {
     let logger: Logger
 
     /// The reply (or error) to one call frame.
+    /// Who is calling, worked out once per call.
+    struct Caller {
+        let role: AccessPolicy.Role
+        let app: AppIdentity
+        /// The registrations the app matches (a pinned one may hash the executable, once).
+        let registrations: [AppRegistration]
+
+        /// The registered groups among the configured ones.
+        func usableGroups(_ configuration: Configuration) -> Set<String> {
+            Set(registrations.flatMap(\.groups)).intersection(configuration.groups.keys)
+        }
+    }
+
     func answer(_ payload: ByteBuffer, method: String, serial: UInt32, connection: Connection) async -> ByteBuffer {
         let peer = connection.peer
-        let role = policy.role(of: peer)
+        let caller = Caller(role: policy.role(of: peer), app: peer.app, registrations: rules.entitlements.matches(peer.app))
         var group: String?
         let reply: ByteBuffer
         var failure: BrokerError?
         do {
-            try policy.authorize(method, role: role)
-            reply = try await route(payload, method: method, connection: connection, role: role, group: &group)
+            try policy.authorize(method, role: caller.role)
+            reply = try await route(payload, method: method, connection: connection, caller: caller, group: &group)
         } catch {
             failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
             if failure!.name == .internal {
@@ -35,27 +48,27 @@ struct Dispatcher: Sendable {
                                         "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")"])
         if method != Methods.Ping.name, let audit {
             audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: peer.uid, pid: peer.pid, executable: peer.executable,
-                                    app: rules.entitlements.matches(peer.app).first?.name ?? peer.app.flatpak, group: group,
+                                    app: caller.registrations.first?.name ?? peer.app.flatpak, group: group,
                                     verb: method, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue))
         }
         return reply
     }
 
-    private func route(_ payload: ByteBuffer, method: String, connection: Connection, role: AccessPolicy.Role,
+    private func route(_ payload: ByteBuffer, method: String, connection: Connection, caller: Caller,
                        group: inout String?) async throws -> ByteBuffer {
-        let app = connection.peer.app
+        let (role, app) = (caller.role, caller.app)
         switch method {
         case Methods.Ping.name:
             let call = try decode(Methods.Ping.self, payload)
             return reply(Methods.Ping.self, call, call.args)
         case Methods.Sign.name:
             var call = try decode(Methods.Sign.self, payload)
-            call.args.group = try resolve(call.args.group, method, role, app, into: &group)
+            call.args.group = try resolve(call.args.group, method, caller, into: &group)
             return reply(Methods.Sign.self, call, try await broker.sign(call.args))
         case Methods.Login.name:
             var call = try decode(Methods.Login.self, payload)
             try policy.authorize(call.args.flow, role: role)
-            let name = try resolve(call.args.group, method, role, app, into: &group)
+            let name = try resolve(call.args.group, method, caller, into: &group)
             call.args.group = name
             let serial = call.serial
             return reply(Methods.Login.self, call, try await broker.login(call.args) { prompt in
@@ -68,39 +81,39 @@ struct Dispatcher: Sendable {
             })
         case Methods.Extend.name:
             let call = try decode(Methods.Extend.self, payload)
-            return reply(Methods.Extend.self, call, try await broker.extend(try resolve(call.args.group, method, role, app, into: &group)))
+            return reply(Methods.Extend.self, call, try await broker.extend(try resolve(call.args.group, method, caller, into: &group)))
         case Methods.Logout.name:
             let call = try decode(Methods.Logout.self, payload)
             guard call.args.all == true else {
-                let name = try resolve(call.args.group, method, role, app, into: &group)
+                let name = try resolve(call.args.group, method, caller, into: &group)
                 return reply(Methods.Logout.self, call, .init(loggedOut: try await broker.logout(name, all: false)))
             }
             guard role == .app else { return reply(Methods.Logout.self, call, .init(loggedOut: try await broker.logout(nil, all: true))) }
             var ended: [String] = []
-            for name in usableGroups(app).sorted() { ended += try await broker.logout(name, all: false) }
+            for name in caller.usableGroups(rules.configuration).sorted() { ended += try await broker.logout(name, all: false) }
             return reply(Methods.Logout.self, call, .init(loggedOut: ended))
         case Methods.Status.name:
             let call = try decode(Methods.Status.self, payload)
             if call.args.group != nil || role != .app {
-                let name = try call.args.group.map { try resolve($0, method, role, app, into: &group) }
+                let name = try call.args.group.map { try resolve($0, method, caller, into: &group) }
                 return reply(Methods.Status.self, call, .init(groups: try await broker.status(name)))
             }
-            let mine = usableGroups(app)
+            let mine = caller.usableGroups(rules.configuration)
             return reply(Methods.Status.self, call, .init(groups: try await broker.status(nil).filter { mine.contains($0.group) }))
         case Methods.Check.name:
             let call = try decode(Methods.Check.self, payload)
-            return reply(Methods.Check.self, call, try await broker.check(try resolve(call.args.group, method, role, app, into: &group)))
+            return reply(Methods.Check.self, call, try await broker.check(try resolve(call.args.group, method, caller, into: &group)))
         case Methods.Subscribe.name:
             let call = try decode(Methods.Subscribe.self, payload)
-            let names = try call.args.groups.map { try $0.map { try resolve($0, method, role, app, into: &group) } }
-                ?? (role == .app ? usableGroups(app).sorted() : nil)
+            let names = try call.args.groups.map { try $0.map { try resolve($0, method, caller, into: &group) } }
+                ?? (role == .app ? caller.usableGroups(rules.configuration).sorted() : nil)
             return reply(Methods.Subscribe.self, call, .init(groups: try await broker.subscribe(connection, groups: names)))
         case Methods.Apps.name:
             let call = try decode(Methods.Apps.self, payload)
             let (configuration, entitlements) = (rules.configuration, rules.entitlements)
             let caller = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
                                            apps: entitlements.matches(app).map(\.name),
-                                           groups: role == .app ? usableGroups(app).sorted() : configuration.groups.keys.sorted())
+                                           groups: role == .app ? caller.usableGroups(rules.configuration).sorted() : configuration.groups.keys.sorted())
             return reply(Methods.Apps.self, call, .init(caller: caller, registrations: entitlements.registrations, ignored: entitlements.ignored,
                                      userApps: configuration.policy.userApps, userDirectory: configuration.userDirectory + "/apps.d"))
         case Methods.Audit.name:
@@ -110,7 +123,7 @@ struct Dispatcher: Sendable {
             return reply(Methods.Audit.self, call, .init(entries: entries))
         case Methods.Keys.name:
             let call = try decode(Methods.Keys.self, payload)
-            let name = try resolve(call.args.group, method, role, app, into: &group)
+            let name = try resolve(call.args.group, method, caller, into: &group)
             return reply(Methods.Keys.self, call, try await broker.key(name, rotate: call.args.rotate ?? false))
         case Methods.Hello.name:
             throw BrokerError(.badRequest, "hello may be sent only once, first")
@@ -121,25 +134,19 @@ struct Dispatcher: Sendable {
 
     /// The group a call is about, after checking the caller may use it. An app registered for
     /// exactly one of several configured groups gets that one by default.
-    private func resolve(_ name: String?, _ method: String, _ role: AccessPolicy.Role, _ app: AppIdentity,
-                         into group: inout String?) throws -> String {
+    private func resolve(_ name: String?, _ method: String, _ caller: Caller, into group: inout String?) throws -> String {
         let configuration = rules.configuration
         var name = name
-        if name == nil, role == .app, configuration.groups.count > 1 {
-            let mine = usableGroups(app)
+        if name == nil, caller.role == .app, configuration.groups.count > 1 {
+            let mine = caller.usableGroups(configuration)
             if mine.count == 1 { name = mine.first }
         }
         let resolved = try configuration.group(named: name).name
         group = resolved
-        if policy.needsEntitlement(method, role: role) {
-            try rules.entitlements.authorize(app, group: resolved)
+        if policy.needsEntitlement(method, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved) }) {
+            try rules.entitlements.authorize(caller.app, group: resolved) // throws NotEntitled, worded for the user
         }
         return resolved
-    }
-
-    /// The configured groups an app is registered for.
-    private func usableGroups(_ app: AppIdentity) -> Set<String> {
-        rules.entitlements.groups(of: app).intersection(rules.configuration.groups.keys)
     }
 
     private func decode<M: BrokerMethod>(_: M.Type, _ payload: ByteBuffer) throws -> Call<M.Arguments> {

@@ -101,3 +101,8 @@ final class EntitlementsTests: XCTestCase {
         XCTAssertEqual(policy?.auditMaxAge, 30 * 86400)
     }
 }
+
+extension Entitlements {
+    /// The groups `app` may use.
+    func groups(of app: AppIdentity) -> Set<String> { Set(matches(app).flatMap(\.groups)) }
+}

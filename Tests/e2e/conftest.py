@@ -1,6 +1,6 @@
 import pytest
 
-from harness import GROUP, Broker, Desktop, IdP
+from harness import Broker, Desktop, IdP
 
 
 @pytest.fixture(scope="session")
@@ -23,11 +23,6 @@ def broker(desktop, idp):
     daemon = Broker(desktop, idp)
     yield daemon
     daemon.stop()
-
-
-@pytest.fixture
-def group():
-    return GROUP
 
 
 def pytest_collection_modifyitems(items):

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import harness
-from harness import as_uid  # noqa: F401  (re-exported for the tests)
 
 
 def login_bounded(broker, timeout, user="alice"):

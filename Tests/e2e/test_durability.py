@@ -8,24 +8,10 @@ from collections import Counter
 import pytest
 
 from faults import frozen, kill_hard
-from harness import BIN, GROUP, SECRETS, Broker, Desktop, RawClient
+from harness import BIN, GROUP, SECRETS, Broker, RawClient
 
 URL = "https://api.example.com/items"
 SESSION_KEYS = ("state", "username", "loggedInAt", "sessionExpiresAt", "sessionMaxAt", "issuer")
-
-
-@pytest.fixture
-def desktop():
-    session = Desktop()
-    yield session
-    session.cleanup()
-
-
-@pytest.fixture
-def broker(desktop, idp):
-    daemon = Broker(desktop, idp)
-    yield daemon
-    daemon.stop()
 
 
 def session(broker):

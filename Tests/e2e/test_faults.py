@@ -18,20 +18,6 @@ URL = "https://api.example.com/items"
 
 
 @pytest.fixture
-def desktop():
-    session = Desktop()
-    yield session
-    session.cleanup()
-
-
-@pytest.fixture
-def broker(desktop, idp):
-    daemon = Broker(desktop, idp)
-    yield daemon
-    daemon.stop()
-
-
-@pytest.fixture
 def own_idp():
     """An IdP this test may stop or freeze."""
     provider = IdP()

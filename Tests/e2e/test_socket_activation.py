@@ -1,7 +1,6 @@
 """mssod started by socket activation, as msso.socket does: the first connection starts it."""
 import shutil
 import subprocess
-import time
 
 import pytest
 
