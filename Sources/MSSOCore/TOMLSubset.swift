@@ -93,7 +93,8 @@ enum TOMLSubset {
                 } else if let n = Int(word.replacingOccurrences(of: "_", with: "")) {
                     value = .integer(n)
                 } else {
-                    throw fail(word.isEmpty ? "missing value" : "unsupported value `\(word)`; quote strings", key: key)
+                    // Never echo the value: it may be a secret written without quotes.
+                    throw fail(word.isEmpty ? "missing value" : "unsupported value; strings must be quoted", key: key)
                 }
             }
             scanner.skipBlanks()

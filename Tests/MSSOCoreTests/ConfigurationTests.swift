@@ -60,6 +60,7 @@ final class ConfigurationTests: XCTestCase {
             ("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsession_timeout = \"2h\"\nsession_max = \"1h\"",
              "/c.toml:5: `session_max`: must not be shorter than session_timeout"),
             ("[daemon]\n", "/c.toml:1: unknown table [daemon]; groups are written [groups.\"NAME\"]"),
+            ("[groups.a]\nclient_secret = s3cr3t-value", "/c.toml:2: `client_secret`: unsupported value; strings must be quoted"),
             ("issuer = \"x\"", "/c.toml:1: `issuer`: keys must be inside a [groups.\"NAME\"] table"),
         ]
         for (text, expected) in cases {
