@@ -6,10 +6,8 @@ import Foundation
 public enum DPoPProof {
     /// `htu`: the URL without query and fragment (RFC 9449 §4.2).
     public static func target(_ url: URL) -> String {
-        var parts = URLComponents(url: url, resolvingAgainstBaseURL: false)
-        parts?.query = nil
-        parts?.fragment = nil
-        return parts?.string ?? url.absoluteString
+        let text = url.absoluteString
+        return text.firstIndex(where: { $0 == "?" || $0 == "#" }).map { String(text[..<$0]) } ?? text
     }
 
     /// A compact JWS proof for `method` on `url`.
@@ -30,7 +28,20 @@ public enum DPoPProof {
         return input + "." + Base64URL.encode(try key.signature(for: Data(input.utf8)))
     }
 
-    private static func json(_ text: String) -> String {
-        String(decoding: try! JSONEncoder().encode(text), as: UTF8.self)
+    /// A JSON string literal (RFC 8259 §7), without a JSONEncoder per claim: this is the sign path.
+    static func json(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
     }
 }

@@ -59,9 +59,12 @@ public enum MessageSignature {
 
     /// The signature base (RFC 9421 §2.5): one line per covered component, then the parameters.
     public static func base(_ request: Request, components: [String], parameters: Parameters) throws -> String {
+        guard let parts = URLComponents(url: request.url, resolvingAgainstBaseURL: false), parts.host != nil else {
+            throw Failure(description: "the URL has no authority")
+        }
         var lines: [String] = []
         for component in components {
-            lines.append("\(quoted(component)): \(try value(of: component, in: request))")
+            lines.append("\(quoted(component)): \(try value(of: component, in: request, parts: parts))")
         }
         lines.append("\"@signature-params\": \(signatureParams(components, parameters))")
         return lines.joined(separator: "\n")
@@ -80,10 +83,8 @@ public enum MessageSignature {
     }
 
     /// A component's value (RFC 9421 §2.1 for fields, §2.2 for derived components).
-    static func value(of component: String, in request: Request) throws -> String {
-        guard let parts = URLComponents(url: request.url, resolvingAgainstBaseURL: false), let host = parts.host else {
-            throw Failure(description: "the URL has no authority")
-        }
+    static func value(of component: String, in request: Request, parts: URLComponents) throws -> String {
+        let host = parts.host ?? ""
         switch component {
         case "@method":
             return request.method.uppercased()

@@ -3,25 +3,58 @@ import Foundation
 
 /// A private key the broker signs with. It never leaves the broker: only `publicJWK` and
 /// `publicPEM` describe it to the outside.
-public enum SigningKey: Sendable {
-    case ed25519(Curve25519.Signing.PrivateKey)
-    case p256(P256.Signing.PrivateKey)
-
+///
+/// What derives from the public half (JWK, thumbprint) is computed once, here: it goes into every
+/// proof and every signature's `keyid`.
+public struct SigningKey: Sendable {
     public enum Kind: String, Codable, Sendable, CaseIterable {
         case ed25519
         case p256 = "p-256"
     }
 
+    private enum Backing: Sendable {
+        case ed25519(Curve25519.Signing.PrivateKey)
+        case p256(P256.Signing.PrivateKey)
+    }
+
+    private let backing: Backing
+    /// The public half as a JWK (RFC 7517/8037), members in the order RFC 7638 hashes them.
+    public let publicJWK: [(String, String)]
+    /// `{"crv":…,"kty":…,…}`: the JWK as compact JSON with sorted members (RFC 7638's form).
+    public let publicJWKJSON: String
+    /// The JWK SHA-256 thumbprint (RFC 7638), base64url: DPoP's `jkt`, and our key id.
+    public let thumbprint: String
+
+    private init(_ backing: Backing) {
+        self.backing = backing
+        switch backing {
+        case .ed25519(let key):
+            publicJWK = [("crv", "Ed25519"), ("kty", "OKP"), ("x", Base64URL.encode(key.publicKey.rawRepresentation))]
+        case .p256(let key):
+            let point = key.publicKey.rawRepresentation // x || y
+            publicJWK = [("crv", "P-256"), ("kty", "EC"), ("x", Base64URL.encode(point.prefix(32))), ("y", Base64URL.encode(point.suffix(32)))]
+        }
+        publicJWKJSON = "{" + publicJWK.map { "\"\($0.0)\":\"\($0.1)\"" }.joined(separator: ",") + "}"
+        thumbprint = Base64URL.encode(Data(SHA256.hash(data: Data(publicJWKJSON.utf8))))
+    }
+
     /// A new random key.
     public static func generate(_ kind: Kind) -> SigningKey {
         switch kind {
-        case .ed25519: return .ed25519(Curve25519.Signing.PrivateKey())
-        case .p256: return .p256(P256.Signing.PrivateKey())
+        case .ed25519: return SigningKey(.ed25519(Curve25519.Signing.PrivateKey()))
+        case .p256: return SigningKey(.p256(P256.Signing.PrivateKey()))
+        }
+    }
+
+    public init(kind: Kind, rawPrivate: Data) throws {
+        switch kind {
+        case .ed25519: self.init(.ed25519(try Curve25519.Signing.PrivateKey(rawRepresentation: rawPrivate)))
+        case .p256: self.init(.p256(try P256.Signing.PrivateKey(rawRepresentation: rawPrivate)))
         }
     }
 
     public var kind: Kind {
-        switch self {
+        switch backing {
         case .ed25519: return .ed25519
         case .p256: return .p256
         }
@@ -29,25 +62,28 @@ public enum SigningKey: Sendable {
 
     /// The private key's raw bytes, for the keyring only.
     public var rawPrivate: Data {
-        switch self {
+        switch backing {
         case .ed25519(let key): return key.rawRepresentation
         case .p256(let key): return key.rawRepresentation
-        }
-    }
-
-    public init(kind: Kind, rawPrivate: Data) throws {
-        switch kind {
-        case .ed25519: self = .ed25519(try Curve25519.Signing.PrivateKey(rawRepresentation: rawPrivate))
-        case .p256: self = .p256(try P256.Signing.PrivateKey(rawRepresentation: rawPrivate))
         }
     }
 
     /// A signature over `data`: Ed25519, or ECDSA P-256 with SHA-256 as raw `r || s` (64 bytes),
     /// the form both RFC 9421 and JWS (RFC 7518) use.
     public func signature(for data: Data) throws -> Data {
-        switch self {
+        switch backing {
         case .ed25519(let key): return try key.signature(for: data)
         case .p256(let key): return try key.signature(for: data).rawRepresentation
+        }
+    }
+
+    /// Whether `signature` over `data` verifies with the public half.
+    public func isValidSignature(_ signature: Data, for data: Data) -> Bool {
+        switch backing {
+        case .ed25519(let key): return key.publicKey.isValidSignature(signature, for: data)
+        case .p256(let key):
+            guard let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature) else { return false }
+            return key.publicKey.isValidSignature(ecdsa, for: data)
         }
     }
 
@@ -57,30 +93,9 @@ public enum SigningKey: Sendable {
     /// The JWS algorithm name.
     public var jwsAlgorithm: String { kind == .ed25519 ? "EdDSA" : "ES256" }
 
-    /// The public half as a JWK (RFC 7517/8037), members in the order RFC 7638 hashes them.
-    public var publicJWK: [(String, String)] {
-        switch self {
-        case .ed25519(let key):
-            return [("crv", "Ed25519"), ("kty", "OKP"), ("x", Base64URL.encode(key.publicKey.rawRepresentation))]
-        case .p256(let key):
-            let point = key.publicKey.rawRepresentation // x || y
-            return [("crv", "P-256"), ("kty", "EC"), ("x", Base64URL.encode(point.prefix(32))), ("y", Base64URL.encode(point.suffix(32)))]
-        }
-    }
-
-    /// `{"crv":…,"kty":…,…}`: the JWK as compact JSON with sorted members (RFC 7638's form).
-    public var publicJWKJSON: String {
-        "{" + publicJWK.map { "\"\($0.0)\":\"\($0.1)\"" }.joined(separator: ",") + "}"
-    }
-
-    /// The JWK SHA-256 thumbprint (RFC 7638), base64url: DPoP's `jkt`, and our key id.
-    public var thumbprint: String {
-        Base64URL.encode(Data(SHA256.hash(data: Data(publicJWKJSON.utf8))))
-    }
-
     /// The public half as PEM (SubjectPublicKeyInfo).
     public var publicPEM: String {
-        switch self {
+        switch backing {
         case .p256(let key):
             return key.publicKey.pemRepresentation
         case .ed25519(let key):
@@ -94,7 +109,13 @@ public enum SigningKey: Sendable {
 /// Base64url without padding (RFC 4648 §5), as JOSE uses it.
 public enum Base64URL {
     public static func encode(_ data: some DataProtocol) -> String {
-        Data(data).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        // One pass over the standard encoding's bytes (this runs several times per signed request).
+        var bytes = Array(Data(data).base64EncodedString().utf8)
+        while bytes.last == UInt8(ascii: "=") { bytes.removeLast() }
+        for index in bytes.indices {
+            if bytes[index] == UInt8(ascii: "+") { bytes[index] = UInt8(ascii: "-") }
+            else if bytes[index] == UInt8(ascii: "/") { bytes[index] = UInt8(ascii: "_") }
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
