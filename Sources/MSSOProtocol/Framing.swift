@@ -30,7 +30,8 @@ public enum Framing {
         return .frame(buffer.readSlice(length: Int(length))!)
     }
 
-    /// Appends `payload` as one frame. Callers never build payloads over the cap (see ``WireCodec``).
+    /// Appends `payload` as one frame (the one writer of frames). Payloads over the cap are never
+    /// built (see ``WireCodec``).
     public static func write(_ payload: some Collection<UInt8>, to buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt32(payload.count), endianness: .big)
         buffer.writeBytes(payload)
@@ -72,7 +73,6 @@ public struct FrameEncoder: MessageToByteEncoder {
     public typealias OutboundIn = ByteBuffer
     public init() {}
     public func encode(data: ByteBuffer, out: inout ByteBuffer) throws {
-        out.writeInteger(UInt32(data.readableBytes), endianness: .big)
-        out.writeImmutableBuffer(data)
+        Framing.write(data.readableBytesView, to: &out)
     }
 }

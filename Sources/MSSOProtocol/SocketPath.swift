@@ -5,7 +5,4 @@ public enum SocketPath {
         if let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/msso/broker.sock" }
         return nil
     }
-
-    /// The socket of a given user's broker, as root sees it (the PAM module's view).
-    public static func forUser(uid: UInt32) -> String { "/run/user/\(uid)/msso/broker.sock" }
 }
