@@ -85,3 +85,18 @@ def test_no_browser_within_the_wait_is_a_clear_timeout(desktop, idp):
         assert not listening, "the loopback listener closed after the login"
     finally:
         broker.stop()
+
+
+def test_a_denied_login_is_a_clear_refusal(desktop, idp):
+    """The redirect an IdP sends when the user says no (RFC 6749 §4.1.2.1), with the login's state."""
+    broker = Broker(desktop, idp, groups={GROUP: {"redirect_uri": REDIRECT}})
+    try:
+        cli, url = start_login(broker)
+        state = parse_qs(urlparse(url).query)["state"][0]
+        landing = requests.get(f"{REDIRECT}?error=access_denied&state={state}", timeout=5)
+        assert "Login refused" in landing.text
+        _, err = cli.communicate(timeout=30)
+        assert cli.returncode == 6 and "refused the browser login (access_denied)" in err, err
+        assert broker.msso("check").returncode == 2
+    finally:
+        broker.stop()
