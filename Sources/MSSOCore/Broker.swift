@@ -165,10 +165,14 @@ public actor Broker {
             credential = try await refreshed(config, credential)
         }
         let key = config.signing.needsKey ? try await signingKey(config) : nil
-        let origin = Self.origin(of: url)
-        if let nonce = request.dpopNonce { dpopNonces[origin] = nonce }
+        var nonce: String?
+        if config.signing.token == .dpop { // nonces matter to DPoP only: keep bearer's path bare
+            let origin = Self.origin(of: url)
+            if let given = request.dpopNonce { dpopNonces[origin] = given }
+            nonce = dpopNonces[origin]
+        }
         return SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: credential.accessToken,
-                                                                key: key, dpopNonce: dpopNonces[origin], now: now()))
+                                                                key: key, dpopNonce: nonce, now: now()))
     }
 
     /// The public half of the group's signing key (made on first use). With `rotate`, a new key
