@@ -1,17 +1,25 @@
 /// Who a calling app is, from facts the kernel vouches for (never from what the app says).
-public struct AppIdentity: Sendable {
-    /// The executable behind the caller's pid (`/proc/PID/exe`).
+public struct AppIdentity: Sendable, Equatable {
+    /// The executable behind the caller's pid (`/proc/PID/exe`), as the daemon's file system
+    /// names it.
     public var executable: String?
-    /// The Flatpak app id, from the sandbox's `.flatpak-info` or the cgroup.
+    /// Whether the caller sees the daemon's file system: the same mount namespace and root. Only
+    /// then does its executable's path mean what a registration by path means; a process in a
+    /// namespace of its own could have mounted anything at that path.
+    public var onHost: Bool
+    /// The Flatpak app id, from the `/.flatpak-info` of a process that really is in a sandbox (a
+    /// mount namespace other than the daemon's). Never set for a host process.
     public var flatpak: String?
-    /// The systemd unit from the caller's cgroup (`app-….scope`, `….service`).
+    /// The systemd unit from the caller's cgroup (`app-….scope`, `….service`): shown in `msso
+    /// apps` and the audit log, never used for identity (any process can name its own scope).
     public var unit: String?
-    /// The SHA-256 (hex) of the running executable; computed only when a pinned registration
-    /// asks, since it reads the whole file.
-    public var digest: @Sendable () -> String?
+    /// The SHA-256 (hex) of the running executable, computed when a pinned registration of its
+    /// path needs it.
+    public var digest: String?
 
-    public init(executable: String?, flatpak: String? = nil, unit: String? = nil, digest: @escaping @Sendable () -> String? = { nil }) {
+    public init(executable: String?, onHost: Bool = true, flatpak: String? = nil, unit: String? = nil, digest: String? = nil) {
         self.executable = executable
+        self.onHost = onHost
         self.flatpak = flatpak
         self.unit = unit
         self.digest = digest

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import MSSOProtocol
 import MSSOSigning
 
@@ -29,14 +30,18 @@ public struct Policy: Equatable, Sendable {
 /// The broker's configuration: the access groups and the admin's policy, from TOML files.
 ///
 /// The admin's directory (`/etc/msso`, or `$MSSO_SYSTEM_DIR`) holds `config.toml` and `apps.d/`;
-/// so does the user's (`$XDG_CONFIG_HOME/msso`). A group defined in both takes the user's table
-/// whole; `[policy]` is read from the admin's file only. `MSSO_CONFIG` names one file to read
-/// instead of both `config.toml`s (it then counts as the admin's).
+/// so does the user's (`$XDG_CONFIG_HOME/msso`). The admin's files count as the admin's only when
+/// root owns them and the directories above them (``AdminFiles``); otherwise they are ignored,
+/// with a warning. `[policy]` is read from the admin's file only. The user's file may add groups,
+/// never redefine one of the admin's (its issuer, client or policy). `MSSO_CONFIG` names one file
+/// to read instead of both `config.toml`s: the admin's if root owns it, else the user's.
 public struct Configuration: Equatable, Sendable {
     public var groups: [String: GroupConfig]
     public var policy = Policy()
     public var systemDirectory = "/etc/msso"
     public var userDirectory = "~/.config/msso"
+    /// What was ignored while reading, each in a sentence naming the file and the fix.
+    public var warnings: [String] = []
 
     public init(groups: [GroupConfig]) {
         self.groups = Dictionary(groups.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
@@ -44,34 +49,56 @@ public struct Configuration: Equatable, Sendable {
 
     /// The admin's and the user's configuration directories.
     public static func directories(environment: [String: String]) -> (system: String, user: String) {
-        let home = environment["HOME"] ?? NSHomeDirectory()
+        let home = environment["HOME"] ?? homeDirectory()
         let userConfig = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
         return (environment["MSSO_SYSTEM_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/etc/msso", userConfig + "/msso")
     }
 
-    /// The files read, in order, for an environment.
-    public static func searchPath(environment: [String: String]) -> [String] {
-        if let only = environment["MSSO_CONFIG"], !only.isEmpty { return [only] }
-        let (system, user) = directories(environment: environment)
-        return [system + "/config.toml", user + "/config.toml"]
+    /// The home directory of the user this process runs as, from the password database.
+    public static func homeDirectory() -> String {
+        guard let entry = getpwuid(getuid()), let directory = entry.pointee.pw_dir else { return "/" }
+        return String(cString: directory)
     }
 
-    /// Reads every existing file of the search path. A missing file is skipped; a bad one throws.
+    /// The files read, in order, for an environment, each with whether it claims to be the admin's.
+    public static func searchPath(environment: [String: String]) -> [(path: String, admin: Bool)] {
+        if let only = environment["MSSO_CONFIG"], !only.isEmpty { return [(only, AdminFiles.problem(with: only) == nil)] }
+        let (system, user) = directories(environment: environment)
+        return [(system + "/config.toml", true), (user + "/config.toml", false)]
+    }
+
+    /// The biggest config.toml read.
+    public static let maximumFileSize = 1 << 20
+
+    /// Reads every existing file of the search path. A missing file is skipped, as is an admin's
+    /// file root does not own (with a warning); a malformed one throws.
     public static func load(environment: [String: String]) throws -> Configuration {
         var groups: [String: GroupConfig] = [:]
         var policy = Policy()
-        for (index, path) in searchPath(environment: environment).enumerated() {
+        var warnings: [String] = []
+        for (path, admin) in searchPath(environment: environment) {
             guard FileManager.default.fileExists(atPath: path) else { continue }
-            guard let data = FileManager.default.contents(atPath: path),
-                  let text = String(data: data, encoding: .utf8) else {
-                throw ConfigError(file: path, line: nil, key: nil, problem: "cannot be read as UTF-8 text")
+            if admin, let problem = AdminFiles.problem(with: path) {
+                warnings.append(problem)
+                continue
             }
-            let (fileGroups, filePolicy) = try parseFile(text, file: path, admin: index == 0)
-            for group in fileGroups { groups[group.name] = group }
+            guard let data = FileManager.default.contents(atPath: path), data.count <= maximumFileSize,
+                  let text = String(data: data, encoding: .utf8) else {
+                throw ConfigError(file: path, line: nil, key: nil, problem: "cannot be read as UTF-8 text of at most \(maximumFileSize / 1024) KiB")
+            }
+            let (fileGroups, filePolicy) = try parseFile(text, file: path, admin: admin)
+            for group in fileGroups {
+                if !admin, let theirs = groups[group.name], theirs.admin {
+                    warnings.append("\(path): group \"\(group.name)\" is the administrator's; a user's file cannot redefine it, so this table is ignored")
+                    continue
+                }
+                groups[group.name] = group
+            }
             if let filePolicy { policy = filePolicy }
         }
         var configuration = Configuration(groups: Array(groups.values))
         configuration.policy = policy
+        configuration.warnings = warnings
         (configuration.systemDirectory, configuration.userDirectory) = directories(environment: environment)
         return configuration
     }
@@ -118,6 +145,7 @@ public struct Configuration: Equatable, Sendable {
             guard let issuer = table.values["issuer"] else { throw fail(table.line, "issuer", "group \"\(name)\" needs an issuer URL") }
             guard let clientID = table.values["client_id"] else { throw fail(table.line, "client_id", "group \"\(name)\" needs a client_id") }
             var group = GroupConfig(name: name, issuer: try issuer.string(fail, "issuer"), clientID: try clientID.string(fail, "client_id"))
+            group.admin = admin
             guard let url = URL(string: group.issuer), url.scheme == "https" || url.scheme == "http", url.host != nil else {
                 throw fail(issuer.line, "issuer", "expected an http(s) URL, got \"\(group.issuer)\"")
             }
@@ -132,7 +160,7 @@ public struct Configuration: Equatable, Sendable {
                     group.clientSecret = .inline(try value.string(fail, key))
                 case "client_secret_file":
                     var path = try value.string(fail, key)
-                    if !path.hasPrefix("/") { path = (file as NSString).deletingLastPathComponent + "/" + path }
+                    if !path.hasPrefix("/") { path = AdminFiles.parent(of: file) + "/" + path }
                     group.clientSecret = .file(path)
                 case "scopes":
                     group.scopes = try value.strings(fail, key)
@@ -184,10 +212,10 @@ public struct Configuration: Equatable, Sendable {
         for (key, value) in table.values {
             switch (key, value.kind) {
             case ("user_apps", .boolean(let allowed)): policy.userApps = allowed
-            case ("audit_max_rows", .integer(let rows)) where rows > 0: policy.auditMaxRows = rows
+            case ("audit_max_rows", .integer(let rows)) where rows > 0 && rows <= 100_000_000: policy.auditMaxRows = rows
             case ("audit_max_age", _): policy.auditMaxAge = try value.duration(fail, key)
             case ("user_apps", _): throw fail(value.line, key, "expected true or false")
-            case ("audit_max_rows", _): throw fail(value.line, key, "expected a positive whole number")
+            case ("audit_max_rows", _): throw fail(value.line, key, "expected a whole number from 1 to 100000000")
             default: throw fail(value.line, key, "unknown key in [policy]")
             }
         }
@@ -209,6 +237,9 @@ extension TOMLSubset.Value {
     func duration(_ fail: (Int?, String?, String) -> ConfigError, _ key: String) throws -> Double {
         guard case .string(let s) = kind, let seconds = SessionDuration.parse(s) else {
             throw fail(line, key, "expected a duration like \"90s\", \"30m\" or \"12h\"")
+        }
+        guard seconds <= SessionDuration.maximum else {
+            throw fail(line, key, "must be at most \(SessionDuration.format(SessionDuration.maximum))")
         }
         return seconds
     }

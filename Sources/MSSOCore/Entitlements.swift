@@ -1,45 +1,80 @@
-import Foundation
+import FoundationEssentials
 import MSSOProtocol
 
 /// Which app may use which access group (the Linux analogue of iOS keychain access groups).
 ///
-/// Registrations come from `apps.d/*.toml` in the admin's directory (`/etc/msso`) and, when the
-/// admin's policy allows (`user_apps`, default true), in the user's (`~/.config/msso`). An app
-/// name defined by the admin cannot be redefined by the user: the user's is ignored (shadowed).
+/// Registrations come from `apps.d/*.toml` in the admin's directory (`/etc/msso`, counted as the
+/// admin's only when root owns it: see ``AdminFiles``) and, when the admin's policy allows
+/// (`user_apps`, default true), in the user's (`~/.config/msso`). An app name defined by the admin
+/// cannot be redefined by the user: the user's is ignored (shadowed). A file that cannot be read
+/// or parsed is skipped, with a warning naming it: one bad file never takes the others down.
+///
+/// Matching a caller is a dictionary lookup by executable path or Flatpak id.
 public struct Entitlements: Sendable, Equatable {
-    public var registrations: [AppRegistration]
-    /// User registrations ignored because the admin defines the same name, or user apps are off.
-    public var ignored: [AppRegistration]
+    public private(set) var registrations: [AppRegistration]
+    /// User registrations ignored because the admin defines the same name.
+    public private(set) var ignored: [AppRegistration]
+    /// Files skipped, each with the reason and the fix.
+    public private(set) var warnings: [String]
+    private var byExecutable: [String: [AppRegistration]] = [:]
+    private var byFlatpak: [String: [AppRegistration]] = [:]
 
-    public init(registrations: [AppRegistration], ignored: [AppRegistration] = []) {
+    public init(registrations: [AppRegistration], ignored: [AppRegistration] = [], warnings: [String] = []) {
         self.registrations = registrations
         self.ignored = ignored
-    }
-
-    /// Reads both directories.
-    public static func load(systemDirectory: String, userDirectory: String, userApps: Bool) throws -> Entitlements {
-        let admin = try read(directory: systemDirectory + "/apps.d", admin: true)
-        let user = try read(directory: userDirectory + "/apps.d", admin: false)
-        let adminNames = Set(admin.map(\.name))
-        let accepted = userApps ? user.filter { !adminNames.contains($0.name) } : []
-        return Entitlements(registrations: admin + accepted, ignored: user.filter { !accepted.contains($0) })
-    }
-
-    /// The registrations `app` matches: by Flatpak id, or by executable path (and content, when pinned).
-    public func matches(_ app: AppIdentity) -> [AppRegistration] {
-        var digest: String??
-        return registrations.filter { registration in
-            if let flatpak = registration.flatpak { return flatpak == app.flatpak }
-            guard let executable = registration.executable, executable == app.executable else { return false }
-            guard let pinned = registration.sha256 else { return true }
-            if digest == nil { digest = .some(app.digest()) }
-            return digest! == pinned
+        self.warnings = warnings
+        for registration in registrations {
+            if let executable = registration.executable { byExecutable[executable, default: []].append(registration) }
+            if let flatpak = registration.flatpak { byFlatpak[flatpak, default: []].append(registration) }
         }
     }
 
-    /// Throws `NotEntitled` unless `app` is registered for `group`.
+    /// The biggest `apps.d` file read: far above any real registration list.
+    public static let maximumFileSize = 1 << 20
+
+    /// Reads both directories. The user's is not even listed when `userApps` is false.
+    public static func load(systemDirectory: String, userDirectory: String, userApps: Bool) -> Entitlements {
+        var warnings: [String] = []
+        let admin = read(directory: systemDirectory + "/apps.d", admin: true, warnings: &warnings)
+        let user = userApps ? read(directory: userDirectory + "/apps.d", admin: false, warnings: &warnings) : []
+        let adminNames = Set(admin.map(\.name))
+        return Entitlements(registrations: admin + user.filter { !adminNames.contains($0.name) },
+                            ignored: user.filter { adminNames.contains($0.name) }, warnings: warnings)
+    }
+
+    /// The registrations `app` matches: by Flatpak id for a sandboxed app; by executable path
+    /// (and content, when pinned) for a process that sees the daemon's file system.
+    public func matches(_ app: AppIdentity) -> [AppRegistration] {
+        if let flatpak = app.flatpak { return byFlatpak[flatpak] ?? [] }
+        guard app.onHost, let executable = app.executable else { return [] }
+        return (byExecutable[executable] ?? []).filter { registration in
+            registration.sha256 == nil || registration.sha256 == app.digest
+        }
+    }
+
+    /// Whether a registration of `executable` pins its content (so its digest must be computed).
+    public func pins(_ executable: String) -> Bool {
+        byExecutable[executable]?.contains { $0.sha256 != nil } ?? false
+    }
+
+    /// The pinned digest `app`'s executable failed to match, if that is why it matches nothing.
+    public func pinMismatch(_ app: AppIdentity) -> (expected: String, actual: String?)? {
+        guard app.onHost, app.flatpak == nil, let executable = app.executable,
+              let pinned = byExecutable[executable]?.first(where: { $0.sha256 != nil && $0.sha256 != app.digest }),
+              matches(app).isEmpty else { return nil }
+        return (pinned.sha256!, app.digest)
+    }
+
+    /// Throws `NotEntitled` unless `app` is registered for `group`, in a sentence naming the app,
+    /// the group and the fix.
     public func authorize(_ app: AppIdentity, group: String) throws(BrokerError) {
         if matches(app).contains(where: { $0.groups.contains(group) }) { return }
+        if let (expected, actual) = pinMismatch(app), let executable = app.executable {
+            throw BrokerError(.notEntitled, "\(executable) is not the binary registered for access group \"\(group)\": its sha256 is \(actual ?? "unreadable"), the registration pins \(expected); re-pin it with `msso apps allow \(executable) --group \(group) --pin` (or ask your administrator)")
+        }
+        if app.flatpak == nil, !app.onHost, let executable = app.executable {
+            throw BrokerError(.notEntitled, "\(executable) runs in a mount namespace of its own and is not a Flatpak app, so it cannot be registered by path; run it outside the sandbox, or register its Flatpak id")
+        }
         let who = app.flatpak.map { "Flatpak app \($0)" } ?? app.executable.map { "\($0)" } ?? "an app whose executable is unknown"
         let fix = app.flatpak.map { "msso apps allow --flatpak \($0) --group \(group)" }
             ?? app.executable.map { "msso apps allow \($0) --group \(group)" } ?? "msso apps allow PATH --group \(group)"
@@ -48,15 +83,35 @@ public struct Entitlements: Sendable, Equatable {
 
     // MARK: Files
 
-    static func read(directory: String, admin: Bool) throws -> [AppRegistration] {
+    static func read(directory: String, admin: Bool, warnings: inout [String]) -> [AppRegistration] {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
+        if admin, let problem = AdminFiles.problem(with: directory) {
+            warnings.append(problem)
+            return []
+        }
         var out: [AppRegistration] = []
+        var seen = Set<String>()
         for name in names.sorted() where name.hasSuffix(".toml") {
             let path = directory + "/" + name
-            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-                throw ConfigError(file: path, line: nil, key: nil, problem: "cannot be read as UTF-8 text")
+            if admin, let problem = AdminFiles.problem(with: path) {
+                warnings.append(problem)
+                continue
             }
-            out += try parse(text, file: path, admin: admin)
+            do {
+                guard let data = FileManager.default.contents(atPath: path), data.count <= maximumFileSize,
+                      let text = String(data: data, encoding: .utf8) else {
+                    throw ConfigError(file: path, line: nil, key: nil,
+                                      problem: "cannot be read as UTF-8 text of at most \(maximumFileSize / 1024) KiB")
+                }
+                let parsed = try parse(text, file: path, admin: admin)
+                if let duplicate = parsed.first(where: { seen.contains($0.name) }) {
+                    throw ConfigError(file: path, line: nil, key: nil, problem: "app \"\(duplicate.name)\" is already defined in another file")
+                }
+                seen.formUnion(parsed.map(\.name))
+                out += parsed
+            } catch {
+                warnings.append("\(error); the file is skipped")
+            }
         }
         return out
     }
@@ -74,7 +129,7 @@ public struct Entitlements: Sendable, Equatable {
                 case "executable":
                     let path = try value.string(fail, key)
                     guard path.hasPrefix("/") else { throw fail(value.line, key, "must be an absolute path") }
-                    registration.executable = (path as NSString).resolvingSymlinksInPath
+                    registration.executable = AdminFiles.realPath(path) ?? path
                 case "sha256":
                     let hex = try value.string(fail, key).lowercased()
                     guard hex.count == 64, hex.allSatisfy(\.isHexDigit) else { throw fail(value.line, key, "expected 64 hex digits") }

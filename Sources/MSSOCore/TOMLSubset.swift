@@ -1,5 +1,3 @@
-import Foundation
-
 /// The part of TOML msso's config uses: `[a."b"]` tables, `key = value` with strings
 /// (basic and literal), booleans, integers and arrays of strings (across lines too), comments.
 ///
@@ -25,7 +23,8 @@ enum TOMLSubset {
 
     static func parse(_ text: String, file: String) throws -> [Table] {
         var tables: [Table] = []
-        var lines = text.replacingOccurrences(of: "\r\n", with: "\n").split(separator: "\n", omittingEmptySubsequences: false).map(String.init)[...]
+        var defined = Set<[String]>() // linear in the number of tables, however many there are
+        var lines = text.split(separator: "\n", omittingEmptySubsequences: false)[...]
         var number = 0
         func fail(_ problem: String, key: String? = nil) -> ConfigError {
             ConfigError(file: file, line: number, key: key, problem: problem)
@@ -47,7 +46,7 @@ enum TOMLSubset {
                 guard scanner.consume("]") else { throw fail("expected ] to close the table name") }
                 scanner.skipBlanks()
                 guard scanner.atEndOfContent else { throw fail("unexpected text after the table name") }
-                if tables.contains(where: { $0.path == path }) {
+                guard defined.insert(path).inserted else {
                     throw fail("table [\(path.joined(separator: "."))] is defined twice")
                 }
                 tables.append(Table(path: path, line: number))
@@ -90,7 +89,7 @@ enum TOMLSubset {
                 let word = scanner.word()
                 if word == "true" || word == "false" {
                     value = .boolean(word == "true")
-                } else if let n = Int(word.replacingOccurrences(of: "_", with: "")) {
+                } else if let n = Int(String(word.filter { $0 != "_" })) {
                     value = .integer(n)
                 } else {
                     // Never echo the value: it may be a secret written without quotes.

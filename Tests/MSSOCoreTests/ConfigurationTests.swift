@@ -70,18 +70,70 @@ final class ConfigurationTests: XCTestCase {
         }
     }
 
-    func testUserFileOverridesTheAdminsGroupWhole() throws {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)
-        try FileManager.default.createDirectory(at: dir.appendingPathComponent("msso"), withIntermediateDirectories: true)
+    /// A directory in /tmp made by root with `mode`, holding `config.toml` with `text`.
+    func adminDirectory(mode: mode_t = 0o755, text: String) throws -> String {
+        let dir = "/tmp/msso-admin-test-\(UUID().uuidString)"
+        XCTAssertEqual(mkdir(dir, mode), 0)
+        chmod(dir, mode)
+        try text.write(toFile: dir + "/config.toml", atomically: false, encoding: .utf8)
+        chmod(dir + "/config.toml", 0o644)
+        return dir
+    }
+
+    func testAUserFileAddsGroupsButCannotRedefineTheAdmins() throws {
+        try XCTSkipUnless(getuid() == 0, "makes root-owned files")
+        let admin = try adminDirectory(text: "[groups.a]\nissuer = \"https://admin.example\"\nclient_id = \"corp\"\n")
+        let user = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)
+        try FileManager.default.createDirectory(at: user.appendingPathComponent("msso"), withIntermediateDirectories: true)
         try """
             [groups.a]
+            issuer = "https://attacker.example"
+            client_id = "mine"
+
+            [groups.b]
             issuer = "https://user.example"
             client_id = "mine"
-            """.write(to: dir.appendingPathComponent("msso/config.toml"), atomically: true, encoding: .utf8)
-        let path = Configuration.searchPath(environment: ["XDG_CONFIG_HOME": dir.path, "HOME": "/nonexistent"])
-        XCTAssertEqual(path, ["/etc/msso/config.toml", dir.path + "/msso/config.toml"])
-        let only = Configuration.searchPath(environment: ["MSSO_CONFIG": "/x.toml", "HOME": "/h"])
-        XCTAssertEqual(only, ["/x.toml"])
+            """.write(to: user.appendingPathComponent("msso/config.toml"), atomically: true, encoding: .utf8)
+        let configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": admin, "XDG_CONFIG_HOME": user.path, "HOME": "/nonexistent"])
+        XCTAssertEqual(configuration.groups["a"]?.issuer, "https://admin.example", "the admin's group stands")
+        XCTAssertEqual(configuration.groups["a"]?.admin, true)
+        XCTAssertEqual(configuration.groups["b"]?.admin, false, "the user's own group is the user's")
+        XCTAssertEqual(configuration.warnings.count, 1)
+        XCTAssertTrue(configuration.warnings[0].contains("group \"a\" is the administrator's"), configuration.warnings[0])
+
+        let path = Configuration.searchPath(environment: ["MSSO_SYSTEM_DIR": admin, "XDG_CONFIG_HOME": user.path, "HOME": "/nonexistent"])
+        XCTAssertEqual(path.map(\.path), [admin + "/config.toml", user.path + "/msso/config.toml"])
+    }
+
+    func testAnAdminDirectoryThatIsNotRootsAloneIsIgnored() throws {
+        try XCTSkipUnless(getuid() == 0, "makes root-owned files")
+        let text = "[groups.a]\nissuer = \"https://evil.example\"\nclient_id = \"c\"\n[policy]\nuser_apps = false\n"
+        let writable = try adminDirectory(mode: 0o777, text: text)
+        var configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": writable, "HOME": "/nonexistent"])
+        XCTAssertTrue(configuration.groups.isEmpty)
+        XCTAssertTrue(configuration.policy.userApps, "no policy from a file anyone may have written")
+        XCTAssertTrue(configuration.warnings.first?.contains("can be written by others than root") ?? false, "\(configuration.warnings)")
+
+        let owned = try adminDirectory(text: text)
+        chown(owned, 65534, 65534)
+        configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": owned, "HOME": "/nonexistent"])
+        XCTAssertTrue(configuration.groups.isEmpty)
+        XCTAssertTrue(configuration.warnings.first?.contains("belongs to uid 65534, not root") ?? false, "\(configuration.warnings)")
+        XCTAssertTrue(configuration.warnings.first?.contains("chown root:root \(owned)") ?? false, "the sentence names the fix")
+
+        let good = try adminDirectory(text: text)
+        configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": good, "HOME": "/nonexistent"])
+        XCTAssertEqual(configuration.groups["a"]?.admin, true)
+        XCTAssertFalse(configuration.policy.userApps)
+        XCTAssertEqual(AdminFiles.problem(with: "/tmp"), "/tmp is not the administrator's (/tmp can be written by others than root), so it is ignored; fix it with `chmod go-w /tmp`")
+    }
+
+    func testAbsurdDurationsAreRefused() {
+        XCTAssertThrowsError(try Configuration.parse("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsession_timeout = \"99999999d\"\nsession_max = \"99999999d\"",
+                                                     file: "/c.toml")) { error in
+            XCTAssertEqual("\(error)", "/c.toml:4: `session_timeout`: must be at most 3650d")
+        }
+        XCTAssertNil(SessionDuration.parse(String(repeating: "9", count: 400) + "d"), "not a finite number of seconds")
     }
 
     func testSigningProfiles() {
