@@ -1,33 +1,47 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import MSSOProtocol
 import MSSOSigning
+import Synchronization
 
 /// The broker's logic: one SSO session per access group, its two clocks, and the verbs.
 ///
 /// Hot state lives in memory; the store is written whenever something changes, and a verb that
 /// changes state returns only after that write succeeded. Per group, state changes run one at a
-/// time (``exclusively(_:_:)``), so a logout cannot interleave with a refresh or a login's write,
-/// while `sign` on a fresh token takes no lock and makes no store or IdP call.
+/// time (``exclusively(_:_:)``), so a logout cannot interleave with a refresh or a login's write.
+/// The actor is the only writer of sessions; after every change it publishes what a `sign` on a
+/// fresh token needs (``signWithoutWaiting(_:group:)``), so such a sign never waits for it.
 public actor Broker {
-    public private(set) var configuration: Configuration
-    private let store: any CredentialStore
-    private let keys: (any KeyStore)?
-    private let identity: any IdentityProvider
+    /// The configuration and registrations in force, shared with the server.
+    public nonisolated let rules: Rules
+    public nonisolated var configuration: Configuration { rules.configuration }
+    let store: any CredentialStore
+    let keys: (any KeyStore)?
+    let identity: any IdentityProvider
+    let logger: Logger
+    nonisolated let now: @Sendable () -> Double
+
     /// Each group's signing key, once loaded or made.
-    private var signingKeys: [String: SigningKey] = [:]
+    var signingKeys: [String: SigningKey] = [:]
     /// The newest DPoP nonce each origin asked for (RFC 9449 §8, §9).
-    private var dpopNonces: [String: String] = [:]
-    private let logger: Logger
-    private let now: @Sendable () -> Double
+    var dpopNonces: [String: String] = [:]
+    var groups: [String: GroupState] = [:]
+    var subscribers = Subscribers()
+    /// Device and browser logins waiting for the user right now.
+    var interactiveLogins = 0
+    /// At most this many device or browser logins wait at once (each holds an IdP poll or a
+    /// loopback listener).
+    public static let maximumInteractiveLogins = 4
 
-    private var groups: [String: GroupState] = [:]
-    private var subscribers: [ObjectIdentifier: Subscriber] = [:]
+    /// What `sign` needs, as of the last change: read without the actor.
+    nonisolated let published = Mutex(Published())
 
-    private struct GroupState {
+    struct GroupState {
         /// True once memory matches the store (loaded, or written by this process).
         var loaded = false
         var credential: Credential?
+        /// The stored item could not be read as a credential: reported, never used.
+        var corrupt = false
         /// A rotated token that is in memory but not yet in the store: store it before using it.
         var unsaved = false
         /// Bumped by every login and logout, so a refresh begun before them cannot write back.
@@ -37,19 +51,16 @@ public actor Broker {
         var loading: Task<Credential?, any Error>?
         var expiryTimer: Task<Void, Never>?
         var expiringTimer: Task<Void, Never>?
+        /// When the IdP may be asked for a refresh again, after it was unavailable.
+        var backoff = RefreshBackoff()
         var locked = false
         var waiting: [CheckedContinuation<Void, Never>] = []
     }
 
-    private struct Subscriber {
-        let sink: any SignalSink
-        var groups: Set<String>
-    }
-
-    public init(configuration: Configuration, store: any CredentialStore, keys: (any KeyStore)? = nil,
+    public init(rules: Rules, store: any CredentialStore, keys: (any KeyStore)? = nil,
                 identity: any IdentityProvider, logger: Logger,
                 now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
-        self.configuration = configuration
+        self.rules = rules
         self.store = store
         self.keys = keys
         self.identity = identity
@@ -57,11 +68,28 @@ public actor Broker {
         self.now = now
     }
 
+    /// A broker with a fixed configuration and no registrations (tests, benchmarks).
+    public init(configuration: Configuration, store: any CredentialStore, keys: (any KeyStore)? = nil,
+                identity: any IdentityProvider, logger: Logger,
+                now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+        self.init(rules: Rules(configuration: configuration, entitlements: Entitlements(registrations: []), logger: logger),
+                  store: store, keys: keys, identity: identity, logger: logger, now: now)
+    }
+
     // MARK: Verbs
 
-    /// Logs the group in with the flow the caller chose, stores the credential, announces it.
+    /// Logs the group in with the flow the caller chose, stores the credential, announces it. The
+    /// refresh token of the session it replaces, if any, is revoked.
     public func login(_ args: LoginArguments, prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
+        let interactive = args.flow != .password
+        if interactive {
+            guard interactiveLogins < Self.maximumInteractiveLogins else {
+                throw BrokerError(.busy, "\(Self.maximumInteractiveLogins) logins are already waiting for the user; finish or cancel one of them first")
+            }
+            interactiveLogins += 1
+        }
+        defer { if interactive { interactiveLogins -= 1 } }
         let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
         let tokens: TokenSet
         switch args.flow {
@@ -80,7 +108,8 @@ public actor Broker {
             issuer: config.issuer, username: args.username ?? tokens.username, accessToken: tokens.accessToken,
             refreshToken: tokens.refreshToken, accessTokenExpiresAt: t + tokens.expiresIn, loggedInAt: t,
             sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax)
-        try await exclusively(config.name) {
+        let replaced = try await exclusively(config.name) { () async throws -> String? in
+            let previous = try? await loadedCredentialLocked(config.name)
             do {
                 try await store.save(credential, group: config.name)
             } catch {
@@ -91,12 +120,20 @@ public actor Broker {
             update(config.name) {
                 $0.credential = credential
                 $0.loaded = true
+                $0.corrupt = false
                 $0.unsaved = false
                 $0.generation += 1
+                $0.backoff = RefreshBackoff()
             }
+            return previous?.refreshToken
+        }
+        if let replaced, replaced != tokens.refreshToken {
+            // The session it replaces ends here: its refresh token must not stay alive at the IdP.
+            let identity = self.identity
+            Task { await identity.revoke(config, refreshToken: replaced) }
         }
         armExpiryTimer(config.name)
-        let status = credential.status(group: config.name, now: now())
+        let status = self.status(credential, config)
         logger.info("logged in", metadata: ["group": "\(config.name)", "until": "\(status.sessionExpiresAt ?? 0)"])
         emit(.loggedIn, status)
         return status
@@ -106,7 +143,7 @@ public actor Broker {
     public func extend(_ name: String?) async throws -> SessionStatus {
         let config = try group(name)
         let (credential, moved) = try await exclusively(config.name) { () async throws -> (Credential, Bool) in
-            var credential = try await validCredentialLocked(config.name)
+            var credential = try requireValid(try await loadedCredentialLocked(config.name), config.name)
             let end = min(now() + config.sessionTimeout, credential.sessionMaxAt)
             guard end > credential.sessionExpiresAt else { return (credential, false) }
             credential.sessionExpiresAt = end
@@ -117,7 +154,7 @@ public actor Broker {
             }
             return (credential, true)
         }
-        let status = credential.status(group: config.name, now: now())
+        let status = self.status(credential, config)
         if moved {
             armExpiryTimer(config.name)
             emit(.extended, status)
@@ -125,9 +162,10 @@ public actor Broker {
         return status
     }
 
-    /// Ends sessions: revokes the refresh token (bounded), deletes the stored credential, announces it.
-    /// Returns the groups that had a session.
+    /// Ends sessions: deletes the stored credential, revokes the refresh token (bounded),
+    /// announces it. Returns the groups that had a session.
     public func logout(_ name: String?, all: Bool) async throws -> [String] {
+        let configuration = self.configuration
         let names = all ? configuration.groups.keys.sorted() : [try group(name).name]
         var ended: [String] = []
         for name in names where try await endSession(configuration.groups[name]!) {
@@ -153,22 +191,19 @@ public actor Broker {
     /// about to expire. Never returns the refresh token.
     public func sign(_ request: SignRequest) async throws -> SignResponse {
         let config = try group(request.group)
-        guard let url = URL(string: request.url), let scheme = url.scheme?.lowercased(),
-              scheme == "https" || scheme == "http", url.host != nil else {
-            throw BrokerError(.badRequest, "`url` must be an absolute http(s) URL")
-        }
-        guard !request.method.isEmpty, request.method.allSatisfy({ $0.isASCII && $0.isLetter }) else {
-            throw BrokerError(.badRequest, "`method` must be an HTTP method such as GET")
-        }
-        var credential = try await validCredential(config.name)
+        let url = try request.validatedURL()
+        var credential = try requireValid(try await credential(config.name), config.name)
         if credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
             credential = try await refreshed(config, credential)
         }
         let key = config.signing.needsKey ? try await signingKey(config) : nil
         var nonce: String?
         if config.signing.token == .dpop { // nonces matter to DPoP only: keep bearer's path bare
-            let origin = Self.origin(of: url)
-            if let given = request.dpopNonce { dpopNonces[origin] = given }
+            let origin = url.origin
+            if let given = request.dpopNonce, given != dpopNonces[origin] {
+                dpopNonces[origin] = given
+                publishNonces()
+            }
             nonce = dpopNonces[origin]
         }
         return SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: credential.accessToken,
@@ -185,6 +220,7 @@ public actor Broker {
             try await exclusively(config.name) {
                 try await keys.saveKey(StoredKey(fresh, createdAt: now()), group: config.name)
                 signingKeys[config.name] = fresh
+                publish(config.name)
             }
             if config.signing.token == .dpop { _ = try await endSession(config) }
         }
@@ -199,19 +235,17 @@ public actor Broker {
     /// ``unsubscribe(_:)``. Subscribing again adds groups.
     public func subscribe(_ sink: any SignalSink, groups names: [String]?) throws -> [String] {
         let wanted = try names.map { try $0.map { try group($0).name } } ?? Array(configuration.groups.keys)
-        let key = ObjectIdentifier(sink)
-        subscribers[key, default: Subscriber(sink: sink, groups: [])].groups.formUnion(wanted)
-        return subscribers[key]!.groups.sorted()
+        return subscribers.add(sink, groups: wanted)
     }
 
     public func unsubscribe(_ sink: any SignalSink) {
-        subscribers[ObjectIdentifier(sink)] = nil
+        subscribers.remove(sink)
     }
 
     // MARK: Lifecycle
 
     /// Loads every group's credential so expiry signals are armed after a restart. A locked or
-    /// absent keyring is logged and retried on the next request.
+    /// absent keyring, or a corrupt item, is logged; the group is read again on the next request.
     public func preload() async {
         for name in configuration.groups.keys.sorted() {
             do { _ = try await credential(name) } catch {
@@ -231,12 +265,12 @@ public actor Broker {
 
     // MARK: Internals
 
-    private func group(_ name: String?) throws -> GroupConfig {
+    func group(_ name: String?) throws -> GroupConfig {
         try configuration.group(named: name)
     }
 
     /// The group's signing key: from memory, else the keyring, else made and stored.
-    private func signingKey(_ config: GroupConfig) async throws -> SigningKey {
+    func signingKey(_ config: GroupConfig) async throws -> SigningKey {
         if let key = signingKeys[config.name] { return key }
         guard let keys else { throw BrokerError(.configInvalid, "the \(config.signing) profile of \"\(config.name)\" needs a key store") }
         return try await exclusively(config.name) {
@@ -250,21 +284,18 @@ public actor Broker {
                 logger.info("made a signing key", metadata: ["group": "\(config.name)", "kind": "\(key.kind.rawValue)"])
             }
             signingKeys[config.name] = key
+            publish(config.name)
             return key
         }
     }
 
-    /// `scheme://host:port`, the unit DPoP nonces are kept by.
-    static func origin(of url: URL) -> String {
-        "\(url.scheme ?? "")://\(url.host ?? "")\(url.port.map { ":\($0)" } ?? "")"
-    }
-
-    private func update(_ name: String, _ change: (inout GroupState) -> Void) {
+    func update(_ name: String, _ change: (inout GroupState) -> Void) {
         change(&groups[name, default: GroupState()])
+        publish(name)
     }
 
     /// Runs `body` while holding the group's lock: state changes of one group happen one at a time.
-    private func exclusively<T>(_ name: String, _ body: () async throws -> T) async throws -> T {
+    func exclusively<T>(_ name: String, _ body: () async throws -> T) async throws -> T {
         if groups[name] == nil { groups[name] = GroupState() }
         if groups[name]!.locked {
             await withCheckedContinuation { groups[name]!.waiting.append($0) }
@@ -281,37 +312,45 @@ public actor Broker {
         return try await body()
     }
 
-    /// The group's credential; from memory once loaded (the hot path takes no lock).
-    private func credential(_ name: String) async throws -> Credential? {
+    /// The group's credential; from memory once loaded.
+    func credential(_ name: String) async throws -> Credential? {
         if let state = groups[name], state.loaded { return state.credential }
         if let loading = groups[name]?.loading { return try await loading.value }
         let loading = Task { try await self.exclusively(name) { try await self.loadedCredentialLocked(name) } }
-        update(name) { $0.loading = loading }
+        groups[name, default: GroupState()].loading = loading
         defer { groups[name]?.loading = nil }
         return try await loading.value
     }
 
-    /// Same, for a caller already holding the group's lock.
-    private func loadedCredentialLocked(_ name: String) async throws -> Credential? {
+    /// Same, for a caller already holding the group's lock. A stored item that is not a
+    /// credential (see ``Credential/init(from:)``) marks the group corrupt and reads as none.
+    func loadedCredentialLocked(_ name: String) async throws -> Credential? {
         if let state = groups[name], state.loaded { return state.credential }
-        let credential = try await store.load(group: name)
+        let credential: Credential?
+        do {
+            credential = try await store.load(group: name)
+        } catch let error as BrokerError where error.name == .corrupt {
+            logger.error("the stored credential is corrupt", metadata: ["group": "\(name)"])
+            update(name) {
+                $0.credential = nil
+                $0.corrupt = true
+                $0.loaded = true
+            }
+            return nil
+        }
         update(name) {
             $0.credential = credential
+            $0.corrupt = false
             $0.loaded = true
         }
         armExpiryTimer(name)
         return credential
     }
 
-    private func validCredential(_ name: String) async throws -> Credential {
-        try requireValid(try await credential(name), name)
-    }
-
-    private func validCredentialLocked(_ name: String) async throws -> Credential {
-        try requireValid(try await loadedCredentialLocked(name), name)
-    }
-
-    private func requireValid(_ credential: Credential?, _ name: String) throws -> Credential {
+    func requireValid(_ credential: Credential?, _ name: String) throws -> Credential {
+        if groups[name]?.corrupt == true {
+            throw BrokerError(.corrupt, "the stored credential of \"\(name)\" is damaged or not msso's; run `msso logout --group \(name)`, then log in again")
+        }
         guard let credential else {
             throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; run `msso login --group \(name)`")
         }
@@ -321,159 +360,74 @@ public actor Broker {
         return credential
     }
 
+    func status(_ credential: Credential, _ config: GroupConfig) -> SessionStatus {
+        var status = credential.status(group: config.name, now: now())
+        status.admin = config.admin
+        return status
+    }
+
     private func status(of config: GroupConfig) async throws -> SessionStatus {
         guard let credential = try await credential(config.name) else {
-            return SessionStatus(group: config.name, state: .notLoggedIn, issuer: config.issuer)
+            let state: SessionStatus.State = groups[config.name]?.corrupt == true ? .corrupt : .notLoggedIn
+            return SessionStatus(group: config.name, state: state, issuer: config.issuer, admin: config.admin)
         }
-        return credential.status(group: config.name, now: now())
+        return status(credential, config)
     }
 
-    /// A credential with a fresh access token. Concurrent callers share one IdP refresh.
-    private func refreshed(_ config: GroupConfig, _ stale: Credential) async throws -> Credential {
-        let name = config.name
-        if let running = groups[name]?.refresh { return try await running.value }
-        let generation = groups[name]!.generation
-        let task = Task { () async throws -> Credential in
-            try await self.performRefresh(config, generation: generation)
-        }
-        groups[name]!.refresh = task
-        defer { if groups[name]?.generation == generation { groups[name]?.refresh = nil } }
-        do {
-            return try await task.value
-        } catch let error as BrokerError where error.name == .idpUnavailable && stale.accessTokenExpiresAt > now() {
-            // The IdP is down but the current token still works: serve it, retry on the next sign.
-            logger.warning("refresh failed, serving the current access token", metadata: ["group": "\(name)", "error": "\(error)"])
-            return stale
-        }
-    }
-
-    private func performRefresh(_ config: GroupConfig, generation: Int) async throws -> Credential {
-        let name = config.name
-        guard var credential = groups[name]?.credential, groups[name]?.generation == generation else {
-            throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
-        }
-        // A token rotated earlier but not yet stored only needs storing, unless it is stale too.
-        let needsNewToken = !groups[name]!.unsaved || credential.accessTokenExpiresAt - now() < config.refreshLead
-        if needsNewToken {
-            guard let refreshToken = credential.refreshToken else {
-                if credential.accessTokenExpiresAt > now() { return credential }
-                throw BrokerError(.expired, "the access token of \"\(name)\" expired and the IdP gave no refresh token; run `msso login --group \(name)`")
-            }
-            let tokens: TokenSet
-            do {
-                let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
-                tokens = try await identity.refresh(config, refreshToken: refreshToken, dpop: dpop)
-            } catch let error as BrokerError where error.name == .expired {
-                try await endWindowEarly(name, generation: generation)
-                throw error
-            }
-            credential.accessToken = tokens.accessToken
-            credential.refreshToken = tokens.refreshToken ?? credential.refreshToken
-            credential.accessTokenExpiresAt = now() + tokens.expiresIn
-        }
-        let refreshed = credential
-        return try await exclusively(name) {
-            guard groups[name]?.generation == generation else {
-                throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
-            }
-            // The IdP may have rotated the refresh token: keep it in memory even if the store
-            // fails, and use the new access token only once it is stored.
-            update(name) {
-                $0.credential = refreshed
-                $0.unsaved = true
-            }
-            try await store.save(refreshed, group: name)
-            update(name) { $0.unsaved = false }
-            logger.info("access token refreshed", metadata: ["group": "\(name)"])
-            return refreshed
-        }
-    }
-
-    /// The IdP no longer honours the session: close the window now so every app sees `Expired`.
-    private func endWindowEarly(_ name: String, generation: Int) async throws {
-        try await exclusively(name) {
-            guard groups[name]?.generation == generation, var credential = groups[name]?.credential else { return }
-            credential.sessionExpiresAt = min(credential.sessionExpiresAt, now())
-            update(name) { $0.credential = credential }
-            try await store.save(credential, group: name)
-        }
-        armExpiryTimer(name)
-        if let credential = groups[name]?.credential { emit(.expired, credential.status(group: name, now: now())) }
-    }
-
-    /// Logout of one group; true if it had a session.
-    private func endSession(_ config: GroupConfig) async throws -> Bool {
+    /// Logout of one group; true if it had a session (or a corrupt item, which it clears).
+    func endSession(_ config: GroupConfig) async throws -> Bool {
         let name = config.name
         let ended = try await exclusively(name) { () async throws -> Bool in
-            guard let credential = try await loadedCredentialLocked(name) else { return false }
+            let credential = try await loadedCredentialLocked(name)
+            guard credential != nil || groups[name]?.corrupt == true else { return false }
             // The keyring first: if it refuses (locked), nothing has changed, in memory or at the
             // IdP, and the error says so. Holding the lock, no refresh can write back meanwhile.
             try await store.delete(group: name)
             update(name) {
                 $0.credential = nil
+                $0.corrupt = false
                 $0.unsaved = false
                 $0.generation += 1
                 $0.refresh?.cancel()
                 $0.refresh = nil
                 $0.expiryTimer?.cancel()
                 $0.expiringTimer?.cancel()
+                $0.backoff = RefreshBackoff()
             }
-            if let refreshToken = credential.refreshToken {
+            if let refreshToken = credential?.refreshToken {
                 await identity.revoke(config, refreshToken: refreshToken)
             }
             return true
         }
         if ended {
             logger.info("logged out", metadata: ["group": "\(name)"])
-            emit(.loggedOut, SessionStatus(group: name, state: .notLoggedIn, issuer: config.issuer))
+            emit(.loggedOut, SessionStatus(group: name, state: .notLoggedIn, issuer: config.issuer, admin: config.admin))
         }
         return ended
     }
 
-    /// Arms the group's `Expiring` and `Expired` timers for its current window.
-    private func armExpiryTimer(_ name: String) {
-        groups[name]?.expiryTimer?.cancel()
-        groups[name]?.expiringTimer?.cancel()
-        guard let credential = groups[name]?.credential else { return }
-        let delay = credential.sessionExpiresAt - now()
-        guard delay > 0 else { return }
-        groups[name]!.expiryTimer = Task { [weak self] in
-            try? await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000))
-            guard !Task.isCancelled else { return }
-            await self?.windowPassed(name)
-        }
-        let lead = configuration.groups[name]?.expiringLead ?? 0
-        guard lead > 0, delay > lead else { return }
-        groups[name]!.expiringTimer = Task { [weak self] in
-            try? await Task.sleep(nanoseconds: UInt64((delay - lead) * 1_000_000_000))
-            guard !Task.isCancelled else { return }
-            await self?.windowClosing(name)
-        }
-    }
-
-    private func windowClosing(_ name: String) {
-        guard let credential = groups[name]?.credential, now() < credential.sessionExpiresAt else { return }
-        emit(.expiring, credential.status(group: name, now: now()))
-    }
-
-    private func windowPassed(_ name: String) {
-        guard let credential = groups[name]?.credential else { return }
-        guard now() >= credential.sessionExpiresAt else { return armExpiryTimer(name) }
-        logger.info("session expired", metadata: ["group": "\(name)"])
-        emit(.expired, credential.status(group: name, now: now()))
-    }
-
-    private func emit(_ signal: SignalName, _ status: SessionStatus) {
-        let message = Signal(signal: signal, group: status.group, status: status)
-        for subscriber in subscribers.values where subscriber.groups.contains(status.group) {
-            subscriber.sink.deliver(message)
-        }
+    func emit(_ signal: SignalName, _ status: SessionStatus) {
+        subscribers.deliver(Signal(signal: signal, group: status.group, status: status))
     }
 }
 
-extension Broker {
-    /// Takes a new configuration (SIGHUP). Sessions of groups still configured are kept.
-    public func reload(_ configuration: Configuration) {
-        self.configuration = configuration
+extension SignRequest {
+    /// The request's URL, once checked: absolute http(s) with a host, and a method of letters.
+    public func validatedURL() throws(BrokerError) -> URL {
+        guard let url = URL(string: url), let scheme = url.scheme?.lowercased(),
+              scheme == "https" || scheme == "http", url.host != nil else {
+            throw BrokerError(.badRequest, "`url` must be an absolute http(s) URL")
+        }
+        guard !method.isEmpty, method.utf8.count <= 32, method.allSatisfy({ $0.isASCII && $0.isLetter }) else {
+            throw BrokerError(.badRequest, "`method` must be an HTTP method such as GET")
+        }
+        return url
+    }
+}
+
+extension URL {
+    /// `scheme://host:port`, the unit DPoP nonces are kept by.
+    var origin: String {
+        "\(scheme ?? "")://\(host ?? "")\(port.map { ":\($0)" } ?? "")"
     }
 }

@@ -28,6 +28,37 @@ public struct Credential: Codable, Sendable, Equatable {
         self.sessionMaxAt = sessionMaxAt
     }
 
+    enum CodingKeys: String, CodingKey {
+        case issuer, username, accessToken, refreshToken, accessTokenExpiresAt, loggedInAt, sessionExpiresAt, sessionMaxAt
+    }
+
+    /// Reads a stored credential, refusing one whose times no real session could have (a keyring
+    /// item is a value anyone of the user's processes can write): the broker then reports it as
+    /// corrupt instead of computing timers from it.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        issuer = try c.decode(String.self, forKey: .issuer)
+        username = try c.decodeIfPresent(String.self, forKey: .username)
+        accessToken = try c.decode(String.self, forKey: .accessToken)
+        refreshToken = try c.decodeIfPresent(String.self, forKey: .refreshToken)
+        accessTokenExpiresAt = try c.decode(Double.self, forKey: .accessTokenExpiresAt)
+        loggedInAt = try c.decode(Double.self, forKey: .loggedInAt)
+        sessionExpiresAt = try c.decode(Double.self, forKey: .sessionExpiresAt)
+        sessionMaxAt = try c.decode(Double.self, forKey: .sessionMaxAt)
+        for (key, time) in [(CodingKeys.accessTokenExpiresAt, accessTokenExpiresAt), (.loggedInAt, loggedInAt),
+                            (.sessionExpiresAt, sessionExpiresAt), (.sessionMaxAt, sessionMaxAt)]
+        where !Self.plausible(time) {
+            throw DecodingError.dataCorruptedError(forKey: key, in: c, debugDescription: "not a plausible time")
+        }
+        guard sessionExpiresAt <= sessionMaxAt, !accessToken.isEmpty, accessToken.utf8.count <= 16384,
+              (refreshToken?.utf8.count ?? 0) <= 16384 else {
+            throw DecodingError.dataCorruptedError(forKey: .sessionExpiresAt, in: c, debugDescription: "inconsistent")
+        }
+    }
+
+    /// A Unix time between 2000 and 2200: anything else is not a time this broker wrote.
+    static func plausible(_ time: Double) -> Bool { time.isFinite && time > 946_684_800 && time < 7_258_118_400 }
+
     /// The session as a client may see it: times and names, no token.
     public func status(group: String, now: Double) -> SessionStatus {
         SessionStatus(group: group, state: now < sessionExpiresAt ? .valid : .expired, issuer: issuer,

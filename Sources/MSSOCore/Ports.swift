@@ -1,11 +1,12 @@
-import Foundation
+import FoundationEssentials
 import MSSOProtocol
 import MSSOSigning
 
 /// Where credentials live durably (the desktop keyring in production).
 ///
 /// Implementations throw `BrokerError` with `KeyringLocked` or `KeyringUnavailable`, never report
-/// a locked or absent keyring as "no credential", and answer within a bounded time.
+/// a locked or absent keyring as "no credential", throw `Corrupt` for an item that is not a
+/// credential (see ``Credential/init(from:)``), and answer within a bounded time.
 public protocol CredentialStore: Sendable {
     /// The group's credential, or nil when none is stored.
     func load(group: String) async throws -> Credential?
@@ -46,7 +47,8 @@ public protocol KeyStore: Sendable {
 /// The OpenID Connect / OAuth 2.0 flows the broker needs from an identity provider.
 ///
 /// Implementations throw `BrokerError`: `InvalidCredentials` when the IdP refuses the user,
-/// `Expired` when it refuses a refresh token, `IdPUnavailable` when it cannot be reached in time.
+/// `Expired` when it refuses a refresh token, `IdPUnavailable` when it cannot be reached in time;
+/// `refresh` throws ``IdPBusy`` when the IdP cannot answer now, so that the session is kept.
 public protocol IdentityProvider: Sendable {
     /// With `dpop`, token requests carry a DPoP proof made with that key, so the IdP binds the
     /// tokens to it (RFC 9449).
@@ -59,6 +61,18 @@ public protocol IdentityProvider: Sendable {
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet
     /// Best effort, bounded in time: failures are logged, not thrown.
     func revoke(_ group: GroupConfig, refreshToken: String) async
+}
+
+/// The identity provider could not answer a refresh now (HTTP 408, 429, 5xx, no answer in time,
+/// no connection): the session stays, and the broker asks again after a backoff, or after
+/// `retryAfter` seconds when the IdP said so (`Retry-After`).
+public struct IdPBusy: Error, Sendable {
+    public var error: BrokerError
+    public var retryAfter: Double?
+    public init(_ error: BrokerError, retryAfter: Double? = nil) {
+        self.error = error
+        self.retryAfter = retryAfter
+    }
 }
 
 /// What a login asks its caller to show the user.

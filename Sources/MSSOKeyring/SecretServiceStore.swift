@@ -53,7 +53,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         do {
             return try JSONDecoder().decode(T.self, from: Data(secret.utf8))
         } catch {
-            throw BrokerError(.keyringUnavailable, "the keyring's \(what) item of \"\(group)\" is not msso's; delete it with your keyring manager")
+            throw BrokerError(.corrupt, "the keyring's \(what) item of \"\(group)\" is damaged or not msso's; `msso logout --group \(group)` clears it")
         }
     }
 

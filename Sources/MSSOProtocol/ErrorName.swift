@@ -15,6 +15,12 @@ public struct ErrorName: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let notLoggedIn = ErrorName(rawValue: "NotLoggedIn")
     /// The SSO session window has passed (or the IdP ended the session): log in again.
     public static let expired = ErrorName(rawValue: "Expired")
+    /// The stored credential is damaged or not msso's: `msso logout` clears it, then log in.
+    public static let corrupt = ErrorName(rawValue: "Corrupt")
+    /// The broker is at a limit (connections, calls in flight, logins waiting): try again later.
+    public static let busy = ErrorName(rawValue: "Busy")
+    /// The connection was closed for being idle (or a frame for taking too long): reconnect.
+    public static let timedOut = ErrorName(rawValue: "TimedOut")
     /// The keyring holding the credentials is locked.
     public static let keyringLocked = ErrorName(rawValue: "KeyringLocked")
     /// No Secret Service answered on the session bus (or it did not answer in time).

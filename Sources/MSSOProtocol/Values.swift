@@ -69,6 +69,9 @@ public struct SessionStatus: Codable, Sendable, Equatable {
         case expired
         /// No credential stored.
         case notLoggedIn
+        /// The stored credential is not one this broker could have written (damaged, or written
+        /// by something else): it signs nothing; `logout` clears it.
+        case corrupt
     }
 
     public var group: String
@@ -82,10 +85,13 @@ public struct SessionStatus: Codable, Sendable, Equatable {
     public var sessionMaxAt: Double?
     /// When the current access token expires (refreshed silently while the session is valid).
     public var accessTokenExpiresAt: Double?
+    /// Whether the administrator defined the group (so the session-start module may give it the
+    /// login password); false for a group of the user's own configuration.
+    public var admin: Bool?
 
     public init(group: String, state: State, issuer: String? = nil, username: String? = nil,
                 loggedInAt: Double? = nil, sessionExpiresAt: Double? = nil, sessionMaxAt: Double? = nil,
-                accessTokenExpiresAt: Double? = nil) {
+                accessTokenExpiresAt: Double? = nil, admin: Bool? = nil) {
         self.group = group
         self.state = state
         self.issuer = issuer
@@ -94,6 +100,7 @@ public struct SessionStatus: Codable, Sendable, Equatable {
         self.sessionExpiresAt = sessionExpiresAt
         self.sessionMaxAt = sessionMaxAt
         self.accessTokenExpiresAt = accessTokenExpiresAt
+        self.admin = admin
     }
 }
 

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 @testable import MSSOCore
 import MSSOProtocol
@@ -125,6 +126,75 @@ final class BrokerTests: XCTestCase {
         XCTAssertEqual(actual7, "Bearer at-1")
         clock.advance(20)
         await assertFails(.idpUnavailable) { try await Self.sign(broker) }
+    }
+
+    func testAnIdPThatCannotAnswerNowKeepsTheSessionAndIsAskedAgainOnlyAfterItsBackoff() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        clock.advance(idp.lifetime - 10)
+        idp.refreshError = BrokerError(.idpUnavailable, "the identity provider answered HTTP 429")
+        idp.retryAfter = 30
+        let served = try await Self.sign(broker)
+        XCTAssertEqual(served, "Bearer at-1", "the still-valid token is served")
+        _ = try await Self.sign(broker)
+        XCTAssertEqual(idp.counts.refreshes, 1, "no second request while backing off")
+        clock.advance(20)
+        await assertFails(.idpUnavailable) { try await Self.sign(broker) }
+        XCTAssertEqual(idp.counts.refreshes, 1, "Retry-After: 30 is honoured")
+        let status = try await broker.check(nil)
+        XCTAssertEqual(status.state, .valid, "a rate limit never logs anyone out")
+        clock.advance(15)
+        idp.refreshError = nil
+        let renewed = try await Self.sign(broker)
+        XCTAssertEqual(renewed, "Bearer at-2")
+    }
+
+    func testACorruptItemIsReportedNeverUsedAndLogoutClearsIt() async throws {
+        store.corrupt = [group]
+        let broker = makeBroker()
+        await broker.preload()
+        let status = try await broker.check(nil)
+        XCTAssertEqual(status.state, .corrupt)
+        await assertFails(.corrupt) { try await Self.sign(broker) }
+        await assertFails(.corrupt) { try await broker.extend(nil) }
+        let ended = try await broker.logout(nil, all: false)
+        XCTAssertEqual(ended, [group])
+        let after = try await broker.check(nil)
+        XCTAssertEqual(after.state, .notLoggedIn)
+        _ = try await login(broker)
+        let signed = try await Self.sign(broker)
+        XCTAssertEqual(signed, "Bearer at-1")
+    }
+
+    func testStoredTimesNoSessionCouldHaveAreCorrupt() throws {
+        let json = #"{"issuer":"https://i","accessToken":"a","accessTokenExpiresAt":1800000000,"loggedInAt":1800000000,"sessionExpiresAt":1e30,"sessionMaxAt":1e30}"#
+        XCTAssertThrowsError(try JSONDecoder().decode(Credential.self, from: Data(json.utf8)))
+        let fine = json.replacingOccurrences(of: "1e30", with: "1800000600")
+        XCTAssertNoThrow(try JSONDecoder().decode(Credential.self, from: Data(fine.utf8)))
+    }
+
+    func testANewLoginRevokesTheRefreshTokenItReplaces() async throws {
+        let broker = makeBroker()
+        _ = try await login(broker)
+        _ = try await login(broker)
+        for _ in 0..<100 where idp.counts.revoked.isEmpty { try await Task.sleep(nanoseconds: 10_000_000) }
+        XCTAssertEqual(idp.counts.revoked, ["rt-1"], "the replaced session's token, not the new one")
+        XCTAssertEqual(store.item(group)?.refreshToken, "rt-2")
+    }
+
+    func testAFreshTokenIsSignedWithoutTheActorAndNeverAfterLogout() async throws {
+        let broker = makeBroker()
+        let config = broker.configuration.groups[group]!
+        let request = SignRequest(group: group, method: "GET", url: "https://api.example/x")
+        XCTAssertNil(try broker.signWithoutWaiting(request, group: config), "nothing loaded yet: the actor decides")
+        _ = try await login(broker)
+        XCTAssertEqual(try broker.signWithoutWaiting(request, group: config)?.headers.first?.value, "Bearer at-1")
+        clock.advance(idp.lifetime - 10)
+        XCTAssertNil(try broker.signWithoutWaiting(request, group: config), "due for a refresh: the actor decides")
+        clock.advance(-(idp.lifetime - 10))
+        _ = try await broker.logout(nil, all: false)
+        XCTAssertNil(try broker.signWithoutWaiting(request, group: config), "once logout has returned, no token")
+        XCTAssertThrowsError(try broker.signWithoutWaiting(SignRequest(group: group, method: "G ET", url: "https://a/"), group: config))
     }
 
     func testIdPEndingTheSessionExpiresItForEveryApp() async throws {

@@ -20,6 +20,8 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
     private(set) var saves = 0
     private(set) var loads = 0
     var locked = false
+    /// Groups whose item reads back as not a credential.
+    var corrupt: Set<String> = []
     var saveDelay: UInt64 = 0
 
     func item(_ group: String) -> Credential? { lock.withLock { items[group] } }
@@ -29,6 +31,7 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
         try lock.withLock {
             loads += 1
             if locked { throw BrokerError(.keyringLocked, "locked") }
+            if corrupt.contains(group) { throw BrokerError(.corrupt, "not a credential") }
             return items[group]
         }
     }
@@ -38,6 +41,7 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
         try lock.withLock {
             if locked { throw BrokerError(.keyringLocked, "locked") }
             saves += 1
+            corrupt.remove(group)
             items[group] = credential
         }
     }
@@ -45,7 +49,7 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
     func delete(group: String) async throws -> Bool {
         try lock.withLock {
             if locked { throw BrokerError(.keyringLocked, "locked") }
-            return items.removeValue(forKey: group) != nil
+            return items.removeValue(forKey: group) != nil || corrupt.remove(group) != nil
         }
     }
 }
@@ -56,7 +60,9 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
     private(set) var refreshes = 0
     private(set) var revoked: [String] = []
     var refreshDelay: UInt64 = 0
+    /// `IdPUnavailable` is thrown as the real provider does for a refresh: as ``IdPBusy``.
     var refreshError: BrokerError?
+    var retryAfter: Double?
     var lifetime: Double = 300
 
     var counts: (refreshes: Int, revoked: [String]) { lock.withLock { (refreshes, revoked) } }
@@ -84,7 +90,10 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet {
         lock.withLock { refreshes += 1 }
         if refreshDelay > 0 { try? await Task.sleep(nanoseconds: refreshDelay) }
-        if let refreshError { throw refreshError }
+        if let refreshError {
+            if refreshError.name == .idpUnavailable { throw IdPBusy(refreshError, retryAfter: retryAfter) }
+            throw refreshError
+        }
         return next()
     }
 

@@ -1,0 +1,45 @@
+import MSSOProtocol
+
+extension Broker {
+    /// Arms the group's `Expiring` and `Expired` timers for its current window.
+    func armExpiryTimer(_ name: String) {
+        groups[name]?.expiryTimer?.cancel()
+        groups[name]?.expiringTimer?.cancel()
+        guard let credential = groups[name]?.credential else { return }
+        let delay = credential.sessionExpiresAt - now()
+        guard delay > 0 else { return }
+        groups[name]!.expiryTimer = Task { [weak self] in
+            await Self.sleep(delay)
+            guard !Task.isCancelled else { return }
+            await self?.windowPassed(name)
+        }
+        let lead = configuration.groups[name]?.expiringLead ?? 0
+        guard lead > 0, delay > lead else { return }
+        groups[name]!.expiringTimer = Task { [weak self] in
+            await Self.sleep(delay - lead)
+            guard !Task.isCancelled else { return }
+            await self?.windowClosing(name)
+        }
+    }
+
+    /// Sleeps `seconds`, clamped to what a timer can hold (stored times are checked, but a timer
+    /// must never be the thing that crashes on a number).
+    static func sleep(_ seconds: Double) async {
+        let clamped = seconds.isFinite ? min(max(seconds, 0), SessionDuration.maximum) : SessionDuration.maximum
+        try? await Task.sleep(nanoseconds: UInt64(clamped * 1_000_000_000))
+    }
+
+    private func windowClosing(_ name: String) {
+        guard let credential = groups[name]?.credential, now() < credential.sessionExpiresAt,
+              let config = configuration.groups[name] else { return }
+        emit(.expiring, status(credential, config))
+    }
+
+    private func windowPassed(_ name: String) {
+        guard let credential = groups[name]?.credential else { return }
+        guard now() >= credential.sessionExpiresAt else { return armExpiryTimer(name) }
+        logger.info("session expired", metadata: ["group": "\(name)"])
+        publish(name)
+        if let config = configuration.groups[name] { emit(.expired, status(credential, config)) }
+    }
+}
