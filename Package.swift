@@ -54,16 +54,13 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
         ]),
-        // The Unix-socket server: listener, peer identity from the kernel, connections.
+        // The Unix-socket server: its own epoll loop, each call judged by the process that sent it.
         .target(name: "MSSOServer", dependencies: [
             "MSSOCore", "MSSOProtocol", "MSSOAudit", "CMSSOSystem",
             .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),
-        // prctl(2), pidfds: system calls Swift cannot make directly.
+        // recvmsg with credentials, pidfds, statx, epoll: system calls Swift cannot make directly.
         .target(name: "CMSSOSystem"),
         .executableTarget(name: "mssod", dependencies: [
             "CMSSOSystem", "MSSOServer", "MSSOCore", "MSSOKeyring", "MSSOIdentity", "MSSOAudit",
@@ -97,6 +94,6 @@ let package = Package(
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
-        .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "CMSSOSystem"]),
+        .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
     ]
 )

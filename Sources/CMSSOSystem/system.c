@@ -1,9 +1,31 @@
+#define _GNU_SOURCE
 #include "cmsso_system.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
-#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+
+#ifndef SO_PASSPIDFD
+#define SO_PASSPIDFD 76
+#endif
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04
+#endif
 
 int cmsso_set_not_dumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -15,5 +37,228 @@ int cmsso_pidfd_alive(int pidfd) {
 }
 
 int cmsso_pidfd_open(int pid) {
-    return (int)syscall(SYS_pidfd_open, pid, 0);
+    int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+    return fd >= 0 ? fd : -errno;
+}
+
+static int fill_address(struct sockaddr_un *address, const char *path) {
+    memset(address, 0, sizeof *address);
+    address->sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof address->sun_path) return -ENAMETOOLONG;
+    strcpy(address->sun_path, path);
+    return 0;
+}
+
+int cmsso_unix_listen(const char *path, int backlog) {
+    struct sockaddr_un address;
+    int status = fill_address(&address, path);
+    if (status != 0) return status;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    if (bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, backlog) != 0) {
+        int error = errno;
+        close(fd);
+        return -error;
+    }
+    return fd;
+}
+
+int cmsso_unix_connect(const char *path, int timeout_ms) {
+    struct sockaddr_un address;
+    int status = fill_address(&address, path);
+    if (status != 0) return status;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    struct timeval limit = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+    if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) {
+        int error = errno;
+        close(fd);
+        return -error;
+    }
+    return fd;
+}
+
+int cmsso_prepare_listener(int fd) {
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return -errno;
+    return 0;
+}
+
+int cmsso_accept(int listener) {
+    int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int cmsso_pass_credentials(int fd) {
+    int one = 1, took = 0;
+    if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) return -errno;
+    took |= 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) == 0) took |= 2;
+    return took;
+}
+
+ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *from) {
+    /* Room for the credentials, a pidfd and a few passed descriptors (which are closed). */
+    union {
+        char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int)) + CMSG_SPACE(16 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct iovec vector = { .iov_base = buffer, .iov_len = length };
+    struct msghdr message = { .msg_iov = &vector, .msg_iovlen = 1,
+                              .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
+    from->pid = 0;
+    from->uid = (uint32_t)-1;
+    from->gid = (uint32_t)-1;
+    from->pidfd = -1;
+    ssize_t count;
+    do count = recvmsg(fd, &message, MSG_CMSG_CLOEXEC | MSG_DONTWAIT); while (count < 0 && errno == EINTR);
+    if (count < 0) return -errno;
+    for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
+        if (header->cmsg_level != SOL_SOCKET) continue;
+        if (header->cmsg_type == SCM_CREDENTIALS && header->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            struct ucred credentials;
+            memcpy(&credentials, CMSG_DATA(header), sizeof credentials);
+            from->pid = credentials.pid;
+            from->uid = credentials.uid;
+            from->gid = credentials.gid;
+        } else if (header->cmsg_type == SCM_PIDFD && header->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            int pidfd;
+            memcpy(&pidfd, CMSG_DATA(header), sizeof pidfd);
+            if (from->pidfd >= 0) close(from->pidfd);
+            from->pidfd = pidfd;
+        } else if (header->cmsg_type == SCM_RIGHTS) {
+            size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < count; i++) {
+                int passed;
+                memcpy(&passed, CMSG_DATA(header) + i * sizeof(int), sizeof passed);
+                close(passed);
+            }
+        }
+    }
+    return count;
+}
+
+int cmsso_peer_credentials(int fd, cmsso_credentials *peer) {
+    struct ucred credentials;
+    socklen_t size = sizeof credentials;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0) return -errno;
+    peer->pid = credentials.pid;
+    peer->uid = credentials.uid;
+    peer->gid = credentials.gid;
+    int pidfd = -1;
+    size = sizeof pidfd;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &size) != 0) pidfd = -1;
+    peer->pidfd = pidfd;
+    return 0;
+}
+
+ssize_t cmsso_send(int fd, const void *buffer, size_t length) {
+    ssize_t count;
+    do count = send(fd, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT); while (count < 0 && errno == EINTR);
+    return count >= 0 ? count : -errno;
+}
+
+int cmsso_epoll_create(void) {
+    int fd = epoll_create1(EPOLL_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+int cmsso_epoll_control(int epoll, int op, int fd, uint32_t events, uint64_t token) {
+    struct epoll_event event = { .events = events, .data.u64 = token };
+    return epoll_ctl(epoll, op, fd, &event) == 0 ? 0 : -errno;
+}
+
+int cmsso_epoll_wait(int epoll, cmsso_event *events, int capacity, int timeout_ms) {
+    struct epoll_event ready[256];
+    if (capacity > 256) capacity = 256;
+    int count = epoll_wait(epoll, ready, capacity, timeout_ms);
+    if (count < 0) return errno == EINTR ? 0 : -errno;
+    for (int i = 0; i < count; i++) {
+        events[i].events = ready[i].events;
+        events[i].token = ready[i].data.u64;
+    }
+    return count;
+}
+
+int cmsso_eventfd(void) {
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return fd >= 0 ? fd : -errno;
+}
+
+void cmsso_eventfd_signal(int fd) {
+    uint64_t one = 1;
+    ssize_t ignored = write(fd, &one, sizeof one);
+    (void)ignored;
+}
+
+void cmsso_eventfd_drain(int fd) {
+    uint64_t count;
+    ssize_t ignored = read(fd, &count, sizeof count);
+    (void)ignored;
+}
+
+uint64_t cmsso_monotonic_ns(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+}
+
+static int statx_path(const char *path, struct statx *result) {
+    return statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, STATX_BASIC_STATS, result) == 0;
+}
+
+void cmsso_process_facts_of(int pid, cmsso_process_facts *facts) {
+    char path[64];
+    struct statx result;
+    memset(facts, 0, sizeof *facts);
+    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/exe", pid); else strcpy(path, "/proc/self/exe");
+    if (statx_path(path, &result)) {
+        facts->exe_ok = 1;
+        facts->exe_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
+        facts->exe_inode = result.stx_ino;
+        facts->exe_ctime_sec = result.stx_ctime.tv_sec;
+        facts->exe_ctime_nsec = result.stx_ctime.tv_nsec;
+        facts->exe_mtime_sec = result.stx_mtime.tv_sec;
+        facts->exe_mtime_nsec = result.stx_mtime.tv_nsec;
+        facts->exe_size = (int64_t)result.stx_size;
+    }
+    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/ns/mnt", pid); else strcpy(path, "/proc/self/ns/mnt");
+    if (statx_path(path, &result)) {
+        facts->namespace_ok = 1;
+        facts->namespace_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
+        facts->namespace_inode = result.stx_ino;
+    }
+    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/root", pid); else strcpy(path, "/proc/self/root");
+    if (statx_path(path, &result)) {
+        facts->root_ok = 1;
+        facts->root_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
+        facts->root_inode = result.stx_ino;
+    }
+}
+
+ssize_t cmsso_read_small_file(const char *path, char *buffer, size_t capacity) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -EINVAL;
+    }
+    size_t used = 0;
+    while (used < capacity) {
+        ssize_t count = read(fd, buffer + used, capacity - used);
+        if (count < 0 && errno == EINTR) continue;
+        if (count <= 0) break;
+        used += (size_t)count;
+    }
+    char extra;
+    ssize_t more = used == capacity ? read(fd, &extra, 1) : 0;
+    close(fd);
+    return more > 0 ? -EFBIG : (ssize_t)used;
+}
+
+void cmsso_trim_memory(void) {
+    malloc_trim(0);
 }

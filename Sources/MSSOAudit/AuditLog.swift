@@ -45,6 +45,7 @@ public final class AuditLog: @unchecked Sendable {
             CREATE TRIGGER IF NOT EXISTS audit_append_only BEFORE UPDATE ON audit
                 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
             """)
+        try? execute("ALTER TABLE audit ADD COLUMN detail TEXT") // logs made before the column existed
     }
 
     deinit {
@@ -78,7 +79,7 @@ public final class AuditLog: @unchecked Sendable {
             if since != nil { conditions.append("time >= ?2") }
             let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
             let sql = """
-                SELECT time, uid, pid, executable, app, grp, verb, outcome, error FROM
+                SELECT time, uid, pid, executable, app, grp, verb, outcome, error, detail FROM
                 (SELECT * FROM audit \(filter) ORDER BY id DESC LIMIT ?3) ORDER BY id
                 """
             let statement = try prepare(sql)
@@ -93,7 +94,7 @@ public final class AuditLog: @unchecked Sendable {
                 }
                 rows.append(AuditEntry(time: sqlite3_column_double(statement, 0), uid: UInt32(sqlite3_column_int64(statement, 1)),
                                        pid: Int32(sqlite3_column_int64(statement, 2)), executable: text(3), app: text(4),
-                                       group: text(5), verb: text(6) ?? "", outcome: text(7) ?? "", error: text(8)))
+                                       group: text(5), verb: text(6) ?? "", outcome: text(7) ?? "", error: text(8), detail: text(9)))
             }
             return rows
         }
@@ -113,8 +114,8 @@ public final class AuditLog: @unchecked Sendable {
         do {
             try execute("BEGIN")
             let statement = try prepare("""
-                INSERT INTO audit (time, uid, pid, executable, app, grp, verb, outcome, error)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                INSERT INTO audit (time, uid, pid, executable, app, grp, verb, outcome, error, detail)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                 """)
             defer { sqlite3_finalize(statement) }
             for entry in batch {
@@ -124,7 +125,7 @@ public final class AuditLog: @unchecked Sendable {
                 sqlite3_bind_int64(statement, 2, Int64(entry.uid))
                 sqlite3_bind_int64(statement, 3, Int64(entry.pid))
                 for (index, value) in [(4, entry.executable), (5, entry.app), (6, entry.group), (7, entry.verb),
-                                       (8, entry.outcome), (9, entry.error)] {
+                                       (8, entry.outcome), (9, entry.error), (10, entry.detail)] {
                     if let value { msso_sqlite_bind_text(statement, Int32(index), value) }
                 }
                 guard sqlite3_step(statement) == SQLITE_DONE else { throw AuditError("cannot write an audit row") }

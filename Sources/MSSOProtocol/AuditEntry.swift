@@ -13,9 +13,11 @@ public struct AuditEntry: Codable, Sendable, Equatable {
     /// `ok`, or `error` with `error` naming it.
     public var outcome: String
     public var error: String?
+    /// What else explains the outcome, never a secret (e.g. a pinned and a running digest).
+    public var detail: String?
 
     public init(time: Double, uid: UInt32, pid: Int32, executable: String?, app: String?, group: String?,
-                verb: String, outcome: String, error: String?) {
+                verb: String, outcome: String, error: String?, detail: String? = nil) {
         self.time = time
         self.uid = uid
         self.pid = pid
@@ -25,5 +27,6 @@ public struct AuditEntry: Codable, Sendable, Equatable {
         self.verb = verb
         self.outcome = outcome
         self.error = error
+        self.detail = detail
     }
 }

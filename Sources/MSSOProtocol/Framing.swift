@@ -36,6 +36,19 @@ public enum Framing {
         buffer.writeInteger(UInt32(payload.count), endianness: .big)
         buffer.writeBytes(payload)
     }
+
+    /// The same, into plain bytes.
+    public static func write(_ payload: some Collection<UInt8>, to bytes: inout [UInt8]) {
+        let length = UInt32(payload.count)
+        bytes.append(contentsOf: [UInt8(truncatingIfNeeded: length >> 24), UInt8(truncatingIfNeeded: length >> 16),
+                                  UInt8(truncatingIfNeeded: length >> 8), UInt8(truncatingIfNeeded: length)])
+        bytes.append(contentsOf: payload)
+    }
+
+    /// The payload length a frame header announces (`header` holds at least 4 bytes).
+    public static func announcedLength(_ header: UnsafeRawBufferPointer) -> Int {
+        Int(header[0]) << 24 | Int(header[1]) << 16 | Int(header[2]) << 8 | Int(header[3])
+    }
 }
 
 /// Errors the framing layer raises; each ends the connection because the stream is out of step.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import NIOCore
 
 /// Turns messages into frame payloads and back. JSON, UTF-8, camelCase keys.
@@ -14,6 +14,18 @@ public enum WireCodec {
         return buffer
     }
 
+    /// A whole frame (length prefix and payload) for `message`; over the frame cap, an `Internal`
+    /// error frame with `serial` instead, so the caller still gets an answer.
+    public static func frame(_ message: some Encodable, serial: UInt32) -> [UInt8] {
+        guard let data = try? JSONEncoder().encode(message), data.count <= Framing.maximumPayload else {
+            return ReplyWriter.error(serial: serial, BrokerError(.internal, "the reply would exceed the \(Framing.maximumPayload)-byte frame limit"))
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(Framing.headerSize + data.count)
+        Framing.write(data, to: &bytes)
+        return bytes
+    }
+
     /// Reads the routing fields of a payload.
     public static func envelope(of payload: ByteBuffer) throws(BrokerError) -> Envelope {
         try decode(Envelope.self, from: payload)
@@ -21,8 +33,13 @@ public enum WireCodec {
 
     /// Decodes a whole message; a malformed one is a `BadRequest` naming what is wrong.
     public static func decode<T: Decodable>(_ type: T.Type, from payload: ByteBuffer) throws(BrokerError) -> T {
+        try decode(type, from: Data(payload.readableBytesView))
+    }
+
+    /// Decodes a whole message from bytes; a malformed one is a `BadRequest` naming what is wrong.
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(BrokerError) -> T {
         do {
-            return try JSONDecoder().decode(type, from: Data(payload.readableBytesView))
+            return try JSONDecoder().decode(type, from: data)
         } catch let error as DecodingError {
             throw BrokerError(.badRequest, "malformed message: \(describe(error))")
         } catch {

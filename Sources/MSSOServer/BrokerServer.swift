@@ -1,83 +1,291 @@
-import Foundation
+import CMSSOSystem
+import Glibc
 import Logging
 import MSSOAudit
 import MSSOCore
 import MSSOProtocol
-import NIOCore
-import NIOPosix
 
-/// The broker's Unix-domain socket: a 0600 socket in a 0700 directory owned by the user.
-public final class BrokerServer: Sendable {
-    private let channel: Channel
+/// What any one peer can make the broker hold, and for how long.
+public struct ServerLimits: Sendable {
+    /// Connections at once, and from any one process (`SO_PEERCRED` pid at connect).
+    public var connections = 1024
+    public var connectionsPerProcess = 256
+    /// Calls of one connection running on the broker at once; reading pauses at the cap.
+    public var callsInFlight = 32
+    /// Bytes waiting to be written to one connection before its reading pauses (and before a
+    /// subscriber that stopped reading is let go).
+    public var outputHighWater = 256 * 1024
+    /// Connections that may hold more than 4 KiB of an unfinished frame at once.
+    public var largeFrames = 64
+    /// Nanoseconds: for `hello`, for a frame once begun, and for an idle connection (no call in
+    /// flight, not subscribed, nothing to write) or one whose peer stopped reading.
+    public var helloTimeout: UInt64 = 10_000_000_000
+    public var frameTimeout: UInt64 = 10_000_000_000
+    public var idleTimeout: UInt64 = 600_000_000_000
+
+    public init() {}
+}
+
+/// The broker's Unix-domain socket: a 0600 socket in a 0700 directory owned by the user, its
+/// connections, and the watch on the app registrations.
+public final class BrokerServer: @unchecked Sendable {
     public let socketPath: String
+    let reactor: Reactor
+    let policy: AccessPolicy
+    let rules: Rules
+    let dispatcher: Dispatcher
+    let callers: Callers
+    let limits: ServerLimits
+    let logger: Logger
     /// False when systemd made the socket (socket activation): then it is systemd's to remove.
     private let ownsSocketFile: Bool
+    private let listener: Int32
+    // Confined to the reactor's thread:
+    /// Where every connection reads into (one read at a time, on one thread).
+    var scratch = [UInt8](repeating: 0, count: 64 * 1024)
+    private var connections: [UInt64: Connection] = [:]
+    private var perProcess: [Int32: Int] = [:]
+    private var largeFramesHeld = 0
+    private var listenerToken: UInt64 = 0
+    private var acceptingAgainAt: UInt64 = 0
+    /// Kept open to be given up when descriptors run out, so a refused peer can still be told why.
+    private var reserve: Int32 = -1
+    private var watcher: RegistrationWatcher?
+    /// True while the registrations are being read again: calls wait, so that a registration
+    /// written before a call was sent is in force for it.
+    private(set) var reloading = false
+    private var ticks = 0
 
-    private init(channel: Channel, socketPath: String, ownsSocketFile: Bool) {
-        self.channel = channel
+    private init(socketPath: String, listener: Int32, ownsSocketFile: Bool, reactor: Reactor, policy: AccessPolicy,
+                 rules: Rules, dispatcher: Dispatcher, limits: ServerLimits, logger: Logger) {
         self.socketPath = socketPath
+        self.listener = listener
         self.ownsSocketFile = ownsSocketFile
+        self.reactor = reactor
+        self.policy = policy
+        self.rules = rules
+        self.dispatcher = dispatcher
+        self.callers = Callers(reactor: reactor, rules: rules)
+        self.limits = limits
+        self.logger = logger
     }
 
     /// Starts serving `broker`: on `inheritedSocket` (a listening descriptor passed by systemd
     /// socket activation) when given, else on a socket it binds at `socketPath`.
-    public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, rules: Rules,
-                             audit: AuditLog?, ownTools: Set<String> = [], logger: Logger,
-                             helloTimeout: TimeAmount = .seconds(10),
-                             group: EventLoopGroup = MultiThreadedEventLoopGroup.singleton) async throws -> BrokerServer {
+    public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, audit: AuditLog?,
+                             ownTools: Set<String> = [], logger: Logger, limits: ServerLimits = ServerLimits()) throws -> BrokerServer {
         let owner = getuid()
-        if inheritedSocket == nil { try prepare(socketPath: socketPath, owner: owner) }
-        let policy = AccessPolicy(owner: owner, ownTools: ownTools)
-        let dispatcher = Dispatcher(broker: broker, policy: policy, rules: rules, audit: audit, logger: logger)
-        let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(.backlog, value: 256)
-            // Out of descriptors, accept() fails at once and forever: back off instead of spinning.
-            .serverChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler()) }
-            }
-            // Bounds what a client that stops reading can make the daemon hold (see Connection.deliver).
-            .childChannelOption(.writeBufferWaterMark, value: .init(low: 64 * 1024, high: 256 * 1024))
-            .childChannelInitializer { channel in
-                rules.refreshIfChanged()
-                return Peer.of(channel).flatMap { peer in
-                    let connection = Connection(channel: channel, peer: peer)
-                    guard policy.admits(peer) else {
-                        logger.notice("refused connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)"])
-                        return channel.eventLoop.makeCompletedFuture {
-                            try channel.pipeline.syncOperations.addHandlers([
-                                MessageToByteHandler(FrameEncoder()), Refusal(error: policy.refusal(for: peer)),
-                            ])
-                        }
-                    }
-                    logger.debug("connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)", "exe": "\(peer.executable ?? "?")"])
-                    return channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandlers([
-                            ByteToMessageHandler(FrameDecoder()),
-                            MessageToByteHandler(FrameEncoder()),
-                            ConnectionHandler(connection: connection, dispatcher: dispatcher, helloTimeout: helloTimeout),
-                        ])
-                    }
-                }
-            }
+        let listener: Int32
         if let inheritedSocket {
-            let channel = try await bootstrap.withBoundSocket(inheritedSocket).get()
-            logger.info("listening on the socket systemd passed", metadata: ["socket": "\(socketPath)"])
-            return BrokerServer(channel: channel, socketPath: socketPath, ownsSocketFile: false)
+            guard cmsso_prepare_listener(inheritedSocket) == 0 else { throw BrokerError(.internal, "the socket systemd passed is unusable") }
+            listener = inheritedSocket
+        } else {
+            try prepare(socketPath: socketPath, owner: owner)
+            // Made under the daemon's umask (0077); chmod makes the mode explicit.
+            listener = cmsso_unix_listen(socketPath, 256)
+            guard listener >= 0 else {
+                throw BrokerError(.internal, "cannot listen on \(socketPath): \(String(cString: strerror(-listener)))")
+            }
+            guard chmod(socketPath, 0o600) == 0 else {
+                Glibc.close(listener)
+                throw BrokerError(.internal, "cannot set the mode of \(socketPath)")
+            }
         }
-        // The socket is created under the daemon's umask (0077); chmod makes the mode explicit.
-        let channel = try await bootstrap.bind(unixDomainSocketPath: socketPath).get()
-        guard chmod(socketPath, 0o600) == 0 else {
-            try? await channel.close()
-            throw BrokerError(.internal, "cannot set the mode of \(socketPath)")
+        // On the listener, so that connections inherit it from their first byte: bytes a client
+        // writes before the daemon accepts would otherwise arrive without their sender.
+        guard cmsso_pass_credentials(listener) >= 0 else {
+            Glibc.close(listener)
+            throw BrokerError(.internal, "the kernel will not attach senders' credentials to messages (SO_PASSCRED)")
         }
-        logger.info("listening", metadata: ["socket": "\(socketPath)"])
-        return BrokerServer(channel: channel, socketPath: socketPath, ownsSocketFile: true)
+        let reactor = try Reactor()
+        let policy = AccessPolicy(owner: owner, ownTools: ownTools)
+        let dispatcher = Dispatcher(broker: broker, policy: policy, rules: broker.rules, audit: audit, logger: logger)
+        let server = BrokerServer(socketPath: socketPath, listener: listener, ownsSocketFile: inheritedSocket == nil, reactor: reactor,
+                                  policy: policy, rules: broker.rules, dispatcher: dispatcher, limits: limits, logger: logger)
+        reactor.execute { server.begin() }
+        reactor.start()
+        logger.info(inheritedSocket == nil ? "listening" : "listening on the socket systemd passed", metadata: ["socket": "\(socketPath)"])
+        return server
     }
 
-    /// Stops accepting, closes the listener and removes the socket file it made.
+    private func begin() {
+        reserve = open("/dev/null", O_RDONLY | O_CLOEXEC)
+        listenerToken = (try? reactor.add(listener, events: CMSSO_READABLE, handler: Accepting(self))) ?? 0
+        watcher = RegistrationWatcher(rules: rules, logger: logger)
+        if let watcher { _ = try? reactor.add(watcher.fd, events: CMSSO_READABLE, handler: watcher, urgent: true) }
+        watcher?.onChange = { [unowned self] in reloadRegistrations() }
+        reactor.everyTick { [unowned self] in tick() }
+    }
+
+    /// Stops accepting, closes every connection and the listener, removes the socket file it made.
     public func close() async {
-        try? await channel.close()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            reactor.execute { [self] in
+                reactor.remove(listener, token: listenerToken)
+                Glibc.close(listener)
+                for connection in Array(connections.values) { connection.close() }
+                done.resume()
+            }
+        }
+        reactor.stop()
         if ownsSocketFile { unlink(socketPath) }
+    }
+
+    // MARK: Accepting (on the reactor's thread)
+
+    private final class Accepting: ReactorHandler {
+        unowned let server: BrokerServer
+        init(_ server: BrokerServer) { self.server = server }
+        func ready(_ events: UInt32) { server.acceptSome() }
+    }
+
+    fileprivate func acceptSome() {
+        for _ in 0..<64 {
+            let fd = cmsso_accept(listener)
+            if fd == -EAGAIN || fd == -EINTR { return }
+            if fd == -EMFILE || fd == -ENFILE {
+                // Out of descriptors: tell one waiting peer why with the one kept in reserve, and
+                // stop accepting for a moment rather than spin on a listener that stays ready.
+                Glibc.close(reserve)
+                let refused = cmsso_accept(listener)
+                if refused >= 0 { refuse(refused, BrokerError(.busy, "the broker is out of file descriptors; try again in a moment")) }
+                reserve = open("/dev/null", O_RDONLY | O_CLOEXEC)
+                pauseAccepting()
+                logger.warning("out of file descriptors; accepting paused for 100 ms")
+                return
+            }
+            guard fd >= 0 else { return }
+            admit(fd)
+        }
+    }
+
+    private func admit(_ fd: Int32) {
+        var peer = cmsso_credentials()
+        guard cmsso_peer_credentials(fd, &peer) == 0 else { return refuse(fd, nil) }
+        if peer.pidfd >= 0 { Glibc.close(peer.pidfd) } // each call brings its own
+        guard policy.admits(uid: peer.uid) else {
+            logger.notice("refused connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)"])
+            return refuse(fd, policy.refusal(uid: peer.uid))
+        }
+        guard connections.count < limits.connections else {
+            return refuse(fd, BrokerError(.busy, "the broker has \(limits.connections) connections open, its limit; close some and try again"))
+        }
+        guard perProcess[peer.pid, default: 0] < limits.connectionsPerProcess else {
+            return refuse(fd, BrokerError(.busy, "this process has \(limits.connectionsPerProcess) connections to the broker open, the limit for one process"))
+        }
+        guard cmsso_pass_credentials(fd) >= 0 else { return refuse(fd, nil) }
+        let connection = Connection(fd: fd, connectedPid: peer.pid, server: self)
+        guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else { return refuse(fd, nil) }
+        connection.token = token
+        connections[token] = connection
+        perProcess[peer.pid, default: 0] += 1
+    }
+
+    /// Tells a refused peer why, in one framed error with serial 0, and hangs up.
+    private func refuse(_ fd: Int32, _ error: BrokerError?) {
+        if let error {
+            let frame = ReplyWriter.error(serial: 0, error)
+            _ = frame.withUnsafeBytes { cmsso_send(fd, $0.baseAddress, $0.count) }
+        }
+        Glibc.close(fd)
+    }
+
+    private func pauseAccepting() {
+        reactor.modify(listener, token: listenerToken, events: 0)
+        acceptingAgainAt = cmsso_monotonic_ns() + 100_000_000
+    }
+
+    // MARK: Connections (on the reactor's thread)
+
+    func closed(_ connection: Connection) {
+        connections[connection.token] = nil
+        if let count = perProcess[connection.connectedPid] {
+            perProcess[connection.connectedPid] = count > 1 ? count - 1 : nil
+        }
+        if connection.subscribed {
+            let broker = dispatcher.broker
+            Task { await broker.unsubscribe(connection) }
+        }
+    }
+
+    func claimLargeFrame() -> Bool {
+        guard largeFramesHeld < limits.largeFrames else { return false }
+        largeFramesHeld += 1
+        return true
+    }
+
+    func releaseLargeFrame() {
+        largeFramesHeld -= 1
+        // A connection waiting for a slot gets its chance at the next tick.
+    }
+
+    private func tick() {
+        let now = cmsso_monotonic_ns()
+        if acceptingAgainAt != 0, now >= acceptingAgainAt {
+            acceptingAgainAt = 0
+            reactor.modify(listener, token: listenerToken, events: CMSSO_READABLE)
+        }
+        for connection in Array(connections.values) {
+            connection.checkDeadlines(now: now)
+            connection.updateInterest()
+        }
+        ticks += 1
+        if ticks % 50 == 0 { // every 5 s
+            callers.sweep()
+            if watcher?.watchNewDirectories() == true { reloadRegistrations() }
+            cmsso_trim_memory()
+        }
+    }
+
+    // MARK: Registrations
+
+    private func reloadRegistrations() {
+        if reloading {
+            watcher?.changedAgain = true
+            return
+        }
+        reloading = true
+        let (rules, reactor) = (self.rules, self.reactor)
+        let started = Thread.detach { [self] in
+            rules.reloadRegistrations()
+            reactor.execute { [self] in reloaded() }
+        }
+        if !started { reloaded() }
+    }
+
+    private func reloaded() {
+        reloading = false
+        // A directory watched only now may have got files before its watch: read once more.
+        if watcher?.watchNewDirectories() == true || watcher?.changedAgain == true {
+            watcher?.changedAgain = false
+            return reloadRegistrations()
+        }
+        for connection in Array(connections.values) { connection.rulesReloaded() }
+    }
+
+    // MARK: The socket file
+
+    /// Makes the socket's directory (0700, the user's), and clears a stale socket left by a crash,
+    /// refusing if another daemon still answers there.
+    static func prepare(socketPath: String, owner: uid_t) throws {
+        let directory = AdminFiles.parent(of: socketPath)
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+            throw BrokerError(.internal, "cannot create \(directory): \(String(cString: strerror(errno)))")
+        }
+        var info = stat()
+        guard lstat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw BrokerError(.internal, "\(directory) is not a directory")
+        }
+        guard info.st_uid == owner, info.st_mode & 0o077 == 0 else {
+            throw BrokerError(.internal, "\(directory) must belong to uid \(owner) with mode 0700; refusing to listen there")
+        }
+        guard access(socketPath, F_OK) == 0 else { return }
+        let probe = cmsso_unix_connect(socketPath, 1000)
+        if probe >= 0 {
+            Glibc.close(probe)
+            throw BrokerError(.internal, "another mssod already listens on \(socketPath)")
+        }
+        unlink(socketPath)
     }
 
     /// The listening socket systemd passed (sd_listen_fds(3): LISTEN_PID is us, LISTEN_FDS ≥ 1,
@@ -92,59 +300,4 @@ public final class BrokerServer: Sendable {
               let count = environment["LISTEN_FDS"].flatMap(Int.init), count >= 1 else { return nil }
         return 3
     }
-
-    /// Makes the socket's directory (0700, the user's), and clears a stale socket left by a crash,
-    /// refusing if another daemon still answers there.
-    static func prepare(socketPath: String, owner: uid_t) throws {
-        let directory = (socketPath as NSString).deletingLastPathComponent
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw BrokerError(.internal, "cannot create \(directory): \(String(cString: strerror(errno)))")
-        }
-        var info = stat()
-        guard stat(directory, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
-            throw BrokerError(.internal, "\(directory) is not a directory")
-        }
-        guard info.st_uid == owner, info.st_mode & 0o077 == 0 else {
-            throw BrokerError(.internal, "\(directory) must belong to uid \(owner) with mode 0700; refusing to listen there")
-        }
-        guard access(socketPath, F_OK) == 0 else { return }
-        if socketAnswers(socketPath) {
-            throw BrokerError(.internal, "another mssod already listens on \(socketPath)")
-        }
-        unlink(socketPath)
-    }
-
-    private static func socketAnswers(_ path: String) -> Bool {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { Glibc.close(fd) }
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: bytes) }
-        return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
-            }
-        }
-    }
-}
-
-/// Tells a refused peer why, in one framed error, then hangs up.
-final class Refusal: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-    private let error: BrokerError
-
-    init(error: BrokerError) { self.error = error }
-
-    func channelActive(context: ChannelHandlerContext) {
-        let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(Dispatcher.encode(ErrorReply(serial: 0, error: error)))).whenComplete { _ in
-            channel.close(promise: nil)
-        }
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {} // nothing a refused peer says is read
 }

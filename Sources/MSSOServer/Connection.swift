@@ -1,115 +1,431 @@
+import CMSSOSystem
+import FoundationEssentials
+import Glibc
 import Logging
 import MSSOCore
 import MSSOProtocol
-import NIOCore
 
-/// One client connection, as the broker sees it: who it is and how to reach it with signals.
-final class Connection: SignalSink {
-    let channel: Channel
-    let peer: Peer
+/// One client connection: its bytes in and out, its deadlines, and whom each of its calls came
+/// from. Lives on the reactor's thread; other threads reach it through ``post(_:)`` and
+/// ``deliver(_:)``.
+///
+/// Bounded in every way a peer could push: calls in flight (reading pauses at the cap), bytes
+/// waiting to be written (reading pauses past the high-water mark; a subscriber that stops
+/// reading is let go), a frame's bytes (a frame once begun must arrive within the frame
+/// timeout; only a few connections at a time may hold a large one), and time (hello, idleness).
+final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
+    let fd: Int32
+    var token: UInt64 = 0
+    /// The process that connected (`SO_PEERCRED`): for the per-process cap, and `hello`'s answer
+    /// when a root caller cannot be looked at. Calls are judged by their own sender.
+    let connectedPid: Int32
+    private unowned let server: BrokerServer
 
-    init(channel: Channel, peer: Peer) {
-        self.channel = channel
-        self.peer = peer
+    private var input: [UInt8] = []
+    /// Who sent the bytes of the partial frame in `input`, and whether more than one process did.
+    private var inputSender: (pid: Int32, uid: UInt32)?
+    private var inputMixed = false
+    private var frameStarted: UInt64 = 0
+    private var holdsLargeFrame = false
+    private var output: [UInt8] = []
+    private var outputSent = 0
+    private var lastWrite: UInt64
+    private var lastActivity: UInt64
+    private let connectedAt: UInt64
+    private(set) var greeted = false
+    private(set) var subscribed = false
+    private var inFlight = 0
+    /// Calls of the current read waiting for their sender to be identified (or for the rules to
+    /// reload), with the sender, and since when.
+    private var held: (calls: [Decoded], sender: Sender, since: UInt64)?
+    /// Calls a closed connection cancels: logins waiting for the user.
+    private var cancelOnClose: [UInt32: Task<Void, Never>] = [:]
+    private var interest: UInt32 = CMSSO_READABLE
+    private(set) var closed = false
+
+    /// A frame as read: a call, or what was wrong with it (and the serial to answer, 0 if none).
+    enum Decoded {
+        case call(IncomingCall)
+        case malformed(UInt32, BrokerError)
     }
 
-    /// A subscriber that stops reading must not slow the broker or anyone else: once its
-    /// backlog passes the high-water mark, it is disconnected (it may reconnect and resubscribe).
-    func deliver(_ signal: Signal) {
-        guard channel.isWritable else {
-            channel.close(promise: nil)
-            return
+    init(fd: Int32, connectedPid: Int32, server: BrokerServer) {
+        self.fd = fd
+        self.connectedPid = connectedPid
+        self.server = server
+        let now = cmsso_monotonic_ns()
+        connectedAt = now
+        lastActivity = now
+        lastWrite = now
+    }
+
+    // MARK: Events
+
+    func ready(_ events: UInt32) {
+        if events & CMSSO_WRITABLE != 0 { flush() }
+        if events & CMSSO_READABLE != 0, !closed {
+            receive()
+        } else if events & (CMSSO_ERROR | CMSSO_HANGUP) != 0 {
+            close()
         }
-        send(signal)
     }
 
-    func send(_ message: some Encodable) {
-        channel.writeAndFlush(Dispatcher.encode(message), promise: nil)
-    }
-}
-
-/// Reads call frames of one connection: the `hello` handshake on the event loop (so no call can
-/// overtake it), everything else dispatched concurrently and answered by serial.
-final class ConnectionHandler: ChannelInboundHandler {
-    typealias InboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
-
-    private let connection: Connection
-    private let dispatcher: Dispatcher
-    private let helloTimeout: TimeAmount
-    private var greeted = false
-    private var helloDeadline: Scheduled<Void>?
-
-    init(connection: Connection, dispatcher: Dispatcher, helloTimeout: TimeAmount) {
-        self.connection = connection
-        self.dispatcher = dispatcher
-        self.helloTimeout = helloTimeout
-    }
-
-    func handlerAdded(context: ChannelHandlerContext) {
-        // A client that connects and never says hello would hold a descriptor forever.
-        let connection = self.connection
-        helloDeadline = context.eventLoop.scheduleTask(in: helloTimeout) {
-            connection.send(ErrorReply(serial: 0, error: BrokerError(.badRequest, "no hello received in time; closing")))
-            connection.channel.close(promise: nil)
+    private func receive() {
+        var credentials = cmsso_credentials()
+        let count = server.scratch.withUnsafeMutableBytes { cmsso_receive(fd, $0.baseAddress, $0.count, &credentials) }
+        if count == -Int(EAGAIN) || count == -Int(EINTR) { return }
+        guard count > 0 else { return close() } // end of stream, or an error
+        var sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid, pidfd: credentials.pidfd)
+        guard server.policy.admits(uid: sender.uid) else {
+            // The socket was handed to another user's process: that process is refused.
+            sender.release()
+            server.logger.notice("refused a call from another uid", metadata: ["uid": "\(sender.uid)", "pid": "\(sender.pid)"])
+            send(ReplyWriter.error(serial: 0, server.policy.refusal(uid: sender.uid)))
+            return closeAfterWriting()
         }
+        lastActivity = cmsso_monotonic_ns()
+        if !input.isEmpty, let previous = inputSender, previous != (sender.pid, sender.uid) { inputMixed = true }
+        if input.isEmpty { inputMixed = false }
+        input.append(contentsOf: server.scratch[..<count])
+        inputSender = (sender.pid, sender.uid)
+
+        var calls: [Decoded] = []
+        var start = 0
+        while input.count - start >= Framing.headerSize {
+            let length = input.withUnsafeBytes { Framing.announcedLength(UnsafeRawBufferPointer(rebasing: $0[start...])) }
+            guard length <= Framing.maximumPayload else {
+                sender.release()
+                send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, FramingError.tooLarge(length).description)))
+                return closeAfterWriting()
+            }
+            guard input.count - start - Framing.headerSize >= length else { break }
+            let payload = input[(start + Framing.headerSize)..<(start + Framing.headerSize + length)]
+            start += Framing.headerSize + length
+            if inputMixed {
+                // Its bytes came from more than one process: nobody can be held to it.
+                inputMixed = false
+                calls.append(.malformed(0, BrokerError(.forbidden, "a call was written by more than one process; each process must write its calls whole")))
+                continue
+            }
+            calls.append(Self.decode(payload))
+        }
+        input.removeFirst(start)
+        if input.isEmpty {
+            inputSender = nil
+            frameStarted = 0
+            if input.capacity > 4096 { input = [] }
+            releaseLargeFrame()
+        } else if frameStarted == 0 || start > 0 {
+            frameStarted = cmsso_monotonic_ns()
+        }
+        if input.count > 4096 && !holdsLargeFrame {
+            holdsLargeFrame = server.claimLargeFrame()
+        }
+        handle(calls, from: sender)
+        updateInterest()
     }
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let payload = unwrapInboundIn(data)
-        let envelope: Envelope
+    static func decode(_ payload: ArraySlice<UInt8>) -> Decoded {
         do {
-            envelope = try WireCodec.envelope(of: payload)
+            let call = try payload.withUnsafeBytes { try WireCodec.decode(IncomingCall.self, from: Data($0)) }
+            return .call(call)
+        } catch let error as BrokerError {
+            return .malformed(0, error)
         } catch {
-            return connection.send(ErrorReply(serial: 0, error: error))
+            return .malformed(0, BrokerError(.badRequest, "malformed message"))
         }
-        guard envelope.type == .call, let serial = envelope.serial, let method = envelope.method else {
-            return connection.send(ErrorReply(serial: envelope.serial ?? 0, error: BrokerError(.badRequest, "expected a call: {\"type\": \"call\", \"serial\", \"method\", \"args\"}")))
+    }
+
+    /// Answers calls in order; stops (and holds the rest) at one whose sender must first be
+    /// identified.
+    private func handle(_ calls: [Decoded], from sender: Sender) {
+        var sender = sender
+        for (index, decoded) in calls.enumerated() {
+            guard !closed else { break }
+            switch step(decoded, sender: sender) {
+            case .done:
+                continue
+            case .wait:
+                held = (Array(calls[index...]), sender, cmsso_monotonic_ns())
+                return // the sender (and its pidfd) is kept for when the wait ends
+            }
+        }
+        sender.release()
+    }
+
+    private enum Step { case done, wait }
+
+    private func step(_ decoded: Decoded, sender: Sender) -> Step {
+        let call: IncomingCall
+        switch decoded {
+        case .malformed(let serial, let error):
+            send(ReplyWriter.error(serial: serial, error))
+            return .done
+        case .call(let incoming):
+            call = incoming
+        }
+        guard call.type == .call, let serial = call.serial, let method = call.method else {
+            send(ReplyWriter.error(serial: call.serial ?? 0, BrokerError(.badRequest, "expected a call: {\"type\": \"call\", \"serial\", \"method\", \"args\"}")))
+            return .done
         }
         guard serial != 0 else {
-            return connection.send(ErrorReply(serial: 0, error: BrokerError(.badRequest, "serials run from 1 to 4294967295; 0 means \"no call\"")))
+            send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, "serials run from 1 to 4294967295; 0 means \"no call\"")))
+            return .done
         }
-        guard greeted else { return greet(payload, method: method, serial: serial) }
-        let (dispatcher, connection) = (self.dispatcher, self.connection)
-        Task {
-            let reply = await dispatcher.answer(payload, method: method, serial: serial, connection: connection)
-            connection.channel.writeAndFlush(reply, promise: nil)
+        guard greeted || method == Methods.Hello.name else {
+            send(ReplyWriter.error(serial: serial, BrokerError(.badRequest, "the first call must be hello")))
+            return .done
         }
-    }
-
-    private func greet(_ payload: ByteBuffer, method: String, serial: UInt32) {
-        guard method == Methods.Hello.name else {
-            return connection.send(ErrorReply(serial: serial, error: BrokerError(.badRequest, "the first call must be hello")))
+        guard CallArguments.Kind(rawValue: method) != nil else {
+            server.dispatcher.refuseUnknown(method, serial: serial, sender: sender, connection: self)
+            return .done
         }
-        do {
-            let call = try WireCodec.decode(Call<Methods.Hello.Arguments>.self, from: payload)
-            guard call.args.version == protocolVersion else {
-                throw BrokerError(.unsupportedVersion, "this mssod speaks protocol version \(protocolVersion), not \(call.args.version); update the client or the daemon")
+        let arguments: CallArguments
+        switch call.arguments {
+        case .success(let value): arguments = value
+        case .failure(let error):
+            send(ReplyWriter.error(serial: serial, error))
+            return .done
+        }
+        if case .ping(let data) = arguments { // the floor: touches no state, needs nobody's identity
+            send(ReplyWriter.pingReply(serial: serial, data: data.data))
+            return .done
+        }
+        if server.reloading { return .wait }
+        let role = server.policy.role(uid: sender.uid, app: nil)
+        var app: AppIdentity?
+        if role != .root {
+            switch server.callers.identity(of: sender, then: { [weak self] identity in self?.identified(identity) }) {
+            case .known(let identity): app = identity
+            case .pending: return .wait
+            case .gone:
+                send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "the process that sent this call is gone (it exited, or its pid is now another process's), so it cannot be served")))
+                return .done
+            case .busy:
+                send(ReplyWriter.error(serial: serial, BrokerError(.busy, "the broker is identifying too many new processes at once; try again in a moment")))
+                return .done
             }
-            greeted = true
-            helloDeadline?.cancel()
-            connection.send(Reply(serial: serial, result: Methods.Hello.Result(
-                version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: connection.peer.description)))
-        } catch {
-            connection.send(ErrorReply(serial: serial, error: error as? BrokerError ?? BrokerError(.badRequest, "malformed hello")))
+        }
+        let caller = Caller(uid: sender.uid, pid: sender.pid, role: server.policy.role(uid: sender.uid, app: app),
+                            app: app ?? AppIdentity(executable: nil),
+                            registrations: app.map { server.rules.entitlements.matches($0) } ?? [])
+        if case .hello(let hello) = arguments {
+            greet(serial, hello, caller)
+            return .done
+        }
+        switch server.dispatcher.dispatch(serial, method: method, arguments, caller: caller, connection: self) {
+        case .now(let reply): send(reply)
+        case .later: inFlight += 1
+        }
+        return .done
+    }
+
+    private func greet(_ serial: UInt32, _ hello: Methods.Hello.Arguments, _ caller: Caller) {
+        guard !greeted else {
+            return send(ReplyWriter.error(serial: serial, BrokerError(.badRequest, "hello may be sent only once, first")))
+        }
+        guard hello.version == protocolVersion else {
+            return send(ReplyWriter.error(serial: serial, BrokerError(.unsupportedVersion, "this mssod speaks protocol version \(protocolVersion), not \(hello.version); update the client or the daemon")))
+        }
+        greeted = true
+        let peer = PeerDescription(uid: caller.uid, pid: caller.pid, executable: caller.app.executable)
+        send(WireCodec.frame(Reply(serial: serial, result: Methods.Hello.Result(version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: peer)), serial: serial))
+    }
+
+    /// The sender of the held calls is identified (or could not be): carry on with them.
+    private func identified(_ identity: AppIdentity?) {
+        guard held != nil, !closed else { return }
+        guard identity != nil else {
+            return refuseHeld(BrokerError(.forbidden, "the process that sent this call could not be identified (it exited, or changed while it was looked at)"))
+        }
+        let waiting = held!
+        held = nil
+        handle(waiting.calls, from: waiting.sender)
+        updateInterest()
+    }
+
+    /// Answers every held call with `error` (pings still get their echo).
+    private func refuseHeld(_ error: BrokerError) {
+        guard var waiting = held else { return }
+        held = nil
+        waiting.sender.release()
+        for decoded in waiting.calls {
+            switch decoded {
+            case .malformed(let serial, let problem): send(ReplyWriter.error(serial: serial, problem))
+            case .call(let call):
+                if case .success(.ping(let data)) = call.arguments, let serial = call.serial, greeted {
+                    send(ReplyWriter.pingReply(serial: serial, data: data.data))
+                } else {
+                    send(ReplyWriter.error(serial: call.serial ?? 0, error))
+                }
+            }
+        }
+        updateInterest()
+    }
+
+    /// The rules finished reloading: held calls go on.
+    func rulesReloaded() {
+        guard let waiting = held, !closed else { return }
+        held = nil
+        handle(waiting.calls, from: waiting.sender)
+        updateInterest()
+    }
+
+    // MARK: Answers from other threads
+
+    /// Writes a frame from any thread (a prompt signal while a login waits).
+    func post(_ frame: [UInt8]) {
+        server.reactor.execute { [self] in
+            guard !closed else { return }
+            send(frame)
+            updateInterest()
         }
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: Error) {
-        // A frame over the cap leaves the stream out of step: say why, then hang up.
-        if let framing = error as? FramingError {
-            connection.send(ErrorReply(serial: 0, error: BrokerError(.badRequest, framing.description)))
+    /// The answer to a call that ran on the broker.
+    func complete(_ reply: [UInt8], serial: UInt32) {
+        server.reactor.execute { [self] in
+            inFlight -= 1
+            cancelOnClose[serial] = nil
+            guard !closed else { return }
+            lastActivity = cmsso_monotonic_ns()
+            send(reply)
+            updateInterest()
         }
-        context.close(promise: nil)
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
-        helloDeadline?.cancel()
-        let (broker, connection) = (dispatcher.broker, self.connection)
-        Task { await broker.unsubscribe(connection) }
-        context.fireChannelInactive()
+    /// Tracks a call that the connection's end should cancel (a login waiting for the user).
+    func cancelWhenClosed(_ serial: UInt32, _ task: Task<Void, Never>) {
+        cancelOnClose[serial] = task
+    }
+
+    /// The broker now sends this connection signals (called from the broker's side). A
+    /// connection that closed meanwhile is taken off the broker's list again.
+    func subscribedByBroker() {
+        server.reactor.execute { [self] in
+            if closed {
+                let broker = server.dispatcher.broker
+                Task { await broker.unsubscribe(self) }
+            } else {
+                subscribed = true
+            }
+        }
+    }
+
+    /// A signal for a subscriber. A subscriber that stopped reading is let go once its backlog
+    /// passes the high-water mark: it may reconnect and subscribe again.
+    func deliver(_ signal: Signal) {
+        let frame = WireCodec.frame(signal, serial: 0)
+        server.reactor.execute { [self] in
+            guard !closed else { return }
+            guard pendingOutput < server.limits.outputHighWater else { return close() }
+            send(frame)
+            updateInterest()
+        }
+    }
+
+    // MARK: Writing
+
+    private var pendingOutput: Int { output.count - outputSent }
+
+    func send(_ frame: [UInt8]) {
+        guard !closed else { return }
+        if pendingOutput == 0 {
+            let written = frame.withUnsafeBytes { cmsso_send(fd, $0.baseAddress, $0.count) }
+            if written == frame.count { return lastWrite = cmsso_monotonic_ns() }
+            if written < 0 && written != -Int(EAGAIN) { return close() }
+            output = Array(frame[max(written, 0)...])
+            outputSent = 0
+        } else {
+            output.append(contentsOf: frame)
+        }
+    }
+
+    private func flush() {
+        while pendingOutput > 0 {
+            let written = output.withUnsafeBytes { cmsso_send(fd, $0.baseAddress! + outputSent, $0.count - outputSent) }
+            if written == -Int(EAGAIN) { break }
+            guard written > 0 else { return close() }
+            outputSent += written
+            lastWrite = cmsso_monotonic_ns()
+        }
+        if pendingOutput == 0 {
+            output = []
+            outputSent = 0
+            if closing { return close() }
+        }
+        updateInterest()
+    }
+
+    private var closing = false
+
+    /// Closes once what is queued is written (or at the next deadline).
+    private func closeAfterWriting() {
+        closing = true
+        if pendingOutput == 0 { close() } else { updateInterest() }
+    }
+
+    /// Reads only while the connection can take more: not closing, no calls held, fewer calls in
+    /// flight than the cap, the peer reading its answers, and a large frame only with a slot.
+    func updateInterest() {
+        guard !closed else { return }
+        var wanted: UInt32 = 0
+        let canRead = !closing && held == nil && inFlight < server.limits.callsInFlight
+            && pendingOutput < server.limits.outputHighWater && (input.count <= 4096 || holdsLargeFrame)
+        if canRead { wanted |= CMSSO_READABLE }
+        if pendingOutput > 0 { wanted |= CMSSO_WRITABLE }
+        guard wanted != interest else { return }
+        interest = wanted
+        server.reactor.modify(fd, token: token, events: wanted)
+    }
+
+    // MARK: Deadlines and closing
+
+    /// Checked on every tick: hello, a frame begun, idleness, a peer that reads nothing.
+    func checkDeadlines(now: UInt64) {
+        guard !closed else { return }
+        let limits = server.limits
+        if !greeted, now - connectedAt > limits.helloTimeout {
+            return timeOut(BrokerError(.badRequest, "no hello received in time; closing"))
+        }
+        if frameStarted != 0, now - frameStarted > limits.frameTimeout {
+            return timeOut(BrokerError(.timedOut, "a frame was begun but not finished within \(limits.frameTimeout / 1_000_000_000) s; closing"))
+        }
+        if let waiting = held, now - waiting.since > Callers.resolutionTimeoutNanoseconds {
+            refuseHeld(BrokerError(.busy, "the calling process could not be identified in time; try again"))
+        }
+        if pendingOutput > 0, now - lastWrite > limits.idleTimeout { return close() } // reads nothing: drop it
+        if greeted, !subscribed, inFlight == 0, held == nil, pendingOutput == 0, now - lastActivity > limits.idleTimeout {
+            return timeOut(BrokerError(.timedOut, "the connection was idle for \(limits.idleTimeout / 1_000_000_000) s; closing (reconnect, or subscribe to stay connected)"))
+        }
+    }
+
+    /// Says why, if the peer's buffer has room for it, and hangs up.
+    private func timeOut(_ error: BrokerError) {
+        send(ReplyWriter.error(serial: 0, error))
+        close()
+    }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        server.reactor.remove(fd, token: token)
+        Glibc.close(fd)
+        if var waiting = held?.sender { waiting.release() }
+        held = nil
+        input = []
+        output = []
+        releaseLargeFrame()
+        for task in cancelOnClose.values { task.cancel() }
+        cancelOnClose = [:]
+        server.closed(self)
+    }
+
+    private func releaseLargeFrame() {
+        if holdsLargeFrame { server.releaseLargeFrame() }
+        holdsLargeFrame = false
     }
 }
 
 /// The daemon's version, reported by `hello`.
-public let brokerVersion = "0.1.0"
+public let brokerVersion = "0.2.0"

@@ -1,165 +1,196 @@
-import Foundation
+import FoundationEssentials
 import Logging
 import MSSOAudit
 import MSSOCore
 import MSSOProtocol
-import NIOCore
 
-/// Decodes a call, decides whether this caller may make it on this group, runs it on the broker,
-/// audits it, encodes the answer. The one place that maps method names to broker verbs.
-struct Dispatcher: Sendable {
+/// Who is calling, worked out for each call from the process that sent it.
+struct Caller: Sendable {
+    let uid: UInt32
+    let pid: Int32
+    let role: AccessPolicy.Role
+    let app: AppIdentity
+    /// The registrations the app matches.
+    let registrations: [AppRegistration]
+
+    /// The registered groups among the configured ones.
+    func usableGroups(_ configuration: Configuration) -> Set<String> {
+        Set(registrations.flatMap(\.groups)).intersection(configuration.groups.keys)
+    }
+}
+
+/// Decides whether this caller may make this call on this group, answers a `sign` on a fresh
+/// token at once (on the reactor's thread), runs everything else on the broker, audits each
+/// call. The one place that maps method names to broker verbs.
+final class Dispatcher: Sendable {
     let broker: Broker
     let policy: AccessPolicy
     let rules: Rules
     let audit: AuditLog?
     let logger: Logger
 
-    /// The reply (or error) to one call frame.
-    /// Who is calling, worked out once per call.
-    struct Caller {
-        let role: AccessPolicy.Role
-        let app: AppIdentity
-        /// The registrations the app matches (a pinned one may hash the executable, once).
-        let registrations: [AppRegistration]
-
-        /// The registered groups among the configured ones.
-        func usableGroups(_ configuration: Configuration) -> Set<String> {
-            Set(registrations.flatMap(\.groups)).intersection(configuration.groups.keys)
-        }
+    init(broker: Broker, policy: AccessPolicy, rules: Rules, audit: AuditLog?, logger: Logger) {
+        self.broker = broker
+        self.policy = policy
+        self.rules = rules
+        self.audit = audit
+        self.logger = logger
     }
 
-    func answer(_ payload: ByteBuffer, method: String, serial: UInt32, connection: Connection) async -> ByteBuffer {
-        let peer = connection.peer
-        let caller = Caller(role: policy.role(of: peer), app: peer.app, registrations: rules.entitlements.matches(peer.app))
+    enum Answer {
+        /// The reply frame, ready.
+        case now([UInt8])
+        /// The broker is working on it; the connection hears through ``Connection/complete(_:serial:)``.
+        case later
+    }
+
+    func dispatch(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: Connection) -> Answer {
+        if case .sign(var request) = arguments {
+            var group: String?
+            do {
+                try policy.authorize(method, role: caller.role)
+                let config = try resolve(request.group, method, caller, into: &group)
+                request.group = config.name
+                if let response = try broker.signWithoutWaiting(request, group: config) {
+                    record(method, caller, group: group, failure: nil)
+                    return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
+                }
+            } catch {
+                let failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
+                record(method, caller, group: group, failure: failure)
+                return .now(ReplyWriter.error(serial: serial, failure))
+            }
+        }
+        let task = Task {
+            let reply = await self.answer(serial, method: method, arguments, caller: caller, connection: connection)
+            connection.complete(reply, serial: serial)
+        }
+        if case .login = arguments { connection.cancelWhenClosed(serial, task) } // nobody left to approve it
+        return .later
+    }
+
+    /// An unknown method: answered, and audited under a name that cannot forge anything.
+    func refuseUnknown(_ method: String, serial: UInt32, sender: Sender, connection: Connection) {
+        let error = BrokerError(.unknownMethod, "no method named \"\(method.prefix(64))\"; see docs/PROTOCOL.md for the methods of protocol version \(protocolVersion)")
+        record(method, Caller(uid: sender.uid, pid: sender.pid, role: .app, app: AppIdentity(executable: nil), registrations: []),
+               group: nil, failure: error)
+        connection.send(ReplyWriter.error(serial: serial, error))
+    }
+
+    private func answer(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: Connection) async -> [UInt8] {
         var group: String?
-        let reply: ByteBuffer
+        let reply: [UInt8]
         var failure: BrokerError?
         do {
             try policy.authorize(method, role: caller.role)
-            reply = try await route(payload, method: method, connection: connection, caller: caller, group: &group)
+            reply = try await route(serial, arguments, connection: connection, caller: caller, group: &group)
         } catch {
             failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
             if failure!.name == .internal {
                 logger.error("call failed", metadata: ["method": "\(method)", "error": "\(String(describing: type(of: error)))"])
             }
-            reply = Self.encode(ErrorReply(serial: serial, error: failure!))
+            reply = ReplyWriter.error(serial: serial, failure!)
         }
-        logger.debug("call", metadata: ["method": "\(method)", "uid": "\(peer.uid)", "pid": "\(peer.pid)",
-                                        "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")"])
-        if method != Methods.Ping.name, let audit {
-            audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: peer.uid, pid: peer.pid, executable: peer.executable,
-                                    app: caller.registrations.first?.name ?? peer.app.flatpak, group: group,
-                                    verb: method, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue))
-        }
+        record(method, caller, group: group, failure: failure)
         return reply
     }
 
-    private func route(_ payload: ByteBuffer, method: String, connection: Connection, caller: Caller,
-                       group: inout String?) async throws -> ByteBuffer {
-        let (role, app) = (caller.role, caller.app)
-        switch method {
-        case Methods.Ping.name:
-            let call = try decode(Methods.Ping.self, payload)
-            return reply(Methods.Ping.self, call, call.args)
-        case Methods.Sign.name:
-            var call = try decode(Methods.Sign.self, payload)
-            call.args.group = try resolve(call.args.group, method, caller, into: &group)
-            return reply(Methods.Sign.self, call, try await broker.sign(call.args))
-        case Methods.Login.name:
-            var call = try decode(Methods.Login.self, payload)
-            try policy.authorize(call.args.flow, role: role)
-            let name = try resolve(call.args.group, method, caller, into: &group)
-            call.args.group = name
-            let serial = call.serial
-            return reply(Methods.Login.self, call, try await broker.login(call.args) { prompt in
+    private func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?) {
+        let verb = MethodName.loggable(method)
+        logger.debug("call", metadata: ["method": "\(verb)", "uid": "\(caller.uid)", "pid": "\(caller.pid)",
+                                        "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")"])
+        guard let audit else { return }
+        var detail: String?
+        if failure?.name == .notEntitled, let (expected, actual) = rules.entitlements.pinMismatch(caller.app) {
+            detail = "pinned sha256 \(expected), running \(actual ?? "unreadable")"
+        }
+        audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: caller.uid, pid: caller.pid, executable: caller.app.executable,
+                                app: caller.registrations.first?.name ?? caller.app.flatpak, group: group,
+                                verb: verb, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue, detail: detail))
+    }
+
+    private func route(_ serial: UInt32, _ arguments: CallArguments, connection: Connection, caller: Caller,
+                       group: inout String?) async throws -> [UInt8] {
+        let role = caller.role
+        func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
+        switch arguments {
+        case .hello, .ping:
+            throw BrokerError(.badRequest, "hello may be sent only once, first")
+        case .sign(var request):
+            request.group = try resolve(request.group, Methods.Sign.name, caller, into: &group).name
+            return reply(try await broker.sign(request))
+        case .login(var args):
+            let config = try resolve(args.group, Methods.Login.name, caller, into: &group)
+            try policy.authorize(args.flow, role: role, group: config)
+            args.group = config.name
+            let name = config.name
+            return reply(try await broker.login(args) { prompt in
                 switch prompt {
                 case .device(let device):
-                    connection.send(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device))
+                    connection.post(WireCodec.frame(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device), serial: 0))
                 case .browser(let browser):
-                    connection.send(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser))
+                    connection.post(WireCodec.frame(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser), serial: 0))
                 }
             })
-        case Methods.Extend.name:
-            let call = try decode(Methods.Extend.self, payload)
-            return reply(Methods.Extend.self, call, try await broker.extend(try resolve(call.args.group, method, caller, into: &group)))
-        case Methods.Logout.name:
-            let call = try decode(Methods.Logout.self, payload)
-            guard call.args.all == true else {
-                let name = try resolve(call.args.group, method, caller, into: &group)
-                return reply(Methods.Logout.self, call, .init(loggedOut: try await broker.logout(name, all: false)))
+        case .extend(let args):
+            return reply(try await broker.extend(try resolve(args.group, Methods.Extend.name, caller, into: &group).name))
+        case .logout(let args):
+            guard args.all == true else {
+                let name = try resolve(args.group, Methods.Logout.name, caller, into: &group).name
+                return reply(Methods.Logout.Result(loggedOut: try await broker.logout(name, all: false)))
             }
-            guard role == .app else { return reply(Methods.Logout.self, call, .init(loggedOut: try await broker.logout(nil, all: true))) }
+            guard role == .app else { return reply(Methods.Logout.Result(loggedOut: try await broker.logout(nil, all: true))) }
             var ended: [String] = []
             for name in caller.usableGroups(rules.configuration).sorted() { ended += try await broker.logout(name, all: false) }
-            return reply(Methods.Logout.self, call, .init(loggedOut: ended))
-        case Methods.Status.name:
-            let call = try decode(Methods.Status.self, payload)
-            if call.args.group != nil || role != .app {
-                let name = try call.args.group.map { try resolve($0, method, caller, into: &group) }
-                return reply(Methods.Status.self, call, .init(groups: try await broker.status(name)))
+            return reply(Methods.Logout.Result(loggedOut: ended))
+        case .status(let args):
+            if args.group != nil || role != .app {
+                let name = try args.group.map { try resolve($0, Methods.Status.name, caller, into: &group).name }
+                return reply(Methods.Status.Result(groups: try await broker.status(name)))
             }
             let mine = caller.usableGroups(rules.configuration)
-            return reply(Methods.Status.self, call, .init(groups: try await broker.status(nil).filter { mine.contains($0.group) }))
-        case Methods.Check.name:
-            let call = try decode(Methods.Check.self, payload)
-            return reply(Methods.Check.self, call, try await broker.check(try resolve(call.args.group, method, caller, into: &group)))
-        case Methods.Subscribe.name:
-            let call = try decode(Methods.Subscribe.self, payload)
-            let names = try call.args.groups.map { try $0.map { try resolve($0, method, caller, into: &group) } }
+            return reply(Methods.Status.Result(groups: try await broker.status(nil).filter { mine.contains($0.group) }))
+        case .check(let args):
+            return reply(try await broker.check(try resolve(args.group, Methods.Check.name, caller, into: &group).name))
+        case .subscribe(let args):
+            let names = try args.groups.map { try $0.map { try resolve($0, Methods.Subscribe.name, caller, into: &group).name } }
                 ?? (role == .app ? caller.usableGroups(rules.configuration).sorted() : nil)
-            return reply(Methods.Subscribe.self, call, .init(groups: try await broker.subscribe(connection, groups: names)))
-        case Methods.Apps.name:
-            let call = try decode(Methods.Apps.self, payload)
+            let groups = try await broker.subscribe(connection, groups: names)
+            connection.subscribedByBroker()
+            return reply(Methods.Subscribe.Result(groups: groups))
+        case .apps:
             let (configuration, entitlements) = (rules.configuration, rules.entitlements)
-            let caller = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
-                                           apps: entitlements.matches(app).map(\.name),
-                                           groups: role == .app ? caller.usableGroups(rules.configuration).sorted() : configuration.groups.keys.sorted())
-            return reply(Methods.Apps.self, call, .init(caller: caller, registrations: entitlements.registrations, ignored: entitlements.ignored,
-                                     userApps: configuration.policy.userApps, userDirectory: configuration.userDirectory + "/apps.d"))
-        case Methods.Audit.name:
-            let call = try decode(Methods.Audit.self, payload)
+            let app = caller.app
+            let description = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
+                                                apps: caller.registrations.map(\.name),
+                                                groups: role == .app ? caller.usableGroups(configuration).sorted() : configuration.groups.keys.sorted())
+            return reply(Methods.Apps.Result(caller: description, registrations: entitlements.registrations, ignored: entitlements.ignored,
+                                             userApps: configuration.policy.userApps, userDirectory: configuration.userDirectory + "/apps.d"))
+        case .audit(let args):
             guard let audit else { throw BrokerError(.internal, "the audit log could not be opened; see mssod's log") }
-            let entries = try audit.query(group: call.args.group, since: call.args.since, limit: min(call.args.limit ?? 1000, 10_000))
-            return reply(Methods.Audit.self, call, .init(entries: entries))
-        case Methods.Keys.name:
-            let call = try decode(Methods.Keys.self, payload)
-            let name = try resolve(call.args.group, method, caller, into: &group)
-            return reply(Methods.Keys.self, call, try await broker.key(name, rotate: call.args.rotate ?? false))
-        case Methods.Hello.name:
-            throw BrokerError(.badRequest, "hello may be sent only once, first")
-        default:
-            throw BrokerError(.unknownMethod, "no method named \"\(method)\"; see docs/PROTOCOL.md for the methods of protocol version \(protocolVersion)")
+            let entries = try audit.query(group: args.group, since: args.since, limit: min(max(args.limit ?? 1000, 0), 10_000))
+            return reply(Methods.Audit.Result(entries: entries))
+        case .keys(let args):
+            let name = try resolve(args.group, Methods.Keys.name, caller, into: &group).name
+            return reply(try await broker.key(name, rotate: args.rotate ?? false))
         }
     }
 
     /// The group a call is about, after checking the caller may use it. An app registered for
     /// exactly one of several configured groups gets that one by default.
-    private func resolve(_ name: String?, _ method: String, _ caller: Caller, into group: inout String?) throws -> String {
-        let configuration = rules.configuration
+    private func resolve(_ name: String?, _ method: String, _ caller: Caller, into group: inout String?) throws -> GroupConfig {
+        let snapshot = rules.current
+        let configuration = snapshot.configuration
         var name = name
         if name == nil, caller.role == .app, configuration.groups.count > 1 {
             let mine = caller.usableGroups(configuration)
             if mine.count == 1 { name = mine.first }
         }
-        let resolved = try configuration.group(named: name).name
-        group = resolved
-        if policy.needsEntitlement(method, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved) }) {
-            try rules.entitlements.authorize(caller.app, group: resolved) // throws NotEntitled, worded for the user
+        let resolved = try configuration.group(named: name)
+        group = resolved.name
+        if policy.needsEntitlement(method, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved.name) }) {
+            try snapshot.entitlements.authorize(caller.app, group: resolved.name) // throws NotEntitled, worded for the user
         }
         return resolved
-    }
-
-    private func decode<M: BrokerMethod>(_: M.Type, _ payload: ByteBuffer) throws -> Call<M.Arguments> {
-        try WireCodec.decode(Call<M.Arguments>.self, from: payload)
-    }
-
-    private func reply<M: BrokerMethod>(_: M.Type, _ call: Call<M.Arguments>, _ result: M.Result) -> ByteBuffer {
-        Self.encode(Reply(serial: call.serial, result: result))
-    }
-
-    static func encode(_ message: some Encodable) -> ByteBuffer {
-        if let buffer = try? WireCodec.encode(message) { return buffer }
-        // Only a reply over the frame cap lands here; say so instead of sending it.
-        return try! WireCodec.encode(ErrorReply(serial: 0, error: BrokerError(.internal, "reply too large")))
     }
 }

@@ -53,10 +53,9 @@ struct Bench: AsyncParsableCommand {
         try "[apps.bench]\nexecutable = \"\(me)\"\ngroups = [\(names)]\n".write(toFile: directory + "/etc/apps.d/bench.toml",
                                                                                    atomically: true, encoding: .utf8)
         let audit = try AuditLog(path: directory + "/audit.sqlite")
-        let broker = Broker(configuration: configuration, store: store, keys: SecretServiceStore(), identity: identity, logger: logger)
-        let server = try await BrokerServer.start(socketPath: socket, broker: broker,
-                                                  rules: try Rules(configuration: configuration, logger: logger),
-                                                  audit: audit, logger: logger)
+        let broker = Broker(rules: Rules(configuration: configuration, logger: logger), store: store, keys: SecretServiceStore(),
+                            identity: identity, logger: logger)
+        let server = try BrokerServer.start(socketPath: socket, broker: broker, audit: audit, logger: logger)
         defer { try? FileManager.default.removeItem(atPath: directory) }
 
         let client = try await SSOClient.connect(socketPath: socket)

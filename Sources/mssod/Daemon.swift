@@ -34,12 +34,24 @@ struct Daemon: AsyncParsableCommand {
     @Option(help: "Seconds a new connection has to send hello.")
     var helloTimeout: Double = 10
 
+    @Option(help: "Seconds a frame, once begun, has to arrive whole.")
+    var frameTimeout: Double = 10
+
+    @Option(help: "Seconds after which a connection with nothing going on is closed (subscribers are exempt).")
+    var idleTimeout: Double = 600
+
+    @Option(help: "Connections at once.")
+    var maxConnections = 1024
+
+    @Option(help: "Connections at once from any one process.")
+    var maxConnectionsPerProcess = 256
+
     mutating func run() async throws {
         Hardening.apply()
         let environment = ProcessInfo.processInfo.environment
         let level = environment["MSSO_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = EscapingLogHandler(StreamLogHandler.standardError(label: label))
             handler.logLevel = level
             return handler
         }
@@ -60,35 +72,31 @@ struct Daemon: AsyncParsableCommand {
             throw ExitCode(78) // EX_CONFIG
         }
         if configuration.groups.isEmpty {
-            logger.warning("no access group configured", metadata: ["files": "\(Configuration.searchPath(environment: environment))"])
+            logger.warning("no access group configured", metadata: ["files": "\(Configuration.searchPath(environment: environment).map(\.path))"])
         }
 
-        let rules: Rules
-        do {
-            rules = try Rules(configuration: configuration, logger: logger)
-        } catch let error as ConfigError {
-            logger.critical("invalid app registration: \(error)")
-            throw ExitCode(78)
-        }
+        let rules = Rules(configuration: configuration, logger: logger)
         let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
         let keyring = SecretServiceStore(timeout: keyringTimeout)
-        let broker = Broker(configuration: configuration, store: keyring, keys: keyring,
+        let broker = Broker(rules: rules, store: keyring, keys: keyring,
                             identity: OpenIDProvider(logger: logger, requestTimeout: idpTimeout), logger: logger)
+        var limits = ServerLimits()
+        limits.helloTimeout = Self.nanoseconds(helloTimeout)
+        limits.frameTimeout = Self.nanoseconds(frameTimeout)
+        limits.idleTimeout = Self.nanoseconds(idleTimeout)
+        limits.connections = maxConnections
+        limits.connectionsPerProcess = maxConnectionsPerProcess
         let server: BrokerServer
         do {
-            server = try await BrokerServer.start(socketPath: socketPath,
-                                                 inheritedSocket: inherited, broker: broker, rules: rules, audit: audit,
-                                                 ownTools: Self.ownTools(), logger: logger,
-                                                 helloTimeout: .milliseconds(Int64(helloTimeout * 1000)))
+            server = try BrokerServer.start(socketPath: socketPath, inheritedSocket: inherited, broker: broker, audit: audit,
+                                            ownTools: Self.ownTools(), logger: logger, limits: limits)
         } catch {
             logger.critical("cannot listen: \(error)")
             throw ExitCode(1)
         }
         reloads.set {
             do {
-                let configuration = try Configuration.load(environment: ProcessInfo.processInfo.environment)
-                try rules.reload(configuration)
-                await broker.reload(configuration)
+                rules.reload(try Configuration.load(environment: ProcessInfo.processInfo.environment))
                 logger.info("configuration reloaded")
             } catch {
                 logger.error("configuration not reloaded: \(error)")
@@ -105,14 +113,19 @@ struct Daemon: AsyncParsableCommand {
     /// `msso` and `msso-logout` installed beside this daemon: the user's own tools.
     static func ownTools() -> Set<String> {
         guard let me = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else { return [] }
-        let directory = (me as NSString).deletingLastPathComponent
+        let directory = AdminFiles.parent(of: me)
         return [directory + "/msso", directory + "/msso-logout"]
+    }
+
+    /// Seconds from an option, as nanoseconds (at least 1 ms, at most a year).
+    static func nanoseconds(_ seconds: Double) -> UInt64 {
+        UInt64(min(max(seconds.isFinite ? seconds : 1, 0.001), 366 * 86400) * 1_000_000_000)
     }
 
     /// The audit log in `$XDG_STATE_HOME/msso/audit.sqlite`. Without it mssod still serves, and
     /// says so loudly: refusing every app because a log file is unwritable helps nobody.
     static func openAudit(environment: [String: String], policy: Policy, logger: Logger) -> AuditLog? {
-        let home = environment["HOME"] ?? NSHomeDirectory()
+        let home = environment["HOME"] ?? Configuration.homeDirectory()
         let state = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
         do {
             return try AuditLog(path: state + "/msso/audit.sqlite", maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge)

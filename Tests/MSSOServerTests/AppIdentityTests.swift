@@ -1,5 +1,7 @@
 import CMSSOSystem
 import Foundation
+import MSSOCore
+import MSSOProtocol
 @testable import MSSOServer
 import XCTest
 
@@ -12,22 +14,29 @@ final class AppIdentityTests: XCTestCase {
             name=com.example.Notes
             runtime=runtime/org.gnome.Platform/x86_64/45
             """
-        XCTAssertEqual(ProcessHandle.flatpakID(info: info), "com.example.Notes")
-        XCTAssertNil(ProcessHandle.flatpakID(info: "[Instance]\nname=x\n"))
+        XCTAssertEqual(Callers.flatpakID(info: info), "com.example.Notes")
+        XCTAssertNil(Callers.flatpakID(info: "[Instance]\nname=x\n"))
+        XCTAssertNil(Callers.flatpakID(info: "[Application]\nname=\n"), "an empty name is no name")
     }
 
-    func testFlatpakScopesNameTheApp() {
-        XCTAssertEqual(ProcessHandle.flatpakID(unit: "app-flatpak-com.example.Notes-12345.scope"), "com.example.Notes")
-        XCTAssertNil(ProcessHandle.flatpakID(unit: "app-gnome-firefox-1234.scope"))
-        XCTAssertNil(ProcessHandle.flatpakID(unit: "msso.service"))
+    func testOurOwnProcessIsIdentifiedFromTheKernelAsAHostProcess() throws {
+        let own = ProcessFacts.of(pid: 0)
+        let (facts, identity) = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: own, entitlements: Entitlements(registrations: [])))
+        XCTAssertEqual(identity.executable, try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+        XCTAssertTrue(identity.onHost, "same mount namespace and root as the daemon")
+        XCTAssertNil(identity.flatpak, "a host process has no sandbox identity, whatever files it can write")
+        XCTAssertNil(identity.digest, "hashed only when a registration pins the executable")
+        XCTAssertEqual(facts, ProcessFacts.of(pid: getpid()))
     }
 
-    func testOurOwnProcessIsIdentifiedFromTheKernel() {
-        let me = ProcessHandle(pid: getpid(), pidfd: nil)
-        let identity = me.identity()
-        XCTAssertEqual(identity.executable, try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
-        XCTAssertEqual(identity.digest()?.count, 64)
-        XCTAssertNil(identity.flatpak)
+    func testAPinnedExecutableIsHashedAndTheDigestKeyedByItsChangeTime() throws {
+        let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let pinned = Entitlements(registrations: [AppRegistration(name: "me", executable: me, sha256: String(repeating: "0", count: 64),
+                                                                  flatpak: nil, groups: ["g"], source: "-", admin: true)])
+        let (_, identity) = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: ProcessFacts.of(pid: 0), entitlements: pinned))
+        XCTAssertEqual(identity.digest?.count, 64)
+        XCTAssertTrue(pinned.matches(identity).isEmpty, "a digest that differs from the pin matches nothing")
+        XCTAssertEqual(pinned.pinMismatch(identity)?.actual, identity.digest)
     }
 
     func testAnExitedProcessHasNoIdentity() throws {
@@ -38,6 +47,17 @@ final class AppIdentityTests: XCTestCase {
         let pidfd = cmsso_pidfd_open(pid) // taken while the child runs (or is a zombie)
         child.waitUntilExit()
         guard pidfd >= 0 else { throw XCTSkip("pidfd_open is not available") }
-        XCTAssertNil(ProcessHandle(pid: pid, pidfd: pidfd).identity().executable, "the pidfd says the process is gone")
+        defer { close(pidfd) }
+        XCTAssertNil(Callers.identify(pid: pid, pidfd: pidfd, own: ProcessFacts.of(pid: 0), entitlements: Entitlements(registrations: [])),
+                     "the pidfd says the process is gone")
+    }
+
+    func testTheSmallFileReaderStopsAtItsCap() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("big-\(getpid())").path
+        FileManager.default.createFile(atPath: path, contents: nil)
+        defer { unlink(path) }
+        XCTAssertEqual(truncate(path, 300 << 20), 0, "a sparse 300 MB file")
+        XCTAssertNil(Callers.readSmall(path, capacity: 64 * 1024), "refused, not read whole")
+        XCTAssertNil(Callers.readSmall("/dev/zero", capacity: 64), "not a regular file")
     }
 }

@@ -108,6 +108,7 @@ class Desktop:
 
     def __init__(self, keyring=True, password="login-pw", uid=None):
         self.uid = uid
+        self.extra_dirs = []  # made outside HOME (the administrator's), removed with it
         self.prefix = [] if uid is None else as_uid(uid)
         self.home = Path(tempfile.mkdtemp(prefix="msso-home-"))
         self.runtime = self.home / "run"
@@ -201,6 +202,15 @@ class Desktop:
         except ProcessLookupError:
             pass
         shutil.rmtree(self.home, ignore_errors=True)
+        for directory in self.extra_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def admin_directory():
+    """A directory the daemon counts as the administrator's: root's, 0755, under the sticky /tmp."""
+    directory = Path(tempfile.mkdtemp(prefix="msso-admin-"))
+    directory.chmod(0o755)
+    return directory
 
 
 class Broker:
@@ -209,8 +219,9 @@ class Broker:
     def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True, register=True):
         self.desktop = desktop
         self.socket = desktop.runtime / "msso" / "broker.sock"
-        self.config = desktop.home / "config.toml"
-        self.admin_dir = desktop.home / "etc-msso"  # stands in for /etc/msso
+        self.admin_dir = admin_directory()  # stands in for /etc/msso: root's, whatever uid the desktop runs as
+        desktop.extra_dirs.append(self.admin_dir)
+        self.config = self.admin_dir / "config.toml"
         self.user_dir = desktop.home / ".config" / "msso"
         self.args = list(args)
         self.log = LOG_DIR / f"mssod-{len(LOGS)}.log"
@@ -235,7 +246,8 @@ class Broker:
             if sha256:
                 lines.append(f"sha256 = {json.dumps(sha256)}")
         (directory / f"{name}.toml").write_text("\n".join(lines) + "\n")
-        self.desktop.chown(directory, recursive=True)
+        if not admin:
+            self.desktop.chown(directory.parent.parent, recursive=True)  # the user's ~/.config
 
     def write_config(self, groups, idp):
         lines = []
@@ -250,7 +262,7 @@ class Broker:
 
     @property
     def env(self):
-        return dict(self.desktop.env, MSSO_CONFIG=str(self.config), MSSO_SYSTEM_DIR=str(self.admin_dir),
+        return dict(self.desktop.env, MSSO_SYSTEM_DIR=str(self.admin_dir),
                     MSSO_LOG_LEVEL="debug")
 
     def start(self):

@@ -1,19 +1,115 @@
-// Why this shim exists: prctl(2) and syscall(2) are variadic, and variadic C functions cannot be
-// called from Swift; SO_PEERPIDFD is newer than this glibc's headers.
+// Why this shim exists: the broker judges every call by the process that sent it, which takes
+// recvmsg(2) with SCM_CREDENTIALS and SCM_PIDFD control messages, and pidfds, statx and epoll;
+// none of these is reachable from Swift as it stands (variadic calls, CMSG_* macros, packed
+// structs, constants newer than this glibc's headers). Each function is a thin wrapper that
+// returns -errno on failure.
 #ifndef CMSSO_SYSTEM_H
 #define CMSSO_SYSTEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 /// Marks the process not dumpable: no core dump, and no ptrace or /proc/PID/mem access by other
 /// processes of the same user. Returns 0 on success.
 int cmsso_set_not_dumpable(void);
 
-/// getsockopt's SO_PEERPIDFD (Linux 6.5): a pidfd for the peer of a Unix socket.
-#define CMSSO_SO_PEERPIDFD 77
-
 /// 1 while the process behind `pidfd` is alive (so its pid has not been reused), else 0.
 int cmsso_pidfd_alive(int pidfd);
 
-/// pidfd_open(2): a pidfd for a process of ours (-1 on failure).
+/// pidfd_open(2): a pidfd for a process (-errno on failure).
 int cmsso_pidfd_open(int pid);
+
+// MARK: Unix sockets
+
+/// A non-blocking listening socket bound at `path` (the caller chmods it).
+int cmsso_unix_listen(const char *path, int backlog);
+
+/// A blocking client connection to `path`, with send and receive timeouts of `timeout_ms`.
+int cmsso_unix_connect(const char *path, int timeout_ms);
+
+/// Makes a descriptor non-blocking and close-on-exec (a listening socket systemd passed).
+int cmsso_prepare_listener(int fd);
+
+/// accept4(2), non-blocking and close-on-exec.
+int cmsso_accept(int listener);
+
+/// Asks the kernel to attach the sender's credentials (SO_PASSCRED) and a pidfd of the sender
+/// (SO_PASSPIDFD, Linux >= 6.5) to every read. Returns a bit mask of what took: 1 credentials,
+/// 2 pidfds; -errno when not even credentials could be turned on.
+int cmsso_pass_credentials(int fd);
+
+/// Who sent some bytes, as the kernel attached it to them. `pidfd` is -1 when the kernel gave
+/// none (older kernels, or the sender already exited and was reaped).
+typedef struct {
+    int32_t pid;
+    uint32_t uid;
+    uint32_t gid;
+    int32_t pidfd;
+} cmsso_credentials;
+
+/// Reads what one sender wrote (the kernel never merges two writers' bytes into one read once
+/// SO_PASSCRED is on) and who that was. Descriptors passed with SCM_RIGHTS are closed at once:
+/// nobody may make the daemon hold descriptors. 0 at end of stream, -errno on failure; on
+/// success the caller owns `from->pidfd`.
+ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *from);
+
+/// The peer as of connect: SO_PEERCRED and, where the kernel has it, SO_PEERPIDFD.
+int cmsso_peer_credentials(int fd, cmsso_credentials *peer);
+
+/// send(2) that never raises SIGPIPE and never blocks.
+ssize_t cmsso_send(int fd, const void *buffer, size_t length);
+
+// MARK: epoll and wake-ups
+
+typedef struct {
+    uint32_t events;
+    uint64_t token;
+} cmsso_event;
+
+#define CMSSO_READABLE 0x001u   /* EPOLLIN */
+#define CMSSO_WRITABLE 0x004u   /* EPOLLOUT */
+#define CMSSO_ERROR    0x008u   /* EPOLLERR */
+#define CMSSO_HANGUP   0x010u   /* EPOLLHUP */
+
+int cmsso_epoll_create(void);
+/// op: 1 add, 2 delete, 3 modify (EPOLL_CTL_*).
+int cmsso_epoll_control(int epoll, int op, int fd, uint32_t events, uint64_t token);
+int cmsso_epoll_wait(int epoll, cmsso_event *events, int capacity, int timeout_ms);
+
+int cmsso_eventfd(void);
+void cmsso_eventfd_signal(int fd);
+void cmsso_eventfd_drain(int fd);
+
+/// CLOCK_MONOTONIC in nanoseconds.
+uint64_t cmsso_monotonic_ns(void);
+
+// MARK: What the kernel says about a process
+
+/// Facts about a process that change when it execs or moves to another namespace, read without
+/// touching the files' own file systems (statx AT_STATX_DONT_SYNC: a FUSE file system of the
+/// caller's cannot stall the daemon). Each `*_ok` is 0 when that fact could not be read.
+typedef struct {
+    int exe_ok;
+    uint64_t exe_device, exe_inode;
+    int64_t exe_ctime_sec, exe_ctime_nsec;
+    int64_t exe_size;
+    int64_t exe_mtime_sec, exe_mtime_nsec;
+    int namespace_ok;
+    uint64_t namespace_device, namespace_inode;
+    int root_ok;
+    uint64_t root_device, root_inode;
+} cmsso_process_facts;
+
+/// `pid` 0 means this process.
+void cmsso_process_facts_of(int pid, cmsso_process_facts *facts);
+
+/// Reads at most `capacity` bytes of a regular file, never following a final symbolic link and
+/// never waiting on a FIFO. Returns the bytes read (the file may be longer) or -errno; -EFBIG
+/// when the file holds more than `capacity` bytes.
+ssize_t cmsso_read_small_file(const char *path, char *buffer, size_t capacity);
+
+/// malloc_trim(0): gives freed heap memory back to the system after a flood.
+void cmsso_trim_memory(void);
 
 #endif

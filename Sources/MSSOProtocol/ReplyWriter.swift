@@ -1,0 +1,93 @@
+/// Writes the daemon's most frequent frames (a `sign` or `ping` reply, an error) straight into
+/// bytes, length prefix included, without a general-purpose encoder: they are on every app's
+/// request path. Output is the same JSON ``WireCodec`` would produce, up to key order.
+public struct ReplyWriter {
+    public private(set) var bytes: [UInt8] = []
+
+    public init(capacity: Int = 256) {
+        bytes.reserveCapacity(capacity)
+        bytes.append(contentsOf: [0, 0, 0, 0]) // the length, filled in by `frame`
+    }
+
+    /// `{"type":"reply","serial":N,"result":{"headers":[[name,value],…]}}`
+    public static func signReply(serial: UInt32, headers: [Header]) -> [UInt8] {
+        var writer = ReplyWriter(capacity: 96 + headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 8 })
+        writer.raw("{\"type\":\"reply\",\"serial\":")
+        writer.number(serial)
+        writer.raw(",\"result\":{\"headers\":[")
+        for (index, header) in headers.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.raw("[")
+            writer.string(header.name)
+            writer.raw(",")
+            writer.string(header.value)
+            writer.raw("]")
+        }
+        writer.raw("]}}")
+        return writer.frame()
+    }
+
+    /// `{"type":"reply","serial":N,"result":{"data":…}}`
+    public static func pingReply(serial: UInt32, data: String) -> [UInt8] {
+        var writer = ReplyWriter(capacity: 64 + data.utf8.count)
+        writer.raw("{\"type\":\"reply\",\"serial\":")
+        writer.number(serial)
+        writer.raw(",\"result\":{\"data\":")
+        writer.string(data)
+        writer.raw("}}")
+        return writer.frame()
+    }
+
+    /// `{"type":"error","serial":N,"error":NAME,"message":…}`
+    public static func error(serial: UInt32, _ error: BrokerError) -> [UInt8] {
+        var writer = ReplyWriter(capacity: 96 + error.message.utf8.count)
+        writer.raw("{\"type\":\"error\",\"serial\":")
+        writer.number(serial)
+        writer.raw(",\"error\":")
+        writer.string(error.name.rawValue)
+        writer.raw(",\"message\":")
+        writer.string(error.message)
+        writer.raw("}")
+        return writer.frame()
+    }
+
+    mutating func raw(_ text: StaticString) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    mutating func number(_ value: UInt32) {
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    /// A JSON string (RFC 8259): quotes, backslashes and control characters escaped.
+    mutating func string(_ text: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
+            case 0x0A: bytes.append(contentsOf: [92, 110])
+            case 0x0D: bytes.append(contentsOf: [92, 114])
+            case 0x09: bytes.append(contentsOf: [92, 116])
+            case 0..<0x20:
+                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: [92, 117, 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+            default: bytes.append(byte)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// The bytes with their length prefix, or an `Internal` error frame if over the cap.
+    mutating func frame() -> [UInt8] {
+        let length = bytes.count - Framing.headerSize
+        guard length <= Framing.maximumPayload else {
+            return ReplyWriter.error(serial: 0, BrokerError(.internal, "a reply of \(length) bytes would exceed the frame limit"))
+        }
+        bytes[0] = UInt8(truncatingIfNeeded: length >> 24)
+        bytes[1] = UInt8(truncatingIfNeeded: length >> 16)
+        bytes[2] = UInt8(truncatingIfNeeded: length >> 8)
+        bytes[3] = UInt8(truncatingIfNeeded: length)
+        return bytes
+    }
+}

@@ -1,0 +1,255 @@
+import CMSSOSystem
+import Crypto
+import Glibc
+import MSSOCore
+import Synchronization
+
+/// Who sent some bytes, as the kernel attached it to them (`SCM_CREDENTIALS`, `SCM_PIDFD`).
+struct Sender {
+    var uid: UInt32
+    var gid: UInt32
+    var pid: Int32
+    /// A pidfd of the very process that sent the bytes (-1: the kernel gave none). Owned.
+    var pidfd: Int32
+
+    /// Closes the pidfd; call once the sender is no longer needed.
+    mutating func release() {
+        if pidfd >= 0 { close(pidfd) }
+        pidfd = -1
+    }
+}
+
+/// What about a process changes when it execs, moves to another mount namespace or changes root.
+struct ProcessFacts: Equatable {
+    var executable: FileIdentity?
+    var mountNamespace: (device: UInt64, inode: UInt64)?
+    var root: (device: UInt64, inode: UInt64)?
+
+    struct FileIdentity: Hashable {
+        var device: UInt64, inode: UInt64, size: Int64
+        var modified: Int64, changed: Int64 // ns; `changed` (ctime) cannot be set back by the file's owner
+    }
+
+    static func of(pid: Int32) -> ProcessFacts {
+        var facts = cmsso_process_facts()
+        cmsso_process_facts_of(pid, &facts)
+        return ProcessFacts(
+            executable: facts.exe_ok == 0 ? nil : FileIdentity(
+                device: facts.exe_device, inode: facts.exe_inode, size: facts.exe_size,
+                modified: facts.exe_mtime_sec * 1_000_000_000 + facts.exe_mtime_nsec,
+                changed: facts.exe_ctime_sec * 1_000_000_000 + facts.exe_ctime_nsec),
+            mountNamespace: facts.namespace_ok == 0 ? nil : (facts.namespace_device, facts.namespace_inode),
+            root: facts.root_ok == 0 ? nil : (facts.root_device, facts.root_inode))
+    }
+
+    static func == (a: ProcessFacts, b: ProcessFacts) -> Bool {
+        a.executable == b.executable && a.mountNamespace?.device == b.mountNamespace?.device
+            && a.mountNamespace?.inode == b.mountNamespace?.inode && a.root?.device == b.root?.device && a.root?.inode == b.root?.inode
+    }
+
+    /// Whether a process with these facts sees the same file system as one with `other`'s.
+    func sharesFileSystem(with other: ProcessFacts) -> Bool {
+        guard let mountNamespace, let root, let theirs = other.mountNamespace, let theirRoot = other.root else { return false }
+        return mountNamespace == theirs && root == theirRoot
+    }
+}
+
+/// The identity of each calling process, judged per call and cached per process.
+///
+/// A cached identity is reused only while the process's facts are unchanged (the same executable
+/// file, mount namespace and root) and its pidfd says it is the process that sent the call; an
+/// exec, a new namespace or a chroot makes it a stranger again. Finding out who a new process is
+/// reads files (its executable, to hash it for a pinned registration; a sandbox's
+/// `/.flatpak-info`), so it runs on a thread of its own, never on the reactor.
+final class Callers: @unchecked Sendable {
+    private let reactor: Reactor
+    private let rules: Rules
+    /// This daemon's own facts: a caller whose mount namespace and root match sees our paths.
+    private let own = ProcessFacts.of(pid: 0)
+    // Confined to the reactor's thread:
+    private var cache: [Int32: Entry] = [:]
+    private var waiting: [Int32: [(AppIdentity?) -> Void]] = [:]
+    private var workers = 0
+
+    /// Identifications running at once (each on a thread; a file system that never answers
+    /// could hold one forever, and must not hold more than these).
+    static let maximumWorkers = 8
+    /// Processes remembered; past this the least recently seen are forgotten.
+    static let maximumEntries = 4096
+    /// How long a call waits for its sender to be identified.
+    static let resolutionTimeoutNanoseconds: UInt64 = 5_000_000_000
+
+    private struct Entry {
+        var facts: ProcessFacts
+        var identity: AppIdentity
+        var generation: Int
+        var lastUsed: UInt64
+    }
+
+    init(reactor: Reactor, rules: Rules) {
+        self.reactor = reactor
+        self.rules = rules
+    }
+
+    enum Lookup {
+        /// Known, and unchanged since.
+        case known(AppIdentity)
+        /// Being found out: the callback runs on the reactor's thread (nil: it could not be).
+        case pending
+        /// The sender is gone (it exited, or its pid now names another process).
+        case gone
+        /// Too many identifications are under way.
+        case busy
+    }
+
+    /// The identity of the process that sent a call.
+    func identity(of sender: Sender, then: @escaping (AppIdentity?) -> Void) -> Lookup {
+        let facts = ProcessFacts.of(pid: sender.pid)
+        // Read the facts first, then check the sender still runs: the pid then named it throughout.
+        guard sender.pidfd < 0 || cmsso_pidfd_alive(sender.pidfd) == 1 else { return .gone }
+        let snapshot = rules.current
+        if var entry = cache[sender.pid], entry.facts == facts,
+           entry.generation == snapshot.generation || !needsDigest(entry.identity, snapshot.entitlements) {
+            entry.lastUsed = cmsso_monotonic_ns()
+            cache[sender.pid] = entry
+            return .known(entry.identity)
+        }
+        return resolve(sender, then: then)
+    }
+
+    private func needsDigest(_ identity: AppIdentity, _ entitlements: Entitlements) -> Bool {
+        guard identity.digest == nil, identity.onHost, let executable = identity.executable else { return false }
+        return entitlements.pins(executable)
+    }
+
+    private func resolve(_ sender: Sender, then: @escaping (AppIdentity?) -> Void) -> Lookup {
+        let pid = sender.pid
+        if let queued = waiting[pid] {
+            guard queued.count < 64 else { return .busy }
+            waiting[pid]!.append(then)
+            return .pending
+        }
+        guard workers < Self.maximumWorkers else { return .busy }
+        let pidfd = sender.pidfd >= 0 ? dup(sender.pidfd) : -1
+        waiting[pid] = [then]
+        workers += 1
+        let (rules, own, reactor) = (self.rules, self.own, self.reactor)
+        let started = Thread.detach {
+            let generation = rules.current.generation
+            let resolved = Self.identify(pid: pid, pidfd: pidfd, own: own, entitlements: rules.entitlements)
+            if pidfd >= 0 { close(pidfd) }
+            reactor.execute { [self] in finish(pid, resolved, generation) }
+        }
+        if !started {
+            if pidfd >= 0 { close(pidfd) }
+            workers -= 1
+            waiting[pid] = nil
+            return .busy
+        }
+        return .pending
+    }
+
+    private func finish(_ pid: Int32, _ resolved: (ProcessFacts, AppIdentity)?, _ generation: Int) {
+        workers -= 1
+        if let (facts, identity) = resolved {
+            if cache.count >= Self.maximumEntries { forgetOldest() }
+            cache[pid] = Entry(facts: facts, identity: identity, generation: generation, lastUsed: cmsso_monotonic_ns())
+        }
+        for then in waiting.removeValue(forKey: pid) ?? [] { then(resolved?.1) }
+    }
+
+    private func forgetOldest() {
+        let oldest = cache.sorted { $0.value.lastUsed < $1.value.lastUsed }.prefix(Self.maximumEntries / 4)
+        for (pid, _) in oldest { cache[pid] = nil }
+    }
+
+    /// Forgets processes that ended (every few seconds).
+    func sweep() {
+        for pid in cache.keys where kill(pid, 0) != 0 && errno == ESRCH { cache[pid] = nil }
+    }
+
+    // MARK: Identifying a process (on a worker thread)
+
+    /// Everything the broker needs to know about `pid`, or nil when it ended meanwhile.
+    static func identify(pid: Int32, pidfd: Int32, own: ProcessFacts, entitlements: Entitlements) -> (ProcessFacts, AppIdentity)? {
+        let facts = ProcessFacts.of(pid: pid)
+        let executable = readLink("/proc/\(pid)/exe")
+        let onHost = facts.sharesFileSystem(with: own)
+        var identity = AppIdentity(executable: executable, onHost: onHost, unit: unit(pid: pid))
+        if !onHost {
+            // Only a process that really is in a namespace of its own has a sandbox to speak of.
+            identity.flatpak = readSmall("/proc/\(pid)/root/.flatpak-info", capacity: 64 * 1024).flatMap(flatpakID(info:))
+        } else if let executable, entitlements.pins(executable), let file = facts.executable {
+            identity.digest = digest(pid: pid, file: file)
+        }
+        // Read after the facts: had the pid been reused meanwhile, they describe another process.
+        if pidfd >= 0, cmsso_pidfd_alive(pidfd) != 1 { return nil }
+        guard ProcessFacts.of(pid: pid) == facts else { return nil } // it exec'd while we looked
+        return (facts, identity)
+    }
+
+    static func readLink(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(path, &buffer, Int(PATH_MAX))
+        guard count > 0 else { return nil }
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// A small regular file's text: never more than `capacity` bytes read, never a FIFO waited on.
+    static func readSmall(_ path: String, capacity: Int) -> String? {
+        var buffer = [CChar](repeating: 0, count: capacity)
+        let count = cmsso_read_small_file(path, &buffer, capacity)
+        guard count >= 0 else { return nil }
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The systemd unit from the process's cgroup (`0::/user.slice/…/app-foo.scope` → `app-foo.scope`).
+    static func unit(pid: Int32) -> String? {
+        guard let text = readSmall("/proc/\(pid)/cgroup", capacity: 4096),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("0::") }) else { return nil }
+        let last = line.split(separator: "/").last.map(String.init)
+        return last.flatMap { $0.hasSuffix(".scope") || $0.hasSuffix(".service") ? $0 : nil }
+    }
+
+    /// The `name` of the `[Application]` section of a `.flatpak-info` file.
+    static func flatpakID(info text: String) -> String? {
+        var inApplication = false
+        for line in text.split(separator: "\n") {
+            if line.hasPrefix("[") { inApplication = line == "[Application]" }
+            if inApplication, line.hasPrefix("name=") {
+                let name = String(line.dropFirst(5))
+                return name.isEmpty || name.utf8.count > 255 ? nil : name
+            }
+        }
+        return nil
+    }
+
+    /// SHA-256 of the running executable (`/proc/PID/exe` opens the very file the process runs),
+    /// cached by the file's identity, change time included: rewriting a binary in place and
+    /// setting its mtime back still changes its ctime, so the old digest is never reused.
+    static func digest(pid: Int32, file: ProcessFacts.FileIdentity) -> String? {
+        if let known = digests.withLock({ $0[file] }) { return known }
+        let fd = open("/proc/\(pid)/exe", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var hasher = SHA256()
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { if count < 0 { return nil }; break }
+            chunk.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+        }
+        let hex = hasher.finalize().map { byte in
+            let digits = Array("0123456789abcdef".utf8)
+            return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]], as: UTF8.self)
+        }.joined()
+        digests.withLock {
+            if $0.count > 1024 { $0.removeAll() }
+            $0[file] = hex
+        }
+        return hex
+    }
+
+    private static let digests = Mutex<[ProcessFacts.FileIdentity: String]>([:])
+}
