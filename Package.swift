@@ -17,6 +17,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // Wire protocol: message types, error names, framing. Shared by daemon, CLI and client.
@@ -45,14 +47,16 @@ let package = Package(
         .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOProtocol"]),
         // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions.
         .target(name: "MSSOSigning", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
-        // OpenID Connect / OAuth 2.0 client flows.
+        // OpenID Connect / OAuth 2.0 client flows, over AsyncHTTPClient.
         .target(name: "MSSOIdentity", dependencies: [
             "MSSOCore",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         // The Unix-socket server: its own epoll loop, each call judged by the process that sent it.
         .target(name: "MSSOServer", dependencies: [
@@ -94,6 +98,7 @@ let package = Package(
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
+        .testTarget(name: "MSSOIdentityTests", dependencies: ["MSSOIdentity", "MSSOCore", "MSSOProtocol"]),
         .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
     ]
 )

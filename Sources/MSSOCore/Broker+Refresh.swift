@@ -20,28 +20,28 @@ extension Broker {
     /// the IdP is unavailable (and backing off), a token that still works is served as it is.
     func refreshed(_ config: GroupConfig, _ stale: Credential) async throws -> Credential {
         let name = config.name
-        if let running = groups[name]?.refresh { return try await running.value }
-        let backoff = groups[name]!.backoff
-        if now() < backoff.notBefore, groups[name]?.unsaved != true {
-            if stale.accessTokenExpiresAt > now() { return stale }
-            throw BrokerError(.idpUnavailable, "the identity provider of \"\(name)\" is unavailable, so the access token could not be renewed; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
+        let task: Task<Credential, any Error>
+        if let running = groups[name]?.refresh {
+            task = running
+        } else {
+            let backoff = groups[name]!.backoff
+            if now() < backoff.notBefore, groups[name]?.unsaved != true {
+                if stale.accessTokenExpiresAt > now() { return stale }
+                throw BrokerError(.idpUnavailable, "the identity provider of \"\(name)\" is unavailable, so the access token could not be renewed; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
+            }
+            let generation = groups[name]!.generation
+            task = Task { () async throws -> Credential in
+                try await self.performRefresh(config, generation: generation)
+            }
+            groups[name]!.refresh = task
         }
-        let generation = groups[name]!.generation
-        let task = Task { () async throws -> Credential in
-            try await self.performRefresh(config, generation: generation)
-        }
-        groups[name]!.refresh = task
-        defer { if groups[name]?.generation == generation { groups[name]?.refresh = nil } }
+        defer { if groups[name]?.refresh == task { groups[name]?.refresh = nil } }
         do {
-            let credential = try await task.value
-            groups[name]?.backoff = RefreshBackoff()
-            return credential
+            return try await task.value
         } catch let busy as IdPBusy {
-            groups[name]?.backoff.failed(at: now(), retryAfter: busy.retryAfter)
-            let wait = Int((groups[name]?.backoff.notBefore ?? now()) - now()) + 1
-            logger.warning("refresh failed; the session is kept", metadata: ["group": "\(name)", "error": "\(busy.error)", "retry": "\(wait)s"])
             // The IdP is down but the current token still works: serve it, retry after the backoff.
             if stale.accessTokenExpiresAt > now() { return stale }
+            let wait = Int(max(0, (groups[name]?.backoff.notBefore ?? now()) - now())) + 1
             throw BrokerError(.idpUnavailable, "\(busy.error.message); msso asks again in \(wait) s, and the session is kept")
         }
     }
@@ -62,9 +62,21 @@ extension Broker {
             do {
                 let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
                 tokens = try await identity.refresh(config, refreshToken: refreshToken, dpop: dpop)
+                groups[name]?.backoff = RefreshBackoff()
             } catch let error as BrokerError where error.name == .expired {
                 try await endWindowEarly(name, generation: generation)
                 throw error
+            } catch let busy as IdPBusy {
+                guard groups[name]?.generation == generation else {
+                    // Logged out meanwhile (which cancels the refresh): nothing to keep or retry.
+                    throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
+                }
+                groups[name]?.backoff.failed(at: now(), retryAfter: busy.retryAfter)
+                let wait = Int((groups[name]?.backoff.notBefore ?? now()) - now()) + 1
+                logger.warning("refresh failed; the session is kept", metadata: ["group": "\(name)", "error": "\(busy.error)", "retry": "\(wait)s"])
+                throw busy
+            } catch is CancellationError {
+                throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
             }
             credential.accessToken = tokens.accessToken
             credential.refreshToken = tokens.refreshToken ?? credential.refreshToken

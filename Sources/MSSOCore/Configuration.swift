@@ -162,6 +162,10 @@ public struct Configuration: Equatable, Sendable {
                     var path = try value.string(fail, key)
                     if !path.hasPrefix("/") { path = AdminFiles.parent(of: file) + "/" + path }
                     group.clientSecret = .file(path)
+                case "ca_file":
+                    var path = try value.string(fail, key)
+                    if !path.hasPrefix("/") { path = AdminFiles.parent(of: file) + "/" + path }
+                    group.caFile = path
                 case "scopes":
                     group.scopes = try value.strings(fail, key)
                 case "session_timeout":

@@ -89,6 +89,9 @@ public struct GroupConfig: Equatable, Sendable {
     public var redirectURI = "http://127.0.0.1:0/callback"
     /// How long a browser login waits for the browser.
     public var browserTimeout: Double = 300
+    /// A CA certificate file (PEM) to verify a private IdP's TLS certificate with, instead of the
+    /// system's trust store.
+    public var caFile: String?
     /// Whether the administrator defined the group (in a root-owned file). Only such a group is
     /// given a password at session start: its issuer is one the user could not have chosen.
     public var admin = true

@@ -118,4 +118,11 @@ public enum Base64URL {
         }
         return String(decoding: bytes, as: UTF8.self)
     }
+
+    /// The bytes of base64url text (padding optional), or nil when it is not base64url.
+    public static func decode(_ text: some StringProtocol) -> Data? {
+        var standard = String(text).map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 }.reduce(into: "") { $0.append($1) }
+        standard += String(repeating: "=", count: (4 - standard.count % 4) % 4)
+        return Data(base64Encoded: standard)
+    }
 }

@@ -78,8 +78,8 @@ struct Daemon: AsyncParsableCommand {
         let rules = Rules(configuration: configuration, logger: logger)
         let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
         let keyring = SecretServiceStore(timeout: keyringTimeout)
-        let broker = Broker(rules: rules, store: keyring, keys: keyring,
-                            identity: OpenIDProvider(logger: logger, requestTimeout: idpTimeout), logger: logger)
+        let identity = OpenIDProvider(logger: logger, requestTimeout: idpTimeout, environment: environment)
+        let broker = Broker(rules: rules, store: keyring, keys: keyring, identity: identity, logger: logger)
         var limits = ServerLimits()
         limits.helloTimeout = Self.nanoseconds(helloTimeout)
         limits.frameTimeout = Self.nanoseconds(frameTimeout)
@@ -107,6 +107,7 @@ struct Daemon: AsyncParsableCommand {
         logger.info("shutting down")
         await server.close()
         await broker.shutdown()
+        await identity.shutdown()
         audit?.flush()
     }
 

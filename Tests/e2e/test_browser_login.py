@@ -56,15 +56,22 @@ def test_a_browser_login_with_pkce(desktop, idp, profile):
         broker.stop()
 
 
-def test_a_forged_redirect_is_refused(desktop, idp):
+def test_a_forged_redirect_is_refused_and_the_login_keeps_waiting(desktop, idp):
+    """Any local process can reach the loopback listener: a callback with another state (an
+    injected code, or an attempt to abort the login) gets an error page and changes nothing."""
     broker = Broker(desktop, idp, groups={GROUP: {"redirect_uri": REDIRECT}})
     try:
         cli, url = start_login(broker)
-        forged = requests.get(f"{REDIRECT}?code=stolen&state=not-the-one", timeout=5)
-        assert forged.status_code == 200
-        _, err = cli.communicate(timeout=30)
-        assert cli.returncode == 6 and "state mismatch" in err
+        for forged_query in ("code=stolen&state=not-the-one", "error=access_denied&state=not-the-one", "code=stolen"):
+            forged = requests.get(f"{REDIRECT}?{forged_query}", timeout=5)
+            assert forged.status_code == 400 and "another login attempt" in forged.text
+        assert cli.poll() is None, "the login is still waiting for the real browser"
         assert broker.msso("check").returncode == 2
+        landing = browser(idp, url)
+        assert landing.status_code == 200 and "Login complete" in landing.text
+        out, err = cli.communicate(timeout=30)
+        assert cli.returncode == 0, err
+        assert broker.msso("check").returncode == 0
     finally:
         broker.stop()
 

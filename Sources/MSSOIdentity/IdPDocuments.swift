@@ -1,0 +1,128 @@
+import FoundationEssentials
+import MSSOCore
+import MSSOProtocol
+import MSSOSigning
+
+/// The endpoints of a provider, from its discovery document, checked as OpenID Connect Discovery
+/// §4.3 requires: the document's `issuer` is exactly the configured one, and every endpoint is
+/// https (plain http only on a loopback address, for a provider on this machine).
+struct IdPEndpoints: Sendable {
+    var token: URL
+    var authorization: URL?
+    var deviceAuthorization: URL?
+    var revocation: URL?
+
+    private struct Document: Decodable {
+        var issuer: String
+        var token_endpoint: String
+        var authorization_endpoint: String?
+        var device_authorization_endpoint: String?
+        var revocation_endpoint: String?
+    }
+
+    /// Reads and checks a discovery document; the error names what is wrong.
+    init(discovery body: Data, group: GroupConfig) throws(BrokerError) {
+        let document: Document
+        do {
+            document = try JSONDecoder().decode(Document.self, from: body)
+        } catch {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent a discovery document that is not OpenID Connect's (no issuer or token_endpoint); check `issuer` in the config")
+        }
+        guard document.issuer == group.issuer else {
+            throw BrokerError(.idpUnavailable, "the identity provider at \(group.issuer) says its issuer is \"\(document.issuer.prefix(200))\", not the configured one: refusing it (OpenID Connect requires them to be identical; check `issuer` in the config)")
+        }
+        func endpoint(_ text: String?, _ name: String) throws(BrokerError) -> URL? {
+            guard let text else { return nil }
+            guard let url = URL(string: text), let host = url.host?.lowercased(), !host.isEmpty,
+                  url.scheme?.lowercased() == "https" || (url.scheme?.lowercased() == "http" && Self.isLoopback(host)) else {
+                throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" gives a \(name) that is not https (\(text.prefix(200))): refusing to send credentials there")
+            }
+            return url
+        }
+        token = try endpoint(document.token_endpoint, "token_endpoint")!
+        authorization = try endpoint(document.authorization_endpoint, "authorization_endpoint")
+        deviceAuthorization = try endpoint(document.device_authorization_endpoint, "device_authorization_endpoint")
+        revocation = try endpoint(document.revocation_endpoint, "revocation_endpoint")
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host) || host.hasPrefix("127.")
+    }
+}
+
+/// A successful token response (RFC 6749 §5.1), with its numbers checked.
+struct TokenResponse: Decodable {
+    var access_token: String
+    var token_type: String?
+    var expires_in: Lenient?
+    var refresh_token: String?
+    var id_token: String?
+
+    /// The longest access token lifetime believed: longer claims are cut to a day, so a broken IdP
+    /// cannot make a token live on for years.
+    static let maximumLifetime: Double = 86400
+
+    func tokens(group: GroupConfig, dpop: Bool) throws(BrokerError) -> TokenSet {
+        guard !access_token.isEmpty, access_token.utf8.count <= 16384, (refresh_token?.utf8.count ?? 0) <= 16384 else {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered without a usable access token")
+        }
+        if dpop, token_type?.lowercased() != "dpop" {
+            // An unbound token sent as "DPoP" would be refused, and would be a bearer token anyway.
+            throw BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" did not bind the tokens to msso's key (token_type \(token_type?.prefix(32) ?? "missing")); enable DPoP for the client, or use sign = \"bearer\"")
+        }
+        let lifetime = expires_in?.value.map { min(max($0, 1), Self.maximumLifetime) } ?? 300
+        return TokenSet(accessToken: access_token, refreshToken: refresh_token, expiresIn: lifetime,
+                        username: id_token.flatMap(Self.displayName(idToken:)))
+    }
+
+    /// The user's name from an ID token, for status output only (not verified: never used for trust).
+    static func displayName(idToken: String) -> String? {
+        struct Claims: Decodable {
+            var preferred_username: String?
+            var sub: String?
+        }
+        let parts = idToken.split(separator: ".")
+        guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
+              let claims = try? JSONDecoder().decode(Claims.self, from: payload) else { return nil }
+        let name = claims.preferred_username ?? claims.sub
+        return name.flatMap { $0.utf8.count <= 255 && !$0.unicodeScalars.contains { $0.properties.generalCategory == .control } ? $0 : nil }
+    }
+}
+
+/// A device authorization response (RFC 8628 §3.2), its numbers brought into range.
+struct DeviceAuthorization: Decodable {
+    var device_code: String
+    var user_code: String
+    var verification_uri: String
+    var verification_uri_complete: String?
+    var expires_in: Lenient?
+    var interval: Lenient?
+
+    /// Seconds the code is good for: 1 s to an hour (600 when the IdP does not say).
+    var lifetime: Double { expires_in?.value.map { min(max($0, 1), 3600) } ?? 600 }
+    /// Seconds between polls: 1 to 60 (5 when the IdP does not say), so that no number an IdP
+    /// sends can stop polling or turn it into a flood.
+    var pollInterval: Double { interval?.value.map { min(max($0, 1), 60) } ?? 5 }
+}
+
+/// An OAuth error response (RFC 6749 §5.2).
+struct OAuthErrorBody: Decodable {
+    var error: String
+}
+
+/// A number an IdP sent, as a number or a numeric string; anything else (or a non-finite
+/// value) reads as absent, so that the caller's default applies.
+struct Lenient: Decodable {
+    var value: Double?
+
+    init(from decoder: Decoder) throws {
+        let single = try decoder.singleValueContainer()
+        if let number = try? single.decode(Double.self), number.isFinite {
+            value = number
+        } else if let text = try? single.decode(String.self), let number = Double(text), number.isFinite {
+            value = number
+        } else {
+            value = nil
+        }
+    }
+}
