@@ -44,7 +44,7 @@ let package = Package(
         .target(name: "MSSOKeyring", dependencies: ["CLibSecret", "MSSOCore"]),
         // The audit log: who asked for what, in SQLite (libsqlite3).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOProtocol"]),
+        .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOProtocol", .product(name: "Logging", package: "swift-log")]),
         // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions.
         .target(name: "MSSOSigning", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // OpenID Connect / OAuth 2.0 client flows, over AsyncHTTPClient.
@@ -96,7 +96,7 @@ let package = Package(
             "MSSOProtocol", .product(name: "NIOCore", package: "swift-nio"),
         ]),
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
-        .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit"]),
+        .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
         .testTarget(name: "MSSOIdentityTests", dependencies: ["MSSOIdentity", "MSSOCore", "MSSOProtocol"]),
         .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),

@@ -1,39 +1,84 @@
 import CSQLite
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
+import Logging
 import MSSOProtocol
+import Synchronization
 
 /// The append-only audit log, in SQLite: one row per verb.
 ///
 /// `record` never blocks the caller (it is on the sign path): rows are queued and written in one
 /// transaction every `flushInterval`, so a crash can lose at most that much of the log, never a
-/// credential. Rotation deletes the oldest rows past `maxRows` or older than `maxAge`.
-public final class AuditLog: @unchecked Sendable {
-    private let database: OpaquePointer
+/// credential. Two things keep a flood from erasing history:
+/// - **Aggregation**: the same caller (executable) making the same call with the same outcome
+///   gets at most ``rowsPerMinute`` rows a minute; the rest are counted into one row that says
+///   how many more there were.
+/// - **Rotation** deletes rows older than `maxAge`, and the oldest past `maxRows`, but never the
+///   newest ``keptPerGroup`` successful calls of a group.
+/// A database that another process holds locked is waited for (bounded); a batch that still cannot
+/// be written is logged and kept for the next flush, never dropped silently.
+public final class AuditLog: Sendable {
+    private let database: Database
     private let queue = DispatchQueue(label: "msso.audit")
-    private let lock = NSLock()
-    private var pending: [AuditEntry] = []
-    private var flushScheduled = false
-    private var insertsSincePrune = 0
+    private let state = Mutex(State())
     private let maxRows: Int
     private let maxAge: Double
     private let flushInterval: Double
+    private let logger: Logger
+
+    /// Rows a minute for one caller's identical calls; more are counted, not written one by one.
+    public static let rowsPerMinute = 60
+    /// Successful calls of each group that rotation never deletes, however many others come.
+    public static let keptPerGroup = 1000
+    /// Rows waiting to be written, at most (a database that stays unwritable must not eat memory).
+    static let maximumPending = 100_000
+    /// Distinct callers and calls being counted at once; past this, one count per executable.
+    static let maximumCounters = 4096
+
+    private struct State {
+        var pending: [AuditEntry] = []
+        var flushScheduled = false
+        var insertsSincePrune = 0
+        var counters: [Key: Counter] = [:]
+        var lost = 0
+    }
+
+    /// What makes two rows "the same call" for aggregation.
+    private struct Key: Hashable {
+        var uid: UInt32
+        var executable: String?
+        var app: String?
+        var group: String?
+        var verb: String
+        var outcome: String
+        var error: String?
+
+        init(_ entry: AuditEntry) {
+            (uid, executable, app, group, verb, outcome, error) =
+                (entry.uid, entry.executable, entry.app, entry.group, entry.verb, entry.outcome, entry.error)
+        }
+    }
+
+    private struct Counter {
+        var minute: Int
+        var written: Int
+        var suppressed: Int
+        var last: AuditEntry
+    }
 
     /// Opens (creating if needed) the log at `path`, readable by the user only.
-    public init(path: String, maxRows: Int = 100_000, maxAge: Double = 90 * 86400, flushInterval: Double = 0.1) throws {
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent,
-                                                withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        var handle: OpaquePointer?
-        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nil) == SQLITE_OK,
-              let handle else {
-            throw AuditError("cannot open the audit log at \(path)")
-        }
-        database = handle
+    public init(path: String, maxRows: Int = 100_000, maxAge: Double = 90 * 86400, flushInterval: Double = 0.1,
+                logger: Logger = Logger(label: "msso.audit")) throws {
+        let directory = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        database = try Database(path: path)
         chmod(path, 0o600)
         self.maxRows = maxRows
         self.maxAge = maxAge
         self.flushInterval = flushInterval
-        try execute("""
+        self.logger = logger
+        try database.execute("""
             PRAGMA journal_mode = WAL;
             PRAGMA synchronous = NORMAL;
             CREATE TABLE IF NOT EXISTS audit (
@@ -45,28 +90,57 @@ public final class AuditLog: @unchecked Sendable {
             CREATE TRIGGER IF NOT EXISTS audit_append_only BEFORE UPDATE ON audit
                 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
             """)
-        try? execute("ALTER TABLE audit ADD COLUMN detail TEXT") // logs made before the column existed
+        try? database.execute("ALTER TABLE audit ADD COLUMN detail TEXT") // logs made before the column existed
+        try database.execute("CREATE INDEX IF NOT EXISTS audit_group_ok ON audit (grp, outcome, id)")
     }
 
-    deinit {
-        flush()
-        sqlite3_close_v2(database)
-    }
+    deinit { flush() }
 
-    /// Queues a row; it is written within `flushInterval`.
+    /// Queues a row (or counts it, when its caller already has its rows for this minute); it is
+    /// written within `flushInterval`.
     public func record(_ entry: AuditEntry) {
-        let schedule = lock.withLock {
-            pending.append(entry)
-            defer { flushScheduled = true }
-            return !flushScheduled
+        let minute = Int(entry.time / 60)
+        let schedule = state.withLock { state -> Bool in
+            var key = Key(entry)
+            if state.counters[key] == nil, state.counters.count >= Self.maximumCounters {
+                key = Key(AuditEntry(time: 0, uid: entry.uid, pid: 0, executable: entry.executable, app: nil, group: nil,
+                                     verb: "*", outcome: "*", error: nil))
+            }
+            var counter = state.counters[key] ?? Counter(minute: minute, written: 0, suppressed: 0, last: entry)
+            if counter.minute != minute {
+                Self.summarize(counter, into: &state.pending)
+                counter = Counter(minute: minute, written: 0, suppressed: 0, last: entry)
+            }
+            if counter.written < Self.rowsPerMinute {
+                counter.written += 1
+                state.pending.append(entry)
+            } else {
+                counter.suppressed += 1
+                counter.last = entry
+            }
+            state.counters[key] = counter
+            defer { state.flushScheduled = true }
+            return !state.flushScheduled
         }
         if schedule {
             queue.asyncAfter(deadline: .now() + flushInterval) { [weak self] in self?.write() }
         }
     }
 
-    /// Writes every queued row now (shutdown, tests, before a query).
+    /// One row saying how many more calls like `counter`'s last one were counted, not written.
+    private static func summarize(_ counter: Counter, into pending: inout [AuditEntry]) {
+        guard counter.suppressed > 0 else { return }
+        var row = counter.last
+        row.detail = "and \(counter.suppressed) more like this in the same minute (rows of one caller are limited to \(rowsPerMinute) a minute)"
+        pending.append(row)
+    }
+
+    /// Writes every queued row now, counts included (shutdown, tests, before a query).
     public func flush() {
+        state.withLock { state in
+            for counter in state.counters.values { Self.summarize(counter, into: &state.pending) }
+            state.counters = [:]
+        }
         queue.sync { write() }
     }
 
@@ -78,11 +152,10 @@ public final class AuditLog: @unchecked Sendable {
             if group != nil { conditions.append("grp = ?1") }
             if since != nil { conditions.append("time >= ?2") }
             let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
-            let sql = """
+            let statement = try database.prepare("""
                 SELECT time, uid, pid, executable, app, grp, verb, outcome, error, detail FROM
                 (SELECT * FROM audit \(filter) ORDER BY id DESC LIMIT ?3) ORDER BY id
-                """
-            let statement = try prepare(sql)
+                """)
             defer { sqlite3_finalize(statement) }
             if let group { msso_sqlite_bind_text(statement, 1, group) }
             if let since { sqlite3_bind_double(statement, 2, since) }
@@ -103,16 +176,78 @@ public final class AuditLog: @unchecked Sendable {
     // MARK: Writing (on `queue` only)
 
     private func write() {
-        let batch = lock.withLock {
+        let batch = state.withLock { state -> [AuditEntry] in
             defer {
-                pending = []
-                flushScheduled = false
+                state.pending = []
+                state.flushScheduled = false
             }
-            return pending
+            return state.pending
         }
         guard !batch.isEmpty else { return }
         do {
-            try execute("BEGIN")
+            try database.insert(batch)
+            let prune = state.withLock { state -> Bool in
+                state.insertsSincePrune += batch.count
+                return state.insertsSincePrune >= max(1, maxRows / 10)
+            }
+            if prune { try self.prune() }
+        } catch {
+            // Kept for the next flush: a locked or full database delays rows, never drops them
+            // silently. Past the cap the oldest go, and that is said too.
+            let (reschedule, lost) = state.withLock { state -> (Bool, Int) in
+                state.pending = batch + state.pending
+                let over = state.pending.count - Self.maximumPending
+                if over > 0 {
+                    state.pending.removeFirst(over)
+                    state.lost += over
+                }
+                defer { state.flushScheduled = true }
+                return (!state.flushScheduled, state.lost)
+            }
+            logger.error("audit rows not written yet; retrying in 1 s", metadata: ["rows": "\(batch.count)", "error": "\(error)",
+                                                                                   "lost": "\(lost)"])
+            if reschedule { queue.asyncAfter(deadline: .now() + 1) { [weak self] in self?.write() } }
+        }
+    }
+
+    /// Rotation: drop rows past the age limit, and the oldest rows past the count limit, but
+    /// never the newest ``keptPerGroup`` successful calls of a group.
+    public func prune() throws {
+        state.withLock { $0.insertsSincePrune = 0 }
+        try database.execute("""
+            DELETE FROM audit WHERE time < \(Date().timeIntervalSince1970 - maxAge);
+            DELETE FROM audit WHERE id <= (SELECT max(id) FROM audit) - \(maxRows)
+                AND id NOT IN (SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY grp ORDER BY id DESC) AS n
+                                               FROM audit WHERE outcome = 'ok' AND grp IS NOT NULL) WHERE n <= \(Self.keptPerGroup));
+            """)
+    }
+}
+
+public struct AuditError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The SQLite connection: statements and one transaction per batch. Used from one queue.
+private final class Database: @unchecked Sendable {
+    let handle: OpaquePointer
+
+    init(path: String) throws {
+        var handle: OpaquePointer?
+        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nil) == SQLITE_OK,
+              let handle else {
+            throw AuditError("cannot open the audit log at \(path)")
+        }
+        self.handle = handle
+        // Another process (a reader, `sqlite3`) may hold the lock for a moment: wait, bounded.
+        sqlite3_busy_timeout(handle, 2000)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    func insert(_ batch: [AuditEntry]) throws {
+        try execute("BEGIN IMMEDIATE")
+        do {
             let statement = try prepare("""
                 INSERT INTO audit (time, uid, pid, executable, app, grp, verb, outcome, error, detail)
                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
@@ -128,41 +263,26 @@ public final class AuditLog: @unchecked Sendable {
                                        (8, entry.outcome), (9, entry.error), (10, entry.detail)] {
                     if let value { msso_sqlite_bind_text(statement, Int32(index), value) }
                 }
-                guard sqlite3_step(statement) == SQLITE_DONE else { throw AuditError("cannot write an audit row") }
+                guard sqlite3_step(statement) == SQLITE_DONE else { throw AuditError("cannot write an audit row: \(message)") }
             }
             try execute("COMMIT")
-            insertsSincePrune += batch.count
-            if insertsSincePrune >= max(1, maxRows / 10) { try prune() }
         } catch {
             try? execute("ROLLBACK")
+            throw error
         }
     }
 
-    /// Rotation: drop rows past the age limit and the oldest rows past the count limit.
-    public func prune() throws {
-        insertsSincePrune = 0
-        try execute("""
-            DELETE FROM audit WHERE time < \(Date().timeIntervalSince1970 - maxAge);
-            DELETE FROM audit WHERE id <= (SELECT max(id) FROM audit) - \(maxRows);
-            """)
+    func execute(_ sql: String) throws {
+        guard sqlite3_exec(handle, sql, nil, nil, nil) == SQLITE_OK else { throw AuditError("audit log: \(message)") }
     }
 
-    private func execute(_ sql: String) throws {
-        guard sqlite3_exec(database, sql, nil, nil, nil) == SQLITE_OK else {
-            throw AuditError("audit log: \(String(cString: sqlite3_errmsg(database)))")
-        }
-    }
-
-    private func prepare(_ sql: String) throws -> OpaquePointer {
+    func prepare(_ sql: String) throws -> OpaquePointer {
         var statement: OpaquePointer?
-        guard sqlite3_prepare_v2(database, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
-            throw AuditError("audit log: \(String(cString: sqlite3_errmsg(database)))")
+        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
+            throw AuditError("audit log: \(message)")
         }
         return statement
     }
-}
 
-public struct AuditError: Error, CustomStringConvertible {
-    public let description: String
-    init(_ description: String) { self.description = description }
+    var message: String { String(cString: sqlite3_errmsg(handle)) }
 }

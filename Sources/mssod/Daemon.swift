@@ -129,7 +129,7 @@ struct Daemon: AsyncParsableCommand {
         let home = environment["HOME"] ?? Configuration.homeDirectory()
         let state = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
         do {
-            return try AuditLog(path: state + "/msso/audit.sqlite", maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge)
+            return try AuditLog(path: state + "/msso/audit.sqlite", maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge, logger: logger)
         } catch {
             logger.error("no audit log: \(error)")
             return nil

@@ -1,4 +1,5 @@
 import Foundation
+import CSQLite
 import MSSOAudit
 import MSSOProtocol
 import XCTest
@@ -40,13 +41,51 @@ final class AuditLogTests: XCTestCase {
         let log = try AuditLog(path: path(), maxRows: 50, maxAge: 3600)
         let now = Date().timeIntervalSince1970
         log.record(entry("ancient", time: now - 7200))
-        for i in 0..<120 { log.record(entry("sign-\(i)")) }
+        for i in 0..<120 { log.record(entry("sign-\(i)", error: "NotEntitled")) }
         log.flush()
         try log.prune()
         let rows = try log.query()
         XCTAssertEqual(rows.count, 50)
         XCTAssertEqual(rows.last?.verb, "sign-119")
         XCTAssertFalse(rows.contains { $0.verb == "ancient" })
+    }
+
+    func testAFloodOfRefusalsCannotRotateAGroupsSuccessfulCallsAway() throws {
+        let log = try AuditLog(path: path(), maxRows: 100, maxAge: 86400)
+        for i in 0..<10 { log.record(entry("sign-\(i)", group: "suite")) }
+        let flooder = { (i: Int) in
+            AuditEntry(time: Date().timeIntervalSince1970, uid: 1000, pid: 7, executable: "/tmp/flood-\(i % 500)", app: nil,
+                       group: nil, verb: "status", outcome: "ok", error: nil)
+        }
+        for i in 0..<5000 { log.record(flooder(i)) }
+        log.flush()
+        try log.prune()
+        let kept = try log.query(group: "suite")
+        XCTAssertEqual(kept.map(\.verb), (0..<10).map { "sign-\($0)" }, "the group's successful calls survive the flood")
+        XCTAssertLessThanOrEqual(try log.query(limit: 10_000).count, 110)
+    }
+
+    func testOneCallersIdenticalCallsAreCountedNotWrittenPastTheLimit() throws {
+        let log = try AuditLog(path: path(), maxRows: 100_000, maxAge: 86400)
+        let time = (Date().timeIntervalSince1970 / 60).rounded(.down) * 60 + 1 // all within one minute
+        for _ in 0..<10_000 { log.record(entry("status", time: time, error: "NotEntitled")) }
+        let rows = try log.query(limit: 100_000)
+        XCTAssertEqual(rows.count, AuditLog.rowsPerMinute + 1)
+        XCTAssertEqual(rows.last?.detail?.hasPrefix("and \(10_000 - AuditLog.rowsPerMinute) more like this"), true, rows.last?.detail ?? "-")
+    }
+
+    func testALockedDatabaseDelaysRowsButLosesNone() throws {
+        let file = path()
+        let log = try AuditLog(path: file, flushInterval: 0.02)
+        var other: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(file, &other), SQLITE_OK)
+        XCTAssertEqual(sqlite3_exec(other, "BEGIN IMMEDIATE", nil, nil, nil), SQLITE_OK, "another process holds the write lock")
+        for i in 0..<5 { log.record(entry("held-\(i)")) }
+        Thread.sleep(forTimeInterval: 2.5) // past the busy timeout: the batch fails, is kept and retried
+        XCTAssertEqual(sqlite3_exec(other, "COMMIT", nil, nil, nil), SQLITE_OK)
+        sqlite3_close(other)
+        Thread.sleep(forTimeInterval: 1.5)
+        XCTAssertEqual(try log.query().map(\.verb), (0..<5).map { "held-\($0)" })
     }
 
     func testSinceAndLimit() throws {
