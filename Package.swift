@@ -7,9 +7,11 @@ let package = Package(
     platforms: [.macOS(.v13)],
     products: [
         .library(name: "MSSOClient", targets: ["MSSOClient"]),
+        .library(name: "MSSOClientFoundation", targets: ["MSSOClientFoundation"]),
         .executable(name: "mssod", targets: ["mssod"]),
         .executable(name: "msso", targets: ["msso"]),
         .executable(name: "msso-logout", targets: ["msso-logout"]),
+        .executable(name: "git-credential-msso", targets: ["git-credential-msso"]),
         .executable(name: "msso-bench", targets: ["msso-bench"]),
     ],
     dependencies: [
@@ -22,17 +24,15 @@ let package = Package(
     ],
     targets: [
         // Wire protocol: message types, error names, framing. Shared by daemon, CLI and client.
-        .target(name: "MSSOProtocol", dependencies: [
-            .product(name: "NIOCore", package: "swift-nio"),
-        ]),
-        // The library apps link.
+        .target(name: "MSSOProtocol"),
+        // The library apps and the commands link: blocking calls with deadlines, and an async
+        // client over the same socket code. No event loop, nothing of Foundation beyond Essentials.
         .target(name: "MSSOClient", dependencies: [
-            "MSSOProtocol",
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            "MSSOProtocol", "CMSSOSystem",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
+        // `URLRequest` signing, for apps that already use Foundation's networking.
+        .target(name: "MSSOClientFoundation", dependencies: ["MSSOClient"]),
         // Broker logic: sessions, the two clocks, config, dispatch. Storage and IdP behind protocols.
         .target(name: "MSSOCore", dependencies: [
             "MSSOProtocol", "MSSOSigning",
@@ -80,6 +80,8 @@ let package = Package(
             "MSSOClient",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        // git's credential helper (gitcredentials(7)): a fresh access token as the password.
+        .executableTarget(name: "git-credential-msso", dependencies: ["MSSOClient"]),
         .executableTarget(name: "msso-bench", dependencies: [
             "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol", "MSSOKeyring", "MSSOIdentity", "MSSOAudit", "MSSOSigning",
             .product(name: "Logging", package: "swift-log"),
@@ -87,14 +89,12 @@ let package = Package(
         ]),
 
         // Example apps of one suite, sharing one login (see examples/README.md).
-        .target(name: "SuiteKit", dependencies: ["MSSOClient"], path: "examples/SuiteKit"),
+        .target(name: "SuiteKit", dependencies: ["MSSOClientFoundation"], path: "examples/SuiteKit"),
         .executableTarget(name: "App1", dependencies: ["SuiteKit"], path: "examples/App1"),
         .executableTarget(name: "App2", dependencies: ["SuiteKit"], path: "examples/App2"),
         .executableTarget(name: "Logout", dependencies: ["MSSOClient"], path: "examples/Logout"),
 
-        .testTarget(name: "MSSOProtocolTests", dependencies: [
-            "MSSOProtocol", .product(name: "NIOCore", package: "swift-nio"),
-        ]),
+        .testTarget(name: "MSSOProtocolTests", dependencies: ["MSSOProtocol"]),
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),

@@ -1,70 +1,73 @@
 import Crypto
-import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
+import Dispatch
+import FoundationEssentials
 @_exported import MSSOProtocol
-import NIOConcurrencyHelpers
-import NIOCore
-import NIOPosix
+import Synchronization
 
 /// A connection to the user's msso broker: what an app uses to sign requests and follow the
 /// SSO session. Apps never see a password or a refresh token.
 ///
 /// ```swift
 /// let sso = try await SSOClient.connect()
-/// var request = URLRequest(url: URL(string: "https://api.example.com/me")!)
-/// try await sso.sign(&request)
+/// let headers = try await sso.sign(method: "GET", url: "https://api.example.com/me")
 /// for await event in try await sso.events() where event.kind == .loggedOut { dropUserState() }
 /// ```
 ///
 /// Errors are ``BrokerError``s; branch on their `name` (`.notLoggedIn`, `.expired`, …) and show
-/// their `message` to the user. Safe to share between tasks; one connection serves many calls.
+/// their `message` to the user. Safe to share between tasks; one connection serves many calls,
+/// each bounded by the client's timeout (logins wait for the user as long as the broker does).
+/// A connection the broker closed for being idle is opened again by the next call. Apps that
+/// use Foundation's `URLRequest` also link `MSSOClientFoundation`.
 public final class SSOClient: Sendable {
-    private let channel: Channel
-    private let calls: PendingCalls
+    private let path: String
+    private let clientName: String?
+    private let timeout: Double
+    private let state = Mutex(State())
+    private let reader = DispatchQueue(label: "msso.client.reader")
 
-    private init(channel: Channel, calls: PendingCalls) {
-        self.channel = channel
-        self.calls = calls
+    private struct State {
+        var socket: BrokerSocket?
+        var serial: UInt32 = 0
+        var waiting: [UInt32: Waiter] = [:]
+        var listeners: [AsyncStream<SSOEvent>.Continuation] = []
+        /// Why the connection ended, once it has.
+        var ended: BrokerError?
+        /// The broker closed it for being idle: the next call may open a new one.
+        var idle = false
+    }
+
+    private struct Waiter {
+        var continuation: CheckedContinuation<[UInt8], any Error>
+        var onPrompt: (@Sendable (DevicePrompt) -> Void)?
+        var onBrowser: (@Sendable (BrowserPrompt) -> Void)?
+    }
+
+    private init(path: String, clientName: String?, timeout: Double) {
+        self.path = path
+        self.clientName = clientName
+        self.timeout = timeout
     }
 
     /// Connects to the broker and agrees on the protocol version.
-    /// - Parameter socketPath: defaults to `$MSSO_SOCKET`, else `$XDG_RUNTIME_DIR/msso/broker.sock`.
-    public static func connect(socketPath: String? = nil, clientName: String? = nil) async throws -> SSOClient {
-        guard let path = socketPath ?? SocketPath.resolve(environment: ProcessInfo.processInfo.environment) else {
-            throw BrokerError(.brokerUnreachable, "cannot locate the msso broker: XDG_RUNTIME_DIR and MSSO_SOCKET are unset")
-        }
-        let calls = PendingCalls()
-        let channel: Channel
-        do {
-            channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-                .channelInitializer { channel in
-                    channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandlers([
-                            ByteToMessageHandler(FrameDecoder()),
-                            MessageToByteHandler(FrameEncoder()),
-                            ClientHandler(calls: calls),
-                        ])
-                    }
-                }
-                .connect(unixDomainSocketPath: path).get()
-        } catch {
-            throw BrokerError(.brokerUnreachable, "the msso broker is not running (nothing answers on \(path)); start it with `systemctl --user start msso.socket` or `mssod`")
-        }
-        let client = SSOClient(channel: channel, calls: calls)
-        do {
-            _ = try await client.call(Methods.Hello.self, .init(client: clientName))
-        } catch {
-            await client.close()
-            throw error
-        }
+    /// - Parameters:
+    ///   - socketPath: defaults to `$MSSO_SOCKET`, else `$XDG_RUNTIME_DIR/msso/broker.sock`, else
+    ///     `/run/user/UID/msso/broker.sock`.
+    ///   - timeout: seconds a call may take before it fails with "the broker did not answer".
+    public static func connect(socketPath: String? = nil, clientName: String? = nil, timeout: Double = 20) async throws -> SSOClient {
+        let client = SSOClient(path: socketPath ?? SocketPath.resolve(environment: ProcessInfo.processInfo.environment),
+                               clientName: clientName, timeout: timeout)
+        try await client.open()
         return client
     }
 
     /// Closes the connection; pending calls fail and event streams end.
     public func close() async {
-        try? await channel.close()
+        let socket = state.withLock { state -> BrokerSocket? in
+            state.idle = false
+            state.ended = state.ended ?? BrokerError(.brokerUnreachable, "the connection to the msso broker was closed")
+            return state.socket
+        }
+        socket?.shutDown()
     }
 
     // MARK: Verbs
@@ -113,23 +116,22 @@ public final class SSOClient: Sendable {
         try await call(Methods.Check.self, GroupArguments(group: group))
     }
 
-    /// The headers that authenticate a request described by its parts.
-    /// - Parameter dpopNonce: a `DPoP-Nonce` the server answered with (retry the request with it).
-    public func sign(method: String, url: String, headers: [Header] = [], body: Data? = nil, group: String? = nil,
+    /// The headers that authenticate a request described by its parts: add them to the request.
+    /// - Parameters:
+    ///   - headers: the headers the request already has (some profiles cover them).
+    ///   - body: the request's body (some profiles cover its digest).
+    ///   - dpopNonce: a `DPoP-Nonce` the server answered with (retry the request with it).
+    public func sign(method: String, url: String, headers: [Header] = [], body: [UInt8]? = nil, group: String? = nil,
                      dpopNonce: String? = nil) async throws -> [Header] {
         let digest = body.map { Data(SHA256.hash(data: $0)).base64EncodedString() }
         return try await call(Methods.Sign.self, SignRequest(group: group, method: method, url: url, headers: headers.isEmpty ? nil : headers,
                                                              bodySHA256: digest, dpopNonce: dpopNonce)).headers
     }
 
-    /// Adds the authenticating headers to `request` in place.
-    public func sign(_ request: inout URLRequest, group: String? = nil) async throws {
-        guard let url = request.url?.absoluteString else {
-            throw BrokerError(.badRequest, "the request has no URL")
-        }
-        let existing = (request.allHTTPHeaderFields ?? [:]).sorted { $0.key < $1.key }.map { Header($0.key, $0.value) }
-        let headers = try await sign(method: request.httpMethod ?? "GET", url: url, headers: existing, body: request.httpBody, group: group)
-        for header in headers { request.setValue(header.value, forHTTPHeaderField: header.name) }
+    /// The access token itself (bearer groups only), for handing to a program that cannot have
+    /// each request signed.
+    public func token(group: String? = nil, renew: Bool = false) async throws -> Methods.Token.Result {
+        try await call(Methods.Token.self, .init(group: group, renew: renew))
     }
 
     /// Round trip with no broker state involved (for health checks and benchmarks).
@@ -137,31 +139,125 @@ public final class SSOClient: Sendable {
         try await call(Methods.Ping.self, PingData(data: data)).data
     }
 
-    /// Subscribes to the events of some groups (all configured ones when nil). The stream ends
-    /// when the connection closes.
+    /// Subscribes to the events of some groups (all the app may use when nil). The stream ends
+    /// when the connection closes; subscribed connections are never closed for being idle.
     public func events(groups: [String]? = nil) async throws -> AsyncStream<SSOEvent> {
         let (stream, continuation) = AsyncStream<SSOEvent>.makeStream(bufferingPolicy: .unbounded)
-        calls.addListener(continuation)
+        state.withLock { $0.listeners.append(continuation) }
         _ = try await call(Methods.Subscribe.self, .init(groups: groups))
         return stream
     }
 
     // MARK: Calls
 
-    /// Sends one call and waits for its reply. The one generic path every verb takes.
+    /// Sends one call and waits for its answer. The one generic path every verb takes.
     public func call<M: BrokerMethod>(_: M.Type, _ arguments: M.Arguments,
                                       onPrompt: (@Sendable (DevicePrompt) -> Void)? = nil,
                                       onBrowser: (@Sendable (BrowserPrompt) -> Void)? = nil) async throws -> M.Result {
-        let serial = calls.nextSerial()
-        let payload = try WireCodec.encode(Call(serial: serial, method: M.name, args: arguments), allocator: channel.allocator)
-        let answer: ByteBuffer = try await withCheckedThrowingContinuation { continuation in
-            calls.register(serial, continuation, onPrompt: onPrompt, onBrowser: onBrowser)
-            channel.writeAndFlush(payload).whenFailure { [calls] _ in calls.fail(serial) }
+        if state.withLock({ $0.idle }) { try await open() } // the broker closed it for being idle
+        let interactive = onPrompt != nil || onBrowser != nil
+        let (serial, socket) = try state.withLock { state throws(BrokerError) -> (UInt32, BrokerSocket) in
+            guard let socket = state.socket, state.ended == nil else { throw state.ended ?? BrokerSocket.lost }
+            state.serial = state.serial == UInt32.max ? 1 : state.serial + 1
+            return (state.serial, socket)
+        }
+        let frame = try WireCodec.encode(Call(serial: serial, method: M.name, args: arguments))
+        let timer = interactive ? nil : Task { [weak self, timeout] in
+            try? await Task.sleep(nanoseconds: UInt64(timeout * 1_000_000_000))
+            if !Task.isCancelled { self?.fail(serial, BrokerSocket.timedOut(path: socket.path)) }
+        }
+        defer { timer?.cancel() }
+        let answer: [UInt8] = try await withCheckedThrowingContinuation { continuation in
+            let ended = state.withLock { state -> BrokerError? in
+                if let ended = state.ended { return ended }
+                state.waiting[serial] = Waiter(continuation: continuation, onPrompt: onPrompt, onBrowser: onBrowser)
+                return nil
+            }
+            if let ended { return continuation.resume(throwing: ended) }
+            do throws(BrokerError) {
+                try socket.write(frame, deadline: deadline(in: timeout))
+            } catch {
+                fail(serial, error)
+            }
         }
         if try WireCodec.envelope(of: answer).type == .error {
             throw try WireCodec.decode(ErrorReply.self, from: answer).brokerError
         }
         return try WireCodec.decode(Reply<M.Result>.self, from: answer).result
+    }
+
+    private func fail(_ serial: UInt32, _ error: BrokerError) {
+        state.withLock { $0.waiting.removeValue(forKey: serial) }?.continuation.resume(throwing: error)
+    }
+
+    // MARK: The connection
+
+    /// Connects (again), says hello, and starts reading.
+    private func open() async throws {
+        let socket = try BrokerSocket.connect(path: path, timeout: timeout)
+        let previous = state.withLock { state -> BrokerSocket? in
+            defer {
+                state.socket = socket
+                state.ended = nil
+                state.idle = false
+            }
+            return state.socket
+        }
+        previous?.shutDown()
+        reader.async { [self] in read(socket) }
+        do {
+            _ = try await call(Methods.Hello.self, .init(client: clientName))
+        } catch {
+            socket.shutDown()
+            throw error
+        }
+    }
+
+    /// Routes what the broker sends (on the reader's thread): answers to their callers, signals
+    /// to listeners or prompt handlers, until the connection ends.
+    private func read(_ socket: BrokerSocket) {
+        var ended: BrokerError = BrokerSocket.lost
+        while true {
+            let payload: [UInt8]
+            do {
+                payload = try socket.readFrame(deadline: nil)
+            } catch {
+                break
+            }
+            guard let envelope = try? WireCodec.envelope(of: payload) else { continue }
+            switch envelope.type {
+            case .reply?, .error?:
+                if let serial = envelope.serial, serial != 0 {
+                    state.withLock { $0.waiting.removeValue(forKey: serial) }?.continuation.resume(returning: payload)
+                } else if let error = try? WireCodec.decode(ErrorReply.self, from: payload) {
+                    ended = error.brokerError // why the broker is about to close the connection
+                }
+            case .signal?:
+                guard let signal = try? WireCodec.decode(Signal.self, from: payload) else { continue }
+                if signal.signal == .devicePrompt, let serial = signal.serial, let prompt = signal.prompt {
+                    state.withLock { $0.waiting[serial]?.onPrompt }?(prompt)
+                } else if signal.signal == .browserPrompt, let serial = signal.serial, let browser = signal.browser {
+                    state.withLock { $0.waiting[serial]?.onBrowser }?(browser)
+                } else if let kind = SSOEvent.Kind(rawValue: signal.signal.rawValue) {
+                    let event = SSOEvent(kind: kind, group: signal.group, status: signal.status)
+                    for listener in state.withLock({ $0.listeners }) { listener.yield(event) }
+                }
+            case .call?, nil:
+                continue // the broker never calls clients
+            }
+        }
+        let (waiting, listeners) = state.withLock { state in
+            guard state.socket === socket else { return ([Waiter](), [AsyncStream<SSOEvent>.Continuation]()) } // replaced already
+            state.ended = state.ended ?? ended
+            state.idle = ended.name == .timedOut && state.listeners.isEmpty
+            defer {
+                state.waiting = [:]
+                state.listeners = []
+            }
+            return (Array(state.waiting.values), state.listeners)
+        }
+        waiting.forEach { $0.continuation.resume(throwing: ended) }
+        listeners.forEach { $0.finish() }
     }
 }
 

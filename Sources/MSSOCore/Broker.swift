@@ -53,6 +53,8 @@ public actor Broker {
         var expiringTimer: Task<Void, Never>?
         /// When the IdP may be asked for a refresh again, after it was unavailable.
         var backoff = RefreshBackoff()
+        /// When a caller last asked for a renewed token (``Broker/token(_:renew:)``).
+        var renewedAt: Double = 0
         var locked = false
         var waiting: [CheckedContinuation<Void, Never>] = []
     }
@@ -208,6 +210,29 @@ public actor Broker {
         }
         return SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: credential.accessToken,
                                                                 key: key, dpopNonce: nonce, now: now()))
+    }
+
+    /// The access token itself, for programs that cannot have each request signed (git, kubectl,
+    /// curl): only for bearer tokens. With `renew` (a server refused the token), it is refreshed
+    /// first, at most once every 10 seconds per group, so no caller can make the broker hammer
+    /// the IdP.
+    public func token(_ name: String?, renew: Bool) async throws -> Methods.Token.Result {
+        let config = try group(name)
+        if config.signing.token == .dpop {
+            throw BrokerError(.forbidden, "the tokens of \"\(config.name)\" are bound to msso's key (sign = \"dpop\"), so no other program can use them; have msso sign each request (`msso sign`)")
+        }
+        var credential = try requireValid(try await credential(config.name), config.name)
+        let renewing = renew && now() - (groups[config.name]?.renewedAt ?? 0) >= 10
+        if renewing { groups[config.name]?.renewedAt = now() }
+        if renewing || credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
+            credential = try await refreshed(config, credential)
+        }
+        let header: String
+        switch config.signing.token {
+        case .header(let name): header = name
+        default: header = "Bearer"
+        }
+        return Methods.Token.Result(accessToken: credential.accessToken, expiresAt: credential.accessTokenExpiresAt, header: header)
     }
 
     /// The public half of the group's signing key (made on first use). With `rotate`, a new key

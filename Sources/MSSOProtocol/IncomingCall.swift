@@ -45,6 +45,7 @@ public enum CallArguments: Sendable {
     case status(Methods.Status.Arguments)
     case check(Methods.Check.Arguments)
     case sign(Methods.Sign.Arguments)
+    case token(Methods.Token.Arguments)
     case subscribe(Methods.Subscribe.Arguments)
     case apps(Methods.Apps.Arguments)
     case audit(Methods.Audit.Arguments)
@@ -52,7 +53,7 @@ public enum CallArguments: Sendable {
 
     /// The method names, as on the wire.
     public enum Kind: String, Sendable, CaseIterable {
-        case hello, ping, login, extend, logout, status, check, sign, subscribe, apps, audit, keys
+        case hello, ping, login, extend, logout, status, check, sign, token, subscribe, apps, audit, keys
     }
 
     init(_ kind: Kind, from decoder: Decoder) throws {
@@ -65,6 +66,7 @@ public enum CallArguments: Sendable {
         case .status: self = .status(try .init(from: decoder))
         case .check: self = .check(try .init(from: decoder))
         case .sign: self = .sign(try .init(from: decoder))
+        case .token: self = .token(try .init(from: decoder))
         case .subscribe: self = .subscribe(try .init(from: decoder))
         case .apps: self = .apps(try .init(from: decoder))
         case .audit: self = .audit(try .init(from: decoder))

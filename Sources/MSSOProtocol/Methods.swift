@@ -108,6 +108,37 @@ public enum Methods {
         public typealias Result = SignResponse
     }
 
+    /// The access token itself, for programs that cannot ask the broker to sign each request
+    /// (git, kubectl, curl). Only for groups whose tokens are bearer tokens (`bearer`,
+    /// `header:NAME`): a DPoP-bound token is useless without the broker's key. Needs a
+    /// registration, like `sign`.
+    public enum Token: BrokerMethod {
+        public static let name = "token"
+        public struct Arguments: Codable, Sendable, Equatable {
+            public var group: String?
+            /// Refresh the token first even if it looks fresh (a server refused it: git's `erase`).
+            /// At most once every 10 seconds per group; more often, the current token is returned.
+            public var renew: Bool?
+            public init(group: String? = nil, renew: Bool = false) {
+                self.group = group
+                self.renew = renew ? true : nil
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            public var accessToken: String
+            /// When the token expires, seconds since the Unix epoch.
+            public var expiresAt: Double
+            /// How a server wants it: `Bearer` (an `Authorization: Bearer` header), or the header
+            /// name of a `header:NAME` profile.
+            public var header: String
+            public init(accessToken: String, expiresAt: Double, header: String) {
+                self.accessToken = accessToken
+                self.expiresAt = expiresAt
+                self.header = header
+            }
+        }
+    }
+
     /// Asks for the group signals of some groups (all configured groups when none are named).
     public enum Subscribe: BrokerMethod {
         public static let name = "subscribe"

@@ -1,24 +1,15 @@
 import FoundationEssentials
-import NIOCore
 
-/// Turns messages into frame payloads and back. JSON, UTF-8, camelCase keys.
+/// Turns messages into frames and back. JSON, UTF-8, camelCase keys.
 public enum WireCodec {
-    /// Encodes a message, refusing one that would break the frame cap rather than sending it.
-    public static func encode(_ message: some Encodable, allocator: ByteBufferAllocator = ByteBufferAllocator()) throws -> ByteBuffer {
-        let data = try JSONEncoder().encode(message)
-        guard data.count <= Framing.maximumPayload else {
-            throw BrokerError(.internal, "a message of \(data.count) bytes would exceed the frame limit")
+    /// A whole frame (length prefix and payload) for `message`, refusing one that would break the
+    /// frame cap rather than sending it.
+    public static func encode(_ message: some Encodable) throws(BrokerError) -> [UInt8] {
+        guard let data = try? JSONEncoder().encode(message) else {
+            throw BrokerError(.internal, "a message could not be encoded")
         }
-        var buffer = allocator.buffer(capacity: data.count)
-        buffer.writeBytes(data)
-        return buffer
-    }
-
-    /// A whole frame (length prefix and payload) for `message`; over the frame cap, an `Internal`
-    /// error frame with `serial` instead, so the caller still gets an answer.
-    public static func frame(_ message: some Encodable, serial: UInt32) -> [UInt8] {
-        guard let data = try? JSONEncoder().encode(message), data.count <= Framing.maximumPayload else {
-            return ReplyWriter.error(serial: serial, BrokerError(.internal, "the reply would exceed the \(Framing.maximumPayload)-byte frame limit"))
+        guard data.count <= Framing.maximumPayload else {
+            throw BrokerError(.badRequest, "a message of \(data.count) bytes would exceed the \(Framing.maximumPayload)-byte frame limit")
         }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Framing.headerSize + data.count)
@@ -26,20 +17,21 @@ public enum WireCodec {
         return bytes
     }
 
+    /// The same for the daemon's replies: over the frame cap, an `Internal` error frame with
+    /// `serial` instead, so the caller still gets an answer.
+    public static func frame(_ message: some Encodable, serial: UInt32) -> [UInt8] {
+        (try? encode(message)) ?? ReplyWriter.error(serial: serial, BrokerError(.internal, "the reply would exceed the \(Framing.maximumPayload)-byte frame limit"))
+    }
+
     /// Reads the routing fields of a payload.
-    public static func envelope(of payload: ByteBuffer) throws(BrokerError) -> Envelope {
+    public static func envelope(of payload: some Collection<UInt8>) throws(BrokerError) -> Envelope {
         try decode(Envelope.self, from: payload)
     }
 
     /// Decodes a whole message; a malformed one is a `BadRequest` naming what is wrong.
-    public static func decode<T: Decodable>(_ type: T.Type, from payload: ByteBuffer) throws(BrokerError) -> T {
-        try decode(type, from: Data(payload.readableBytesView))
-    }
-
-    /// Decodes a whole message from bytes; a malformed one is a `BadRequest` naming what is wrong.
-    public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws(BrokerError) -> T {
+    public static func decode<T: Decodable>(_ type: T.Type, from payload: some Collection<UInt8>) throws(BrokerError) -> T {
         do {
-            return try JSONDecoder().decode(type, from: data)
+            return try JSONDecoder().decode(type, from: Data(payload))
         } catch let error as DecodingError {
             throw BrokerError(.badRequest, "malformed message: \(describe(error))")
         } catch {

@@ -10,8 +10,8 @@ import MSSOProtocol
 ///   anything that returns a token.
 /// - **The user's own tools** (`msso` and `msso-logout` installed beside `mssod`, run on the host,
 ///   not from a namespace of their own) manage every group: log in, extend, log out, status,
-///   subscribe, `apps`, `audit`. Signing is not management: `msso sign` prints a token, so it
-///   needs a registration like any app.
+///   subscribe, `apps`, `audit`. Signing is not management: `msso sign` and `msso token` print a
+///   token, so they need a registration like any app's.
 /// - **Apps** use only the access groups they are registered for (`apps.d`).
 public struct AccessPolicy: Sendable {
     public let owner: UInt32
@@ -72,7 +72,7 @@ public struct AccessPolicy: Sendable {
     func needsEntitlement(_ method: String, role: Role) -> Bool {
         switch role {
         case .app: return true
-        case .ownTool: return method == Methods.Sign.name
+        case .ownTool: return method == Methods.Sign.name || method == Methods.Token.name
         case .root: return false
         }
     }

@@ -91,23 +91,25 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
         var calls: [Decoded] = []
         var start = 0
-        while input.count - start >= Framing.headerSize {
-            let length = input.withUnsafeBytes { Framing.announcedLength(UnsafeRawBufferPointer(rebasing: $0[start...])) }
-            guard length <= Framing.maximumPayload else {
+        parsing: while true {
+            let parse = input.withUnsafeBytes { Framing.parse(UnsafeRawBufferPointer(rebasing: $0[start...])) }
+            switch parse {
+            case .incomplete:
+                break parsing
+            case .tooLarge(let announced):
                 sender.release()
-                send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, FramingError.tooLarge(length).description)))
+                send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, FramingError.tooLarge(announced).description)))
                 return closeAfterWriting()
+            case .frame(let payload):
+                defer { start += payload.upperBound }
+                if inputMixed {
+                    // Its bytes came from more than one process: nobody can be held to it.
+                    inputMixed = false
+                    calls.append(.malformed(0, BrokerError(.forbidden, "a call was written by more than one process; each process must write its calls whole")))
+                    continue
+                }
+                calls.append(Self.decode(input[(start + payload.lowerBound)..<(start + payload.upperBound)]))
             }
-            guard input.count - start - Framing.headerSize >= length else { break }
-            let payload = input[(start + Framing.headerSize)..<(start + Framing.headerSize + length)]
-            start += Framing.headerSize + length
-            if inputMixed {
-                // Its bytes came from more than one process: nobody can be held to it.
-                inputMixed = false
-                calls.append(.malformed(0, BrokerError(.forbidden, "a call was written by more than one process; each process must write its calls whole")))
-                continue
-            }
-            calls.append(Self.decode(payload))
         }
         input.removeFirst(start)
         if input.isEmpty {
@@ -127,12 +129,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     static func decode(_ payload: ArraySlice<UInt8>) -> Decoded {
         do {
-            let call = try payload.withUnsafeBytes { try WireCodec.decode(IncomingCall.self, from: Data($0)) }
-            return .call(call)
-        } catch let error as BrokerError {
-            return .malformed(0, error)
+            return .call(try WireCodec.decode(IncomingCall.self, from: payload))
         } catch {
-            return .malformed(0, BrokerError(.badRequest, "malformed message"))
+            return .malformed(0, error)
         }
     }
 

@@ -119,6 +119,9 @@ final class Dispatcher: Sendable {
         case .sign(var request):
             request.group = try resolve(request.group, Methods.Sign.name, caller, into: &group).name
             return reply(try await broker.sign(request))
+        case .token(let args):
+            let name = try resolve(args.group, Methods.Token.name, caller, into: &group).name
+            return reply(try await broker.token(name, renew: args.renew ?? false))
         case .login(var args):
             let config = try resolve(args.group, Methods.Login.name, caller, into: &group)
             try policy.authorize(args.flow, role: role, group: config)

@@ -74,7 +74,7 @@ struct Bench: AsyncParsableCommand {
             let body = Data(#"{"hello": "world"}"#.utf8)
             let profile = try await latency(calls / 4) {
                 _ = try await client.sign(method: "POST", url: request.url, headers: [Header("Content-Type", "application/json")],
-                                          body: body, group: group.name)
+                                          body: Array(body), group: group.name)
             }
             worstP99 = max(worstP99, profile.p99)
             print(String(format: "  sign (%@) p50 %7.1f µs   p99 %7.1f µs", "\(group.signing)", profile.p50, profile.p99))

@@ -1,9 +1,10 @@
 import ArgumentParser
 import Crypto
-import Foundation
+import Glibc
+import FoundationEssentials
 import MSSOClient
 
-struct Apps: AsyncParsableCommand {
+struct Apps: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List, show, allow and revoke the apps that may use each access group.",
         discussion: """
@@ -14,13 +15,13 @@ struct Apps: AsyncParsableCommand {
         subcommands: [List.self, Show.self, Allow.self, Revoke.self],
         defaultSubcommand: List.self)
 
-    struct List: AsyncParsableCommand {
+    struct List: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the registered apps.")
         @OptionGroup var options: CommonOptions
 
-        func run() async throws {
-            try await options.run { client in
-                let apps = try await client.call(Methods.Apps.self, Empty())
+        func run() throws {
+            try options.run { broker in
+                let apps = try broker.call(Methods.Apps.self, Empty())
                 if options.json { return Output.json(apps) }
                 if apps.registrations.isEmpty { print("No app is registered.") }
                 for app in apps.registrations { print(Apps.line(app)) }
@@ -29,14 +30,14 @@ struct Apps: AsyncParsableCommand {
         }
     }
 
-    struct Show: AsyncParsableCommand {
+    struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show one app's registration.")
         @OptionGroup var options: CommonOptions
         @Argument(help: "The app's name.") var name: String
 
-        func run() async throws {
-            try await options.run { client in
-                let apps = try await client.call(Methods.Apps.self, Empty())
+        func run() throws {
+            try options.run { broker in
+                let apps = try broker.call(Methods.Apps.self, Empty())
                 guard let app = (apps.registrations + apps.ignored).first(where: { $0.name == name }) else {
                     throw BrokerError(.badRequest, "no app named \"\(name)\" is registered; `msso apps` lists them")
                 }
@@ -52,7 +53,7 @@ struct Apps: AsyncParsableCommand {
         }
     }
 
-    struct Allow: AsyncParsableCommand {
+    struct Allow: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Let an app use an access group (in your apps.d).")
         @OptionGroup var options: CommonOptions
         @Argument(help: "The app's executable.") var executable: String?
@@ -66,9 +67,9 @@ struct Apps: AsyncParsableCommand {
             if pin && flatpak != nil { throw ValidationError("--pin applies to executables") }
         }
 
-        func run() async throws {
-            try await options.run { client in
-                let apps = try await client.call(Methods.Apps.self, Empty())
+        func run() throws {
+            try options.run { broker in
+                let apps = try broker.call(Methods.Apps.self, Empty())
                 guard apps.userApps else {
                     throw BrokerError(.forbidden, "your administrator does not allow user app registrations; ask them to register the app")
                 }
@@ -76,11 +77,11 @@ struct Apps: AsyncParsableCommand {
                 if let flatpak {
                     app = AppRegistration(name: name ?? flatpak, executable: nil, sha256: nil, flatpak: flatpak, groups: [], source: "", admin: false)
                 } else {
-                    let path = URL(fileURLWithPath: executable!).resolvingSymlinksInPath().path
+                    let path = Apps.resolved(executable!)
                     guard FileManager.default.isExecutableFile(atPath: path) else {
                         throw BrokerError(.badRequest, "\(path) is not an executable file")
                     }
-                    app = AppRegistration(name: name ?? (path as NSString).lastPathComponent, executable: path,
+                    app = AppRegistration(name: name ?? String(path.split(separator: "/").last ?? "app"), executable: path,
                                           sha256: pin ? try Apps.digest(path) : nil, flatpak: nil, groups: [], source: "", admin: false)
                 }
                 if let admin = apps.registrations.first(where: { $0.name == app.name && $0.admin }) {
@@ -94,14 +95,14 @@ struct Apps: AsyncParsableCommand {
         }
     }
 
-    struct Revoke: AsyncParsableCommand {
+    struct Revoke: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Take an access group (or every group) from an app you registered.")
         @OptionGroup var options: CommonOptions
         @Argument(help: "The app's name.") var name: String
 
-        func run() async throws {
-            try await options.run { client in
-                let apps = try await client.call(Methods.Apps.self, Empty())
+        func run() throws {
+            try options.run { broker in
+                let apps = try broker.call(Methods.Apps.self, Empty())
                 if let admin = apps.registrations.first(where: { $0.name == name && $0.admin }) {
                     throw BrokerError(.forbidden, "\"\(name)\" is registered by the administrator (\(admin.source)); ask them to change it")
                 }
@@ -129,22 +130,48 @@ struct Apps: AsyncParsableCommand {
         name.map { $0.isLetter || $0.isNumber || "-_.".contains($0) ? $0 : "_" }.map(String.init).joined() + ".toml"
     }
 
+    /// `path` made absolute, with every symbolic link resolved (as the kernel names a running
+    /// executable).
+    static func resolved(_ path: String) -> String {
+        let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+        guard let real = realpath(absolute, nil) else { return absolute }
+        defer { free(real) }
+        return String(cString: real)
+    }
+
+    /// A TOML basic string: quotes, backslashes and every control character escaped.
+    static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\t": out += "\\t"
+            case _ where scalar.properties.generalCategory == .control:
+                let hex = String(scalar.value, radix: 16, uppercase: true)
+                out += "\\u" + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
     /// One file per app in the user's apps.d, written whole (the broker re-reads changed files).
     static func write(_ app: AppRegistration, to directory: String) throws {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        func quoted(_ text: String) -> String {
-            "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-        }
         var lines = ["# Written by `msso apps`.", "[apps.\(quoted(app.name))]"]
         if let executable = app.executable { lines.append("executable = \(quoted(executable))") }
         if let sha256 = app.sha256 { lines.append("sha256 = \(quoted(sha256))") }
         if let flatpak = app.flatpak { lines.append("flatpak = \(quoted(flatpak))") }
         lines.append("groups = [\(app.groups.map(quoted).joined(separator: ", "))]")
-        try (lines.joined(separator: "\n") + "\n").write(toFile: directory + "/" + fileName(app.name), atomically: true, encoding: .utf8)
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: directory + "/" + fileName(app.name)),
+                                                                   options: .atomic)
     }
 
     static func digest(_ path: String) throws -> String {
         guard let data = FileManager.default.contents(atPath: path) else { throw BrokerError(.badRequest, "cannot read \(path)") }
-        return SHA256.hash(data: data).map { String(format: "%02x", $0) }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: SHA256.hash(data: data).flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] }, as: UTF8.self)
     }
 }

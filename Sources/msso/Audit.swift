@@ -1,8 +1,7 @@
 import ArgumentParser
-import Foundation
 import MSSOClient
 
-struct Audit: AsyncParsableCommand {
+struct Audit: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the audit log: who asked the broker for what, and how it ended.")
 
@@ -20,23 +19,22 @@ struct Audit: AsyncParsableCommand {
         }
     }
 
-    func run() async throws {
-        try await options.run { client in
-            let rows = try await client.call(Methods.Audit.self, .init(group: options.group, since: since.flatMap(Audit.parse(since:)),
-                                                                       limit: limit)).entries
+    func run() throws {
+        try options.run { broker in
+            let rows = try broker.call(Methods.Audit.self, .init(group: options.group, since: since.flatMap(Audit.parse(since:)),
+                                                                 limit: limit)).entries
             if options.json { return Output.json(rows) }
-            let formatter = DateFormatter()
-            formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
             for row in rows {
                 let outcome = row.outcome == "ok" ? "ok" : row.error ?? row.outcome
                 let who = "\(row.executable ?? "?")\(row.app.map { " (\($0))" } ?? "") pid \(row.pid) uid \(row.uid)"
-                print("\(formatter.string(from: Date(timeIntervalSince1970: row.time)))  \(row.verb)  \(row.group ?? "-")  \(outcome)  \(who)")
+                let detail = row.detail.map { "  \($0)" } ?? ""
+                print("\(Output.local(row.time, "%Y-%m-%d %H:%M:%S"))  \(row.verb)  \(row.group ?? "-")  \(outcome)  \(who)\(detail)")
             }
         }
     }
 
     /// `30m` ago, or a Unix time.
     static func parse(since text: String) -> Double? {
-        Double(text) ?? SessionDuration.parse(text).map { Date().timeIntervalSince1970 - $0 }
+        Double(text) ?? SessionDuration.parse(text).map { Output.now - $0 }
     }
 }

@@ -1,8 +1,7 @@
 import ArgumentParser
-import Foundation
 import MSSOClient
 
-struct Check: AsyncParsableCommand {
+struct Check: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Tell, by exit status, whether the group's SSO session is valid.",
         discussion: """
@@ -15,14 +14,15 @@ struct Check: AsyncParsableCommand {
     @Flag(name: .shortAndLong, help: "Print nothing; answer by exit status only.")
     var quiet = false
 
-    func run() async throws {
-        try await options.run { client in
-            let status = try await client.check(group: options.group)
+    func run() throws {
+        try options.run { broker in
+            let status = try broker.call(Methods.Check.self, GroupArguments(group: options.group))
             if options.json { Output.json(status) } else if !quiet { print(Output.line(status)) }
             switch status.state {
             case .valid: return
             case .expired: throw ExitCode(ExitStatus.expired.rawValue)
             case .notLoggedIn: throw ExitCode(ExitStatus.notLoggedIn.rawValue)
+            case .corrupt: throw ExitCode(ExitStatus.keyring.rawValue)
             }
         }
     }

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import MSSOClient
 
 /// Options every verb takes.
@@ -13,17 +14,15 @@ struct CommonOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The broker's socket (default: $MSSO_SOCKET, else $XDG_RUNTIME_DIR/msso/broker.sock).", valueName: "path"))
     var socket: String?
 
+    @Option(help: ArgumentHelp("Seconds to wait for the broker's answer (a login waits for you as long as the broker does).", valueName: "seconds"))
+    var timeout: Double = 20
+
     /// Connects, runs `body`, and turns a broker error into its message and exit status.
-    func run(_ body: (SSOClient) async throws -> Void) async throws {
+    func run(_ body: (BrokerConnection) throws -> Void) throws {
         do {
-            let client = try await SSOClient.connect(socketPath: socket, clientName: "msso")
-            do {
-                try await body(client)
-            } catch {
-                await client.close()
-                throw error
-            }
-            await client.close()
+            let broker = try BrokerConnection.connect(socketPath: socket, clientName: "msso", timeout: timeout)
+            defer { broker.close() }
+            try body(broker)
         } catch let error as BrokerError {
             fail(error)
         }
@@ -34,10 +33,11 @@ struct CommonOptions: ParsableArguments {
             Output.json(["error": error.name.rawValue, "message": error.message])
         }
         Output.error(error.message)
-        Foundation.exit(ExitStatus(error).rawValue)
+        Glibc.exit(ExitStatus(error).rawValue)
     }
 }
 
+/// What the commands print, without Foundation's formatters (a command starts in milliseconds).
 enum Output {
     static func json(_ value: some Encodable) {
         let encoder = JSONEncoder()
@@ -46,23 +46,45 @@ enum Output {
         print(String(decoding: data, as: UTF8.self))
     }
 
+    /// A line on standard error, `msso: ` first.
     static func error(_ message: String) {
-        FileHandle.standardError.write(Data("msso: \(message)\n".utf8))
+        toStandardError("msso: \(message)\n")
     }
 
-    /// "14:03:12 (in 29m 58s)" for a Unix time.
+    static func toStandardError(_ text: String) {
+        var bytes = Array(text.utf8)
+        var written = 0
+        while written < bytes.count {
+            let count = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress! + written, $0.count - written) }
+            guard count > 0 else { return }
+            written += count
+        }
+        bytes.removeAll()
+    }
+
+    static var now: Double { Date().timeIntervalSince1970 }
+
+    /// "14:03:12 (in 29m 58s)" for a Unix time; the date too when it is not today.
     static func when(_ time: Double?) -> String {
         guard let time else { return "-" }
-        let date = Date(timeIntervalSince1970: time)
-        let formatter = DateFormatter()
-        formatter.dateFormat = Calendar.current.isDateInToday(date) ? "HH:mm:ss" : "yyyy-MM-dd HH:mm:ss"
-        let delta = time - Date().timeIntervalSince1970
+        let delta = time - now
         let relative = delta >= 0 ? "in \(span(delta))" : "\(span(-delta)) ago"
-        return "\(formatter.string(from: date)) (\(relative))"
+        let sameDay = local(time, "%Y-%m-%d") == local(now, "%Y-%m-%d")
+        return "\(local(time, sameDay ? "%H:%M:%S" : "%Y-%m-%d %H:%M:%S")) (\(relative))"
+    }
+
+    /// `time` in the local time zone, in a strftime(3) format.
+    static func local(_ time: Double, _ format: String) -> String {
+        var seconds = time_t(time.isFinite ? max(min(time, 253_402_300_799), 0) : 0)
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return "?" }
+        var buffer = [CChar](repeating: 0, count: 64)
+        let count = strftime(&buffer, buffer.count, format, &parts)
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     static func span(_ seconds: Double) -> String {
-        let s = Int(seconds.rounded())
+        let s = Int(min(max(seconds, 0), 1e9).rounded())
         if s >= 3600 { return "\(s / 3600)h \(s % 3600 / 60)m" }
         if s >= 60 { return "\(s / 60)m \(s % 60)s" }
         return "\(s)s"
@@ -78,6 +100,8 @@ enum Output {
             return "\(status.group): session expired at \(when(status.sessionExpiresAt)); run `msso login --group \(status.group)`"
         case .notLoggedIn:
             return "\(status.group): not logged in; run `msso login --group \(status.group)`"
+        case .corrupt:
+            return "\(status.group): the stored credential is damaged; run `msso logout --group \(status.group)`, then log in"
         }
     }
 }

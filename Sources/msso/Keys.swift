@@ -1,8 +1,7 @@
 import ArgumentParser
-import Foundation
 import MSSOClient
 
-struct Keys: AsyncParsableCommand {
+struct Keys: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show the public half of a group's signing key, or rotate the key.",
         discussion: """
@@ -19,9 +18,9 @@ struct Keys: AsyncParsableCommand {
     @Option(help: "jwk or pem.") var format: Format = .jwk
     @Flag(help: "Replace the key with a new one.") var rotate = false
 
-    func run() async throws {
-        try await options.run { client in
-            let key = try await client.call(Methods.Keys.self, .init(group: options.group, rotate: rotate))
+    func run() throws {
+        try options.run { broker in
+            let key = try broker.call(Methods.Keys.self, .init(group: options.group, rotate: rotate))
             if options.json { return Output.json(key) }
             switch format {
             case .pem: print(key.pem, terminator: "")

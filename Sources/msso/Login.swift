@@ -1,8 +1,9 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import MSSOClient
 
-struct Login: AsyncParsableCommand {
+struct Login: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Log in to the group's identity provider; every app of the group shares the login.",
         discussion: """
@@ -33,76 +34,81 @@ struct Login: AsyncParsableCommand {
         }
     }
 
-    func run() async throws {
-        try await options.run { client in
+    func run() throws {
+        try options.run { broker in
             let status: SessionStatus
             if let username {
                 guard let line = readLine(strippingNewline: true), !line.isEmpty else {
                     throw BrokerError(.badRequest, "no password on standard input")
                 }
-                status = try await client.login(group: options.group, username: username, password: line)
+                status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, flow: .password, username: username, password: line))
             } else if browser {
-                status = try await client.loginWithBrowser(group: options.group) { Login.open($0) }
+                status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, flow: .browser), untilAnswered: true,
+                                         onSignal: { signal in if let prompt = signal.browser { Login.open(prompt) } })
             } else {
-                let countdown = Countdown(quiet: options.json)
-                status = try await client.loginWithDevice(group: options.group) { countdown.start($0) }
-                countdown.stop()
+                status = try Login.device(broker, group: options.group, quiet: options.json)
             }
             if options.json { Output.json(status) } else { print(Output.line(status)) }
         }
     }
-}
 
-extension Login {
+    /// A device login: the prompt, a countdown while the user approves, the new session.
+    @discardableResult
+    static func device(_ broker: BrokerConnection, group: String?, quiet: Bool) throws(BrokerError) -> SessionStatus {
+        let countdown = Countdown(quiet: quiet)
+        defer { countdown.stop() }
+        return try broker.call(Methods.Login.self, LoginArguments(group: group, flow: .device), untilAnswered: true,
+                               onSignal: { signal in if let prompt = signal.prompt { countdown.start(prompt) } },
+                               tick: { countdown.tick() })
+    }
+
     /// Prints the login address, and opens it in the desktop's browser when there is one.
     static func open(_ prompt: BrowserPrompt) {
-        let err = FileHandle.standardError
-        err.write(Data("To log in, open this address in a browser on this machine:\n\(prompt.url)\n".utf8))
+        Output.toStandardError("To log in, open this address in a browser on this machine:\n\(prompt.url)\n")
         let environment = ProcessInfo.processInfo.environment
-        guard environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil,
-              FileManager.default.isExecutableFile(atPath: "/usr/bin/xdg-open") else { return }
-        let opener = Process()
-        opener.executableURL = URL(fileURLWithPath: "/usr/bin/xdg-open")
-        opener.arguments = [prompt.url]
-        opener.standardOutput = FileHandle.nullDevice
-        opener.standardError = FileHandle.nullDevice
-        if (try? opener.run()) != nil { err.write(Data("(opened in your browser)\n".utf8)) }
+        guard environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil, access("/usr/bin/xdg-open", X_OK) == 0 else { return }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var pid = pid_t()
+        let argv = ["/usr/bin/xdg-open", prompt.url].map { (text: String) in strdup(text) } + [nil]
+        defer { argv.forEach { free($0) } }
+        if posix_spawn(&pid, "/usr/bin/xdg-open", &actions, nil, argv, environ) == 0 {
+            Output.toStandardError("(opened in your browser)\n")
+        }
     }
 }
 
 /// Shows the device prompt and, on a terminal, the time left to approve it.
-final class Countdown: @unchecked Sendable {
+final class Countdown {
     private let quiet: Bool
-    private var timer: DispatchSourceTimer?
-    private let lock = NSLock()
+    private var prompt: DevicePrompt?
 
     init(quiet: Bool) { self.quiet = quiet }
 
     func start(_ prompt: DevicePrompt) {
-        let err = FileHandle.standardError
-        err.write(Data("To log in, open \(prompt.verificationURI) and enter the code \(prompt.userCode)\n".utf8))
+        self.prompt = prompt
+        Output.toStandardError("To log in, open \(prompt.verificationURI) and enter the code \(prompt.userCode)\n")
         if let complete = prompt.verificationURIComplete {
-            err.write(Data("(or open \(complete))\n".utf8))
+            Output.toStandardError("(or open \(complete))\n")
         }
-        guard isatty(STDERR_FILENO) == 1 else {
-            err.write(Data("Waiting for approval (\(Output.span(prompt.expiresAt - Date().timeIntervalSince1970)) left)…\n".utf8))
-            return
+        if isatty(STDERR_FILENO) != 1 {
+            Output.toStandardError("Waiting for approval (\(Output.span(prompt.expiresAt - Output.now)) left)…\n")
+            self.prompt = nil // no live countdown off a terminal
+        } else {
+            tick()
         }
-        let timer = DispatchSource.makeTimerSource()
-        timer.schedule(deadline: .now(), repeating: 1)
-        timer.setEventHandler {
-            let left = max(0, prompt.expiresAt - Date().timeIntervalSince1970)
-            err.write(Data("\rWaiting for approval… \(Output.span(left)) left \u{1B}[K".utf8))
-        }
-        lock.withLock { self.timer = timer }
-        timer.resume()
+    }
+
+    func tick() {
+        guard let prompt else { return }
+        Output.toStandardError("\rWaiting for approval… \(Output.span(prompt.expiresAt - Output.now)) left \u{1B}[K")
     }
 
     func stop() {
-        lock.withLock {
-            if timer != nil { FileHandle.standardError.write(Data("\n".utf8)) }
-            timer?.cancel()
-            timer = nil
-        }
+        if prompt != nil { Output.toStandardError("\n") }
+        prompt = nil
     }
 }

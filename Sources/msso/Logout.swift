@@ -1,7 +1,7 @@
 import ArgumentParser
 import MSSOClient
 
-struct Logout: AsyncParsableCommand {
+struct Logout: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "End the SSO session of a group (or of all groups) for every app.")
 
@@ -14,9 +14,9 @@ struct Logout: AsyncParsableCommand {
         if all && options.group != nil { throw ValidationError("give --group or --all, not both") }
     }
 
-    func run() async throws {
-        try await options.run { client in
-            let ended = all ? try await client.logoutAll() : try await client.logout(group: options.group)
+    func run() throws {
+        try options.run { broker in
+            let ended = try broker.call(Methods.Logout.self, .init(group: options.group, all: all)).loggedOut
             if options.json {
                 Output.json(Methods.Logout.Result(loggedOut: ended))
             } else {

@@ -1,7 +1,8 @@
 import ArgumentParser
+import MSSOClient
 
 @main
-struct Msso: AsyncParsableCommand {
+struct Msso: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "msso",
         abstract: "Single sign-on for the apps of your organisation.",
@@ -10,5 +11,6 @@ struct Msso: AsyncParsableCommand {
 
             \(ExitStatus.table)
             """,
-        subcommands: [Login.self, Extend.self, Logout.self, Status.self, Check.self, Sign.self, Keys.self, Apps.self, Audit.self])
+        subcommands: [Login.self, Extend.self, Logout.self, Status.self, Check.self, Sign.self, Token.self, Exec.self,
+                      Keys.self, Apps.self, Audit.self])
 }

@@ -1,8 +1,9 @@
 import ArgumentParser
-import Foundation
+import Crypto
+import FoundationEssentials
 import MSSOClient
 
-struct Sign: AsyncParsableCommand {
+struct Sign: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print the headers that authenticate an HTTP request, one `Name: value` per line.",
         discussion: """
@@ -35,27 +36,33 @@ struct Sign: AsyncParsableCommand {
         }
     }
 
-    func run() async throws {
-        var body: Data?
+    func run() throws {
+        var digest: String?
         if let bodyFile {
             guard let data = FileManager.default.contents(atPath: bodyFile) else {
                 throw ValidationError("cannot read --body-file \(bodyFile)")
             }
-            body = data
+            digest = Data(SHA256.hash(data: data)).base64EncodedString()
         }
         let given = headers.map { line -> Header in
             let parts = line.split(separator: ":", maxSplits: 1)
-            return Header(String(parts[0]).trimmingCharacters(in: .whitespaces),
-                          parts.count > 1 ? String(parts[1]).trimmingCharacters(in: .whitespaces) : "")
+            return Header(String(parts[0]).trimmed, parts.count > 1 ? String(parts[1]).trimmed : "")
         }
-        try await options.run { client in
-            let added = try await client.sign(method: method.uppercased(), url: url, headers: given, body: body, group: options.group,
-                                              dpopNonce: dpopNonce)
+        try options.run { broker in
+            let request = SignRequest(group: options.group, method: method.uppercased(), url: url, headers: given.isEmpty ? nil : given,
+                                      bodySHA256: digest, dpopNonce: dpopNonce)
+            let added = try broker.call(Methods.Sign.self, request).headers
             if options.json {
                 Output.json(SignResponse(headers: added))
             } else {
                 added.forEach { print("\($0.name): \($0.value)") }
             }
         }
+    }
+}
+
+extension String {
+    var trimmed: String {
+        String(drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
     }
 }

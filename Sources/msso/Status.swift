@@ -1,14 +1,14 @@
 import ArgumentParser
 import MSSOClient
 
-struct Status: AsyncParsableCommand {
+struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Show the SSO session of every group (or one).")
 
     @OptionGroup var options: CommonOptions
 
-    func run() async throws {
-        try await options.run { client in
-            let groups = try await client.status(group: options.group)
+    func run() throws {
+        try options.run { broker in
+            let groups = try broker.call(Methods.Status.self, GroupArguments(group: options.group)).groups
             if options.json {
                 Output.json(Methods.Status.Result(groups: groups))
             } else if groups.isEmpty {

@@ -2,7 +2,7 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
-import MSSOClient
+import MSSOClientFoundation
 
 /// What every app of the example suite does with msso: find the shared session, log in when there
 /// is none, call the suite's API with signed requests, and follow the session live.

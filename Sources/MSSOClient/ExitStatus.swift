@@ -1,8 +1,8 @@
-import ArgumentParser
-import MSSOClient
+import MSSOProtocol
 
-/// The exit statuses of every msso command: stable, documented, like `klist -s` for `check`.
-enum ExitStatus: Int32 {
+/// The exit statuses of every msso command (`msso`, `msso-logout`, `git-credential-msso`):
+/// stable and documented, like `klist -s` for `check`.
+public enum ExitStatus: Int32, Sendable {
     case ok = 0
     case expired = 1
     case notLoggedIn = 2
@@ -15,12 +15,12 @@ enum ExitStatus: Int32 {
     case internalError = 70
     case config = 78
 
-    init(_ error: BrokerError) {
+    public init(_ error: BrokerError) {
         switch error.name {
         case .expired: self = .expired
         case .notLoggedIn: self = .notLoggedIn
-        case .brokerUnreachable: self = .brokerUnreachable
-        case .keyringLocked, .keyringUnavailable: self = .keyring
+        case .brokerUnreachable, .busy, .timedOut: self = .brokerUnreachable
+        case .keyringLocked, .keyringUnavailable, .corrupt: self = .keyring
         case .idpUnavailable: self = .idpUnavailable
         case .invalidCredentials, .loginDenied: self = .refused
         case .forbidden, .notEntitled: self = .forbidden
@@ -30,13 +30,13 @@ enum ExitStatus: Int32 {
         }
     }
 
-    static let table = """
+    public static let table = """
         Exit status:
           0   success (for check: the session is valid)
           1   the SSO session has expired: run `msso login`
           2   not logged in
           3   the broker is unreachable (mssod not running)
-          4   the keyring is locked or no Secret Service is running
+          4   the keyring is locked, no Secret Service is running, or the stored credential is damaged
           5   the identity provider is unreachable
           6   the identity provider refused the login
           7   forbidden, or the app is not registered for the group

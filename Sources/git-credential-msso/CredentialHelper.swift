@@ -1,0 +1,80 @@
+import Glibc
+import MSSOClient
+
+/// git-credential-msso: git's credential helper protocol (gitcredentials(7)) over msso.
+///
+///     git config --global credential.https://git.example.com.helper 'msso --group com.example.suite'
+///
+/// git then runs `git-credential-msso --group G get|store|erase` with `key=value` lines on
+/// standard input. `get` answers a fresh access token as the password; `erase` (the server
+/// refused it) makes the next `get` use a freshly refreshed token; `store` does nothing. With no
+/// valid session it says how to log in, on standard error, and tells git to stop (`quit=1`)
+/// rather than prompt for a password that would not work; it never prompts.
+@main
+struct CredentialHelper {
+    static let usage = """
+        usage: git-credential-msso [--group G] [--username NAME] [--socket PATH] [--next] get|store|erase
+          --username NAME  the username given to git (default: oauth2, which token-checking servers accept)
+          --next           with no session, let git try its next helper instead of stopping
+        """
+
+    static func main() {
+        var arguments = CommandLine.arguments.dropFirst()
+        var group: String?, username = "oauth2", socket: String?, next = false, action: String?
+        while let argument = arguments.popFirst() {
+            switch argument {
+            case "--group", "-g": group = arguments.popFirst()
+            case "--username": username = arguments.popFirst() ?? username
+            case "--socket": socket = arguments.popFirst()
+            case "--next": next = true
+            case "get", "store", "erase": action = argument
+            case "--help", "-h": say(usage); exit(0)
+            default: say("git-credential-msso: unknown argument \(argument)\n\(usage)"); exit(ExitStatus.usage.rawValue)
+            }
+        }
+        let request = readRequest() // git always writes the request; read it whole before answering
+        guard let action else { say(usage); exit(ExitStatus.usage.rawValue) }
+        guard action != "store" else { exit(0) } // the broker keeps the tokens; nothing to store
+        do throws(BrokerError) {
+            let broker = try BrokerConnection.connect(socketPath: socket, clientName: "git-credential-msso", timeout: 10)
+            defer { broker.close() }
+            let token = try broker.call(Methods.Token.self, .init(group: group, renew: action == "erase"))
+            guard action == "get" else { exit(0) }
+            var answer = ""
+            for key in ["protocol", "host", "path"] { if let value = request[key] { answer += "\(key)=\(value)\n" } }
+            answer += "username=\(username)\npassword=\(token.accessToken)\npassword_expiry_utc=\(Int(token.expiresAt))\n"
+            write(answer, to: 1)
+        } catch {
+            guard action == "get" else { exit(0) } // erase: git is giving up anyway
+            say("git-credential-msso: \(error.message)")
+            if !next { write("quit=1\n", to: 1) }
+            exit(0)
+        }
+    }
+
+    /// The `key=value` lines git writes, up to a blank line or the end (at most 64 KiB).
+    static func readRequest() -> [String: String] {
+        var request: [String: String] = [:]
+        var read = 0
+        while let line = readLine(strippingNewline: true), !line.isEmpty, read < 65536 {
+            read += line.utf8.count + 1
+            guard let equals = line.firstIndex(of: "=") else { continue }
+            request[String(line[..<equals])] = String(line[line.index(after: equals)...])
+        }
+        return request
+    }
+
+    static func say(_ text: String) {
+        write(text.hasSuffix("\n") ? text : text + "\n", to: 2)
+    }
+
+    static func write(_ text: String, to fd: Int32) {
+        let bytes = Array(text.utf8)
+        var written = 0
+        while written < bytes.count {
+            let count = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
+            guard count > 0 else { return }
+            written += count
+        }
+    }
+}

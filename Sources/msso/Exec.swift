@@ -1,0 +1,45 @@
+import ArgumentParser
+import Glibc
+import MSSOClient
+
+struct Exec: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a command with the group's access token in its environment (never in its arguments).",
+        discussion: """
+            msso exec -- ./deploy.sh
+            The command finds the token in $MSSO_ACCESS_TOKEN (or --env NAME) and its expiry, in \
+            Unix seconds, in $MSSO_ACCESS_TOKEN_EXPIRES_AT (NAME_EXPIRES_AT). The command, and \
+            whatever it runs, can read the token: that is the point. The exit status is the \
+            command's.
+            """)
+
+    @OptionGroup var options: CommonOptions
+
+    @Option(help: ArgumentHelp("The environment variable that carries the token.", valueName: "name"))
+    var env = "MSSO_ACCESS_TOKEN"
+
+    @Argument(parsing: .captureForPassthrough, help: "The command and its arguments (after --).")
+    var command: [String] = []
+
+    mutating func validate() throws {
+        guard !env.isEmpty, env.utf8.allSatisfy({ ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 95 }),
+              !(env.first?.isNumber ?? true) else {
+            throw ValidationError("--env takes a variable name of letters, digits and _")
+        }
+        if command.first == "--" { command.removeFirst() }
+        guard !command.isEmpty else { throw ValidationError("give the command to run after --") }
+    }
+
+    func run() throws {
+        var token: Methods.Token.Result?
+        try options.run { broker in token = try broker.call(Methods.Token.self, .init(group: options.group)) }
+        guard let token else { return }
+        setenv(env, token.accessToken, 1)
+        setenv(env + "_EXPIRES_AT", String(Int(token.expiresAt)), 1)
+        let argv = command.map { (text: String) in strdup(text) } + [nil]
+        execvp(command[0], argv)
+        let problem = String(cString: strerror(errno))
+        Output.error("cannot run \(command[0]): \(problem)")
+        throw ExitCode(errno == ENOENT ? 127 : 126) // as a shell says it
+    }
+}

@@ -1,0 +1,92 @@
+import ArgumentParser
+import FoundationEssentials
+import Glibc
+import MSSOClient
+
+struct Token: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the group's access token, for tools that take one (curl, kubectl, scripts).",
+        discussion: """
+            curl --oauth2-bearer "$(msso token)" https://api.example.com/me
+            As a kubectl credential plugin (kubeconfig `user.exec`): command msso, args [token, \
+            --group, G, --format, kubernetes]; the apiVersion is taken from KUBERNETES_EXEC_INFO.
+            Only for groups whose tokens are bearer tokens; the broker refreshes the token first \
+            when it is about to expire. Like `msso sign`, needs the msso command to be registered \
+            for the group.
+            """)
+
+    @OptionGroup var options: CommonOptions
+
+    enum Format: String, ExpressibleByArgument, CaseIterable {
+        case raw, header, json, kubernetes
+    }
+
+    @Option(help: "raw (the token), header (`Authorization: Bearer …`), json (with its expiry), or kubernetes (an ExecCredential).")
+    var format: Format = .raw
+
+    func run() throws {
+        try options.run { broker in
+            let token: Methods.Token.Result
+            do {
+                token = try broker.call(Methods.Token.self, .init(group: options.group))
+            } catch let error as BrokerError where format == .kubernetes && Kubernetes.mayLogIn && (error.name == .notLoggedIn || error.name == .expired) {
+                // kubectl runs us on a terminal in interactive mode: log in, as it expects a plugin to.
+                Output.toStandardError("msso: \(error.message)\n")
+                try Login.device(broker, group: options.group, quiet: false)
+                token = try broker.call(Methods.Token.self, .init(group: options.group))
+            }
+            switch format {
+            case .raw: print(token.accessToken)
+            case .header: print(token.header == "Bearer" ? "Authorization: Bearer \(token.accessToken)" : "\(token.header): \(token.accessToken)")
+            case .json:
+                Output.json(["accessToken": token.accessToken, "expiresAt": String(Int(token.expiresAt)),
+                             "expiresAtUTC": Kubernetes.timestamp(token.expiresAt), "header": token.header])
+            case .kubernetes: Kubernetes.print(token)
+            }
+        }
+    }
+}
+
+/// The client.authentication.k8s.io ExecCredential kubectl reads from a credential plugin.
+enum Kubernetes {
+    struct ExecInfo: Decodable {
+        struct Spec: Decodable { var interactive: Bool? }
+        var apiVersion: String?
+        var spec: Spec?
+    }
+
+    /// What kubectl says about this run (KUBERNETES_EXEC_INFO, set by kubectl ≥ 1.21).
+    static var info: ExecInfo? {
+        ProcessInfo.processInfo.environment["KUBERNETES_EXEC_INFO"].flatMap { try? JSONDecoder().decode(ExecInfo.self, from: Data($0.utf8)) }
+    }
+
+    /// kubectl allows a prompt: it said so, or (older kubectl) we have a terminal to prompt on.
+    static var mayLogIn: Bool {
+        (info?.spec?.interactive ?? (isatty(0) == 1)) && isatty(2) == 1
+    }
+
+    static func print(_ token: Methods.Token.Result) {
+        struct Credential: Encodable {
+            struct Status: Encodable {
+                var token: String
+                var expirationTimestamp: String
+            }
+            var apiVersion: String
+            var kind = "ExecCredential"
+            var status: Status
+        }
+        let version = info?.apiVersion.flatMap { ["client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1"].contains($0) ? $0 : nil }
+            ?? "client.authentication.k8s.io/v1beta1"
+        Output.json(Credential(apiVersion: version, status: .init(token: token.accessToken, expirationTimestamp: timestamp(token.expiresAt))))
+    }
+
+    /// RFC 3339 in UTC: `2026-11-23T14:03:12Z`.
+    static func timestamp(_ time: Double) -> String {
+        var seconds = time_t(time.isFinite ? max(min(time, 253_402_300_799), 0) : 0)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        var buffer = [CChar](repeating: 0, count: 32)
+        let count = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
