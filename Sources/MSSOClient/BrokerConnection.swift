@@ -44,17 +44,44 @@ public final class BrokerConnection: @unchecked Sendable {
         let limit = deadline(in: untilAnswered ? nil : timeout)
         try socket.write(try WireCodec.encode(Call(serial: mine, method: M.name, args: arguments)), deadline: limit)
         while true {
-            let payload = try socket.readFrame(deadline: limit, tick: tick)
-            let envelope = try WireCodec.envelope(of: payload)
-            switch envelope.type {
-            case .reply where envelope.serial == mine:
-                return try WireCodec.decode(Reply<M.Result>.self, from: payload).result
-            case .error where envelope.serial == mine || envelope.serial == 0:
-                throw try WireCodec.decode(ErrorReply.self, from: payload).brokerError
+            let answer = try WireCodec.decode(Answer<M.Result>.self, from: try socket.readFrame(deadline: limit, tick: tick))
+            switch answer.type {
+            case .reply where answer.serial == mine:
+                guard let result = answer.result else { throw BrokerError(.internal, "the broker's reply had no result") }
+                return result
+            case .error where answer.serial == mine || answer.serial == 0:
+                throw BrokerError(answer.error ?? .internal, answer.message ?? "the broker failed without a message")
             case .signal:
-                if let onSignal, let signal = try? WireCodec.decode(Signal.self, from: payload) { onSignal(signal) }
+                if let signal = answer.signal { onSignal?(signal) }
             default:
                 continue // an answer to nothing of ours: not possible on a connection used one call at a time
+            }
+        }
+    }
+
+    /// Whatever the broker sends, read in one pass: a command's whole life is a few frames, and
+    /// each pass of the decoder costs.
+    private struct Answer<Result: Decodable>: Decodable {
+        var type: MessageType?
+        var serial: UInt32?
+        var result: Result?
+        var error: ErrorName?
+        var message: String?
+        var signal: Signal?
+
+        enum CodingKeys: String, CodingKey { case type, serial, result, error, message }
+
+        init(from decoder: Decoder) throws {
+            let fields = try decoder.container(keyedBy: CodingKeys.self)
+            type = try? fields.decode(MessageType.self, forKey: .type)
+            serial = try? fields.decode(UInt32.self, forKey: .serial)
+            switch type {
+            case .reply?: result = try fields.decode(Result.self, forKey: .result)
+            case .error?:
+                error = try fields.decode(ErrorName.self, forKey: .error)
+                message = try fields.decode(String.self, forKey: .message)
+            case .signal?: signal = try? Signal(from: decoder)
+            default: break
             }
         }
     }

@@ -114,6 +114,15 @@ final class Callers: @unchecked Sendable {
             cache[sender.pid] = entry
             return .known(entry.identity)
         }
+        // A host process whose executable no registration pins is known from /proc alone, which
+        // no file system of the caller's can stall: found out here. A sandbox's files, or a
+        // binary to hash, are read on a thread of their own.
+        if facts.sharesFileSystem(with: own), let path = Self.readLink("/proc/\(sender.pid)/exe"), !snapshot.entitlements.pins(path),
+           let (known, identity) = Self.identify(pid: sender.pid, pidfd: sender.pidfd, own: own, entitlements: snapshot.entitlements),
+           known == facts {
+            remember(sender.pid, facts: known, identity: identity, generation: snapshot.generation)
+            return .known(identity)
+        }
         return resolve(sender, then: then)
     }
 
@@ -151,11 +160,13 @@ final class Callers: @unchecked Sendable {
 
     private func finish(_ pid: Int32, _ resolved: (ProcessFacts, AppIdentity)?, _ generation: Int) {
         workers -= 1
-        if let (facts, identity) = resolved {
-            if cache.count >= Self.maximumEntries { forgetOldest() }
-            cache[pid] = Entry(facts: facts, identity: identity, generation: generation, lastUsed: cmsso_monotonic_ns())
-        }
+        if let (facts, identity) = resolved { remember(pid, facts: facts, identity: identity, generation: generation) }
         for then in waiting.removeValue(forKey: pid) ?? [] { then(resolved?.1) }
+    }
+
+    private func remember(_ pid: Int32, facts: ProcessFacts, identity: AppIdentity, generation: Int) {
+        if cache.count >= Self.maximumEntries { forgetOldest() }
+        cache[pid] = Entry(facts: facts, identity: identity, generation: generation, lastUsed: cmsso_monotonic_ns())
     }
 
     private func forgetOldest() {

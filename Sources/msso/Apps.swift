@@ -6,6 +6,7 @@ import MSSOClient
 
 struct Apps: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "apps",
         abstract: "List, show, allow and revoke the apps that may use each access group.",
         discussion: """
             Apps are registered in apps.d/*.toml files: the administrator's (/etc/msso/apps.d, which \
@@ -16,7 +17,7 @@ struct Apps: ParsableCommand {
         defaultSubcommand: List.self)
 
     struct List: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List the registered apps.")
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List the registered apps.")
         @OptionGroup var options: CommonOptions
 
         func run() throws {
@@ -31,7 +32,7 @@ struct Apps: ParsableCommand {
     }
 
     struct Show: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show one app's registration.")
+        static let configuration = CommandConfiguration(commandName: "show", abstract: "Show one app's registration.")
         @OptionGroup var options: CommonOptions
         @Argument(help: "The app's name.") var name: String
 
@@ -54,7 +55,7 @@ struct Apps: ParsableCommand {
     }
 
     struct Allow: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Let an app use an access group (in your apps.d).")
+        static let configuration = CommandConfiguration(commandName: "allow", abstract: "Let an app use an access group (in your apps.d).")
         @OptionGroup var options: CommonOptions
         @Argument(help: "The app's executable.") var executable: String?
         @Option(help: "A Flatpak app id instead of an executable.") var flatpak: String?
@@ -96,7 +97,7 @@ struct Apps: ParsableCommand {
     }
 
     struct Revoke: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Take an access group (or every group) from an app you registered.")
+        static let configuration = CommandConfiguration(commandName: "revoke", abstract: "Take an access group (or every group) from an app you registered.")
         @OptionGroup var options: CommonOptions
         @Argument(help: "The app's name.") var name: String
 

@@ -3,6 +3,7 @@ import MSSOClient
 
 struct Audit: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "audit",
         abstract: "Show the audit log: who asked the broker for what, and how it ended.")
 
     @OptionGroup var options: CommonOptions

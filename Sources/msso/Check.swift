@@ -3,6 +3,7 @@ import MSSOClient
 
 struct Check: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "check",
         abstract: "Tell, by exit status, whether the group's SSO session is valid.",
         discussion: """
             Exit status: 0 valid, 1 expired, 2 not logged in, 3 broker unreachable, 4 keyring \
@@ -14,7 +15,9 @@ struct Check: ParsableCommand {
     @Flag(name: .shortAndLong, help: "Print nothing; answer by exit status only.")
     var quiet = false
 
-    func run() throws {
+    func run() throws { try Self.perform(options.values, quiet: quiet) }
+
+    static func perform(_ options: Common, quiet: Bool) throws {
         try options.run { broker in
             let status = try broker.call(Methods.Check.self, GroupArguments(group: options.group))
             if options.json { Output.json(status) } else if !quiet { print(Output.line(status)) }

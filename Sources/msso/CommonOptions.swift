@@ -3,18 +3,11 @@ import FoundationEssentials
 import Glibc
 import MSSOClient
 
-/// Options every verb takes.
-struct CommonOptions: ParsableArguments {
-    @Option(name: .shortAndLong, help: "The access group (default: the only configured one).")
+/// What every verb takes, however it was parsed.
+struct Common {
     var group: String?
-
-    @Flag(help: "Print machine-readable JSON on standard output.")
     var json = false
-
-    @Option(help: ArgumentHelp("The broker's socket (default: $MSSO_SOCKET, else $XDG_RUNTIME_DIR/msso/broker.sock).", valueName: "path"))
     var socket: String?
-
-    @Option(help: ArgumentHelp("Seconds to wait for the broker's answer (a login waits for you as long as the broker does).", valueName: "seconds"))
     var timeout: Double = 20
 
     /// Connects, runs `body`, and turns a broker error into its message and exit status.
@@ -35,6 +28,27 @@ struct CommonOptions: ParsableArguments {
         Output.error(error.message)
         Glibc.exit(ExitStatus(error).rawValue)
     }
+}
+
+/// Options every verb takes.
+struct CommonOptions: ParsableArguments {
+    @Option(name: .shortAndLong, help: "The access group (default: the only configured one).")
+    var group: String?
+
+    @Flag(help: "Print machine-readable JSON on standard output.")
+    var json = false
+
+    @Option(help: ArgumentHelp("The broker's socket (default: $MSSO_SOCKET, else $XDG_RUNTIME_DIR/msso/broker.sock).", valueName: "path"))
+    var socket: String?
+
+    @Option(help: ArgumentHelp("Seconds to wait for the broker's answer (a login waits for you as long as the broker does).", valueName: "seconds"))
+    var timeout: Double = 20
+
+    var values: Common { Common(group: group, json: json, socket: socket, timeout: timeout) }
+
+    func run(_ body: (BrokerConnection) throws -> Void) throws { try values.run(body) }
+
+    func fail(_ error: BrokerError) -> Never { values.fail(error) }
 }
 
 /// What the commands print, without Foundation's formatters (a command starts in milliseconds).

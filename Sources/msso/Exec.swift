@@ -4,6 +4,7 @@ import MSSOClient
 
 struct Exec: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "exec",
         abstract: "Run a command with the group's access token in its environment (never in its arguments).",
         discussion: """
             msso exec -- ./deploy.sh

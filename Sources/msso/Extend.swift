@@ -3,6 +3,7 @@ import MSSOClient
 
 struct Extend: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "extend",
         abstract: "Slide the session window forward (to now + the group's session timeout).")
 
     @OptionGroup var options: CommonOptions

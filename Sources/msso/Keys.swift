@@ -3,6 +3,7 @@ import MSSOClient
 
 struct Keys: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "keys",
         abstract: "Show the public half of a group's signing key, or rotate the key.",
         discussion: """
             Groups whose `sign` profile is dpop or http-signature sign with a key the broker made; \

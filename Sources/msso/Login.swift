@@ -5,6 +5,7 @@ import MSSOClient
 
 struct Login: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "login",
         abstract: "Log in to the group's identity provider; every app of the group shares the login.",
         discussion: """
             Without --username: a device login. msso shows a web address and a code; approve the \

@@ -3,6 +3,7 @@ import MSSOClient
 
 struct Logout: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "logout",
         abstract: "End the SSO session of a group (or of all groups) for every app.")
 
     @OptionGroup var options: CommonOptions

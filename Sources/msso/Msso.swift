@@ -13,4 +13,11 @@ struct Msso: ParsableCommand {
             """,
         subcommands: [Login.self, Extend.self, Logout.self, Status.self, Check.self, Sign.self, Token.self, Exec.self,
                       Keys.self, Apps.self, Audit.self])
+
+    /// The verbs scripts and tools call on every request take the quick path; everything else
+    /// (help, completions, every error) is ArgumentParser's.
+    static func main() {
+        if QuickStart.run(Array(CommandLine.arguments.dropFirst())) { return }
+        main(nil)
+    }
 }

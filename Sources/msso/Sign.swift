@@ -5,6 +5,7 @@ import MSSOClient
 
 struct Sign: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "sign",
         abstract: "Print the headers that authenticate an HTTP request, one `Name: value` per line.",
         discussion: """
             Example: curl -H "$(msso sign --method GET --url https://api.example.com/me)" https://api.example.com/me
@@ -28,15 +29,22 @@ struct Sign: ParsableCommand {
     var dpopNonce: String?
 
     func validate() throws {
+        if let problem = Self.problem(url: url, headers: headers) { throw ValidationError(problem) }
+    }
+
+    static func problem(url: String, headers: [String]) -> String? {
         guard let parsed = URL(string: url), parsed.scheme != nil, parsed.host != nil else {
-            throw ValidationError("--url must be an absolute URL such as https://api.example.com/path")
+            return "--url must be an absolute URL such as https://api.example.com/path"
         }
-        for header in headers where !header.contains(":") {
-            throw ValidationError("--header takes `Name: value`, got \"\(header)\"")
-        }
+        if let header = headers.first(where: { !$0.contains(":") }) { return "--header takes `Name: value`, got \"\(header)\"" }
+        return nil
     }
 
     func run() throws {
+        try Self.perform(options.values, method: method, url: url, headers: headers, bodyFile: bodyFile, dpopNonce: dpopNonce)
+    }
+
+    static func perform(_ options: Common, method: String, url: String, headers: [String], bodyFile: String?, dpopNonce: String?) throws {
         var digest: String?
         if let bodyFile {
             guard let data = FileManager.default.contents(atPath: bodyFile) else {

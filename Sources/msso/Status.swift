@@ -2,7 +2,8 @@ import ArgumentParser
 import MSSOClient
 
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show the SSO session of every group (or one).")
+    static let configuration = CommandConfiguration(
+        commandName: "status",abstract: "Show the SSO session of every group (or one).")
 
     @OptionGroup var options: CommonOptions
 

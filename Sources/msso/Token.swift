@@ -5,6 +5,7 @@ import MSSOClient
 
 struct Token: ParsableCommand {
     static let configuration = CommandConfiguration(
+        commandName: "token",
         abstract: "Print the group's access token, for tools that take one (curl, kubectl, scripts).",
         discussion: """
             curl --oauth2-bearer "$(msso token)" https://api.example.com/me
@@ -24,7 +25,9 @@ struct Token: ParsableCommand {
     @Option(help: "raw (the token), header (`Authorization: Bearer …`), json (with its expiry), or kubernetes (an ExecCredential).")
     var format: Format = .raw
 
-    func run() throws {
+    func run() throws { try Self.perform(options.values, format: format) }
+
+    static func perform(_ options: Common, format: Format) throws {
         try options.run { broker in
             let token: Methods.Token.Result
             do {

@@ -222,3 +222,21 @@ def test_tokens_bound_to_the_brokers_key_are_not_handed_out(desktop, idp):
         assert done.returncode == 7 and "bound to msso's key" in done.stderr and done.stdout == ""
     finally:
         broker.stop()
+
+
+def test_the_quick_verbs_hand_anything_unusual_to_the_full_parser(tools_broker):
+    """check, sign and token take a parser of their own; help, errors and unusual forms must
+    still get ArgumentParser's answers, exactly."""
+    helped = tools_broker.msso("check", "--help")
+    assert helped.returncode == 0 and "--quiet" in helped.stdout and "USAGE" in helped.stdout.upper()
+    bad_url = tools_broker.msso("sign", "--url", "not a url")
+    assert bad_url.returncode == 64 and "--url must be an absolute URL" in bad_url.stderr
+    unknown = tools_broker.msso("token", "--colour", "blue")
+    assert unknown.returncode == 64 and "colour" in unknown.stderr
+    missing = tools_broker.msso("sign")
+    assert missing.returncode == 64 and "--url" in missing.stderr
+    twice = tools_broker.msso("check", "--group", GROUP, "--group", GROUP)
+    assert twice.returncode in (0, 64), "a repeated option goes to ArgumentParser, which decides"
+    quick = tools_broker.msso("check", f"--group={GROUP}", "-q")
+    assert quick.returncode == 0 and quick.stdout == ""
+    assert tools_broker.msso("token", "--format=json").returncode == 0
