@@ -3,9 +3,13 @@ SHELL := /bin/bash
 export PATH := $(PATH):/opt/swift/usr/bin
 
 PREFIX ?= /usr/local
-BIN = $(shell swift build -c release --show-bin-path 2>/dev/null)
+# Release builds, apart from the tests' debug build: the daemon with the Swift runtime linked in,
+# the commands fully static (a command then starts in about the time of `true`: no dynamic
+# loader, no shared Swift libraries to map and relocate).
+RELEASE = .build-release
+CLIENTS = msso msso-logout git-credential-msso
 
-.PHONY: demo test setup build unit e2e bench install clean
+.PHONY: demo test setup build unit e2e bench release install clean
 
 demo: setup build
 	./examples/demo.sh
@@ -28,17 +32,22 @@ e2e:
 bench: setup
 	./scripts/bench
 
-# mssod, msso and msso-logout, the PAM module, and the systemd user units (`systemctl --user
-# enable --now msso.socket` then makes the broker start at the first connection of a session).
-install: setup
-	swift build -c release --product mssod
-	swift build -c release --product msso
-	swift build -c release --product msso-logout
-	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/bin $(BIN)/mssod $(BIN)/msso $(BIN)/msso-logout
+release:
+	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib --product mssod
+	for product in $(CLIENTS); do \
+		swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product $$product || exit 1; \
+	done
+
+# mssod, msso, msso-logout and git-credential-msso, the PAM module, and the systemd user units
+# (`systemctl --user enable --now msso.socket` then makes the broker start at the first connection
+# of a session).
+install: setup release
+	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod \
+		$(addprefix $(RELEASE)/clients/release/,$(CLIENTS))
 	$(MAKE) -C pam install
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/systemd/user dist/systemd/msso.socket dist/systemd/msso.service
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/msso README.md docs/*.md
 
 clean:
-	rm -rf .build
+	rm -rf .build $(RELEASE)
 	$(MAKE) -C pam clean

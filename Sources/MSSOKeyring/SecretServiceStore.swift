@@ -1,6 +1,7 @@
 import CLibSecret
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Synchronization
 import MSSOCore
 import MSSOProtocol
 
@@ -12,10 +13,9 @@ import MSSOProtocol
 public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sendable {
     private let timeout: Double
     private let queue = DispatchQueue(label: "msso.keyring")
-    private let lock = NSLock()
     /// When a call last timed out. Calls that were already waiting then fail at once instead of
     /// each waiting out a hung Secret Service in turn; a call that arrives later tries again.
-    private var lastTimeout = Date.distantPast
+    private let lastTimeout = Mutex(Date.distantPast)
 
     public init(timeout: Double = 5) {
         self.timeout = timeout
@@ -78,7 +78,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         let queued = Date()
         return await withCheckedContinuation { continuation in
             queue.async { [self] in
-                guard lock.withLock({ lastTimeout < queued }) else {
+                guard lastTimeout.withLock({ $0 < queued }) else {
                     return continuation.resume(returning: (MSSO_SECRET_TIMEOUT, nil, nil))
                 }
                 var outcome = attempt(body)
@@ -89,7 +89,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
                     outcome = attempt(body)
                 }
                 if outcome.0 == MSSO_SECRET_TIMEOUT {
-                    lock.withLock { lastTimeout = Date() }
+                    lastTimeout.withLock { $0 = Date() }
                 }
                 continuation.resume(returning: outcome)
             }

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 
 /// DPoP proofs (RFC 9449): a JWT, signed with the broker's key, binding one request (and, with
 /// `ath`, one access token) to that key.
@@ -38,7 +38,9 @@ public enum DPoPProof {
             case "\n": out += "\\n"
             case "\r": out += "\\r"
             case "\t": out += "\\t"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+            case _ where scalar.value < 0x20:
+                let hex = Array("0123456789abcdef")
+                out += "\\u00" + String(hex[Int(scalar.value >> 4)]) + String(hex[Int(scalar.value & 0xF)])
             default: out.unicodeScalars.append(scalar)
             }
         }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// HTTP Message Signatures (RFC 9421) for requests, with Content-Digest (RFC 9530).
 public enum MessageSignature {
@@ -106,14 +106,20 @@ public enum MessageSignature {
         default:
             guard !component.hasPrefix("@") else { throw Failure(description: "unsupported derived component \(component)") }
             let values = request.headers.filter { $0.name.lowercased() == component }
-                .map { $0.value.trimmingCharacters(in: .whitespaces) }
+                .map { String($0.value.drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed()) }
             guard !values.isEmpty else { throw Failure(description: "the request has no \(component) header to cover") }
             return values.joined(separator: ", ")
         }
     }
 }
 
-/// A structured-field string (RFC 8941 §3.3.3).
+/// A structured-field string (RFC 8941 §3.3.3): backslash and quote escaped. The values quoted
+/// here (component names, a UUID nonce, a base64url key id, the tag) are printable ASCII.
 func quoted(_ text: String) -> String {
-    "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    var out = "\""
+    for character in text {
+        if character == "\\" || character == "\"" { out.append("\\") }
+        out.append(character)
+    }
+    return out + "\""
 }

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import FoundationEssentials
 
 /// A private key the broker signs with. It never leaves the broker: only `publicJWK` and
 /// `publicPEM` describe it to the outside.

@@ -1,5 +1,6 @@
 import ArgumentParser
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import MSSOAudit
 import MSSOCore
@@ -7,6 +8,7 @@ import MSSOIdentity
 import MSSOKeyring
 import MSSOProtocol
 import MSSOServer
+import Synchronization
 
 /// mssod: the per-user msso broker. Wiring only: the logic lives in the MSSO* modules.
 @main
@@ -138,9 +140,8 @@ struct Daemon: AsyncParsableCommand {
 }
 
 /// The SIGHUP action, set once the parts it reloads exist (a SIGHUP before that does nothing).
-final class ReloadBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var action: (@Sendable () async -> Void)?
-    func set(_ action: @escaping @Sendable () async -> Void) { lock.withLock { self.action = action } }
-    func run() async { await lock.withLock({ action })?() }
+final class ReloadBox: Sendable {
+    private let action = Mutex<(@Sendable () async -> Void)?>(nil)
+    func set(_ action: @escaping @Sendable () async -> Void) { self.action.withLock { $0 = action } }
+    func run() async { await action.withLock({ $0 })?() }
 }

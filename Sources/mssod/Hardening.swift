@@ -1,13 +1,13 @@
 import CMSSOSystem
-import Foundation
+import Glibc
 
 /// Process-level protections for a daemon that holds credentials in memory (as ssh-agent does).
 enum Hardening {
     static func apply() {
         // The Swift runtime's crash backtracer prints registers and stack bytes to stderr, which
-        // could carry token bytes into the journal. It reads its setting at start, so re-exec
-        // once with it off.
-        if getenv("SWIFT_BACKTRACE") == nil {
+        // could carry token bytes into the journal, and its settings can name a program to run.
+        // It reads them at start, so re-exec once with exactly "off", whatever was set.
+        if getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
             setenv("SWIFT_BACKTRACE", "enable=no", 1)
             execv("/proc/self/exe", CommandLine.unsafeArgv)
             unsetenv("SWIFT_BACKTRACE") // exec failed: carry on rather than refuse to start

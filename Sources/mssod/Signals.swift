@@ -1,20 +1,19 @@
 import Dispatch
-import Foundation
+import Glibc
+import Synchronization
 
 /// SIGTERM/SIGINT (shutdown) and SIGHUP (reload), handled from before the socket exists: a
 /// signal that arrives between "listening" and "handling signals" must not be lost.
 final class Signals: @unchecked Sendable {
     private let queue = DispatchQueue(label: "mssod.signals")
-    private let lock = NSLock()
     private var sources: [DispatchSourceSignal] = []
-    private var terminated = false
-    private var waiter: CheckedContinuation<Void, Never>?
+    private let state = Mutex<(terminated: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
 
     /// Starts handling now; `reload` runs on each SIGHUP.
     init(reload: @escaping @Sendable () async -> Void) {
         // First the default actions off, then the sources on: resuming a source installs
         // libdispatch's own handler, which a later SIG_IGN would replace.
-        for signal in [SIGTERM, SIGINT, SIGHUP] { Foundation.signal(signal, SIG_IGN) }
+        for signal in [SIGTERM, SIGINT, SIGHUP] { Glibc.signal(signal, SIG_IGN) }
         for signal in [SIGTERM, SIGINT, SIGHUP] {
             let source = DispatchSource.makeSignalSource(signal: signal, queue: queue)
             if signal == SIGHUP {
@@ -30,9 +29,9 @@ final class Signals: @unchecked Sendable {
     /// Returns once SIGTERM or SIGINT has arrived (at once if one already did).
     func termination() async {
         await withCheckedContinuation { continuation in
-            let done = lock.withLock {
-                if terminated { return true }
-                waiter = continuation
+            let done = state.withLock { state in
+                if state.terminated { return true }
+                state.waiter = continuation
                 return false
             }
             if done { continuation.resume() }
@@ -41,10 +40,10 @@ final class Signals: @unchecked Sendable {
     }
 
     private func terminate() {
-        let waiter = lock.withLock {
-            defer { self.waiter = nil }
-            terminated = true
-            return self.waiter
+        let waiter = state.withLock { state in
+            defer { state.waiter = nil }
+            state.terminated = true
+            return state.waiter
         }
         waiter?.resume()
     }
