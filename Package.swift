@@ -12,7 +12,6 @@ let package = Package(
         .executable(name: "msso", targets: ["msso"]),
         .executable(name: "msso-logout", targets: ["msso-logout"]),
         .executable(name: "git-credential-msso", targets: ["git-credential-msso"]),
-        .executable(name: "msso-bench", targets: ["msso-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
@@ -82,11 +81,6 @@ let package = Package(
         ]),
         // git's credential helper (gitcredentials(7)): a fresh access token as the password.
         .executableTarget(name: "git-credential-msso", dependencies: ["MSSOClient"]),
-        .executableTarget(name: "msso-bench", dependencies: [
-            "MSSOClient", "MSSOServer", "MSSOCore", "MSSOProtocol", "MSSOKeyring", "MSSOIdentity", "MSSOAudit", "MSSOSigning",
-            .product(name: "Logging", package: "swift-log"),
-            .product(name: "ArgumentParser", package: "swift-argument-parser"),
-        ]),
 
         // Example apps of one suite, sharing one login (see examples/README.md).
         .target(name: "SuiteKit", dependencies: ["MSSOClientFoundation"], path: "examples/SuiteKit"),

@@ -1,0 +1,281 @@
+"""msso's benchmark: how much a call costs beside a floor that contains none of the broker, how big
+mssod is, and how fast the commands start. Run by scripts/bench (`make bench`), which builds the
+release binaries and the C tools first.
+
+Everything runs against the real parts, as the tests do (a private keyring, a local glewlwyd,
+mssod as a separate process):
+- (a) the transport floor: a C server that answers each frame with a canned frame the size of a
+  real sign reply (bench/echo.c), measured with the very client that then measures (b) and (c);
+- (b) `ping` and (c) `sign` for each signing profile, from a Python client written from
+  docs/PROTOCOL.md (JSON encode, frame, JSON decode: the work any client does) and from a C client
+  that does no JSON work of its own (bench/load.c), which shows the server's own cost;
+- throughput with 1, 8 and 32 connections (C client);
+- mssod's RSS idle, logged in, and with 1,000 connections;
+- keyring calls (counted on the session bus) and tokens the IdP issued (counted in its database)
+  during the sign runs: a fresh-token sign must make neither;
+- whole-process `msso check`, `msso sign`, `msso token` and `git credential fill` through
+  git-credential-msso, beside `true`, started by the same spawner (bench/spawn.c).
+
+Each figure is printed beside its target; the exit status is 1 when a target is not met.
+"""
+import argparse
+import json
+import os
+import socket
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--daemon", required=True, help="directory of the release mssod")
+parser.add_argument("--clients", required=True, help="directory of the release msso and git-credential-msso")
+parser.add_argument("--tools", required=True, help="directory of the compiled bench tools (echo, load, spawn)")
+parser.add_argument("--calls", type=int, default=20000, help="sequential calls per latency figure")
+parser.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput figure")
+parser.add_argument("--spawns", type=int, default=300, help="runs per whole-process figure")
+options = parser.parse_args()
+
+os.environ["MSSO_BIN"] = options.daemon  # the harness starts this mssod
+import harness  # noqa: E402 (needs MSSO_BIN first)
+from harness import GROUP, PYTHON, Broker, Desktop, IdP  # noqa: E402
+
+TOOLS = Path(options.tools)
+MSSO = Path(options.clients) / "msso"
+HELPER = Path(options.clients) / "git-credential-msso"
+PROFILES = {"bearer": GROUP, "dpop": "bench.dpop", "http-signature": "bench.http-signature",
+            "dpop+http-signature": "bench.dpop-http-signature"}
+URL = "https://api.example.com/v1/items?page=2"
+results: list[tuple[str, str, str, bool]] = []  # what, figure, target, met
+
+
+def report(what, figure, target, met):
+    results.append((what, figure, target, met))
+
+
+# -- the Python client: what any client written from PROTOCOL.md does ---------------------------
+
+class Client:
+    def __init__(self, path, hello=True):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(str(path))
+        self.serial = 0
+        if hello:
+            self.call("hello", {"version": 1, "client": "bench"})
+
+    def call(self, method, args):
+        self.serial += 1
+        payload = json.dumps({"type": "call", "serial": self.serial, "method": method, "args": args}).encode()
+        self.sock.sendall(struct.pack(">I", len(payload)) + payload)
+        (length,) = struct.unpack(">I", self.read(4))
+        return json.loads(self.read(length))
+
+    def read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+
+def percentiles(samples):
+    samples.sort()
+    return samples[len(samples) // 2], samples[len(samples) * 99 // 100]
+
+
+def python_latency(path, method, args, calls, hello=True):
+    client = Client(path, hello)
+    for _ in range(calls // 10):
+        client.call(method, args)
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter_ns()
+        answer = client.call(method, args)
+        samples.append((time.perf_counter_ns() - started) / 1000)
+    assert answer.get("type") == "reply", answer
+    return percentiles(samples)
+
+
+def frame_file(directory, name, method, args):
+    payload = json.dumps({"type": "call", "serial": 2, "method": method, "args": args}).encode()
+    path = directory / name
+    path.write_bytes(struct.pack(">I", len(payload)) + payload)
+    return path
+
+
+def c_latency(path, frame, calls):
+    out = subprocess.run([TOOLS / "load", "latency", str(path), str(calls), str(frame)], capture_output=True, text=True, check=True)
+    p50, p99 = map(float, out.stdout.split())
+    return p50, p99
+
+
+def c_throughput(path, frame, clients, seconds):
+    out = subprocess.run([TOOLS / "load", "throughput", str(path), str(clients), str(seconds), str(frame)],
+                         capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+def rss_kb(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+
+
+def spawn(*argv, stdin=None, env=None):
+    command = [str(TOOLS / "spawn"), str(options.spawns)] + (["--stdin", str(stdin)] if stdin else []) + [str(a) for a in argv]
+    out = subprocess.run(command, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
+    ms, kb = out.stdout.split()
+    return float(ms), int(kb)
+
+
+class BusCounter:
+    """Counts calls to the Secret Service on the session bus, from outside the daemon."""
+
+    def __init__(self, address):
+        self.process = subprocess.Popen(["dbus-monitor", "--address", address, "type='method_call'"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        time.sleep(0.5)
+
+    def stop(self):
+        self.process.terminate()
+        lines = self.process.communicate(timeout=10)[0].splitlines()
+        return sum(1 for line in lines if line.startswith("method call") and "org.freedesktop.Secret" in line)
+
+
+def tokens_issued(idp):
+    with sqlite3.connect(idp.dir / "glewlwyd.db") as db:
+        return db.execute("SELECT count(*) FROM gpo_access_token").fetchone()[0]
+
+
+def main():
+    work = Path(tempfile.mkdtemp(prefix="msso-bench-"))
+    desktop = Desktop()
+    idp = IdP()
+    groups = {name: {"sign": profile, "refresh_lead": "30s"} for profile, name in PROFILES.items()}
+    broker = Broker(desktop, idp, groups=groups, args=["--idle-timeout", "3600"])
+    holders = []
+    try:
+        broker.register("bench", [PYTHON, TOOLS / "load", MSSO, HELPER], list(groups))
+        pid = broker.process.pid
+        time.sleep(1)
+        idle = rss_kb(pid)
+        for name in groups:
+            done = subprocess.run([MSSO, "login", "--group", name, "--username", "alice", "--password-stdin"],
+                                  input="alice-pass\n", env=broker.env, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+
+        sign = {"method": "GET", "url": URL}
+        signed = {profile: {**sign, "group": name} for profile, name in PROFILES.items()}
+        body_sign = {"group": PROFILES["http-signature"], "method": "POST", "url": URL,
+                     "headers": [["Content-Type", "application/json"]], "bodySHA256": "RBNvo1WzZ4oRRq0W9+hknpT7T8If536DEMBg9hyq/4o="}
+        reply = Client(broker.socket).call("sign", signed["bearer"])
+        (work / "reply").write_bytes(json.dumps(reply).encode())
+        echo_path = work / "echo.sock"
+        echo = subprocess.Popen([TOOLS / "echo", echo_path, work / "reply"])
+        holders.append(echo)
+        harness.wait_for(echo_path.exists, what="the echo server")
+
+        calls = options.calls
+        keyring = BusCounter(desktop.bus_address)
+        issued_before = tokens_issued(idp)
+
+        # (a), (b), (c) from the Python client
+        floor = python_latency(echo_path, "sign", signed["bearer"], calls, hello=False)
+        ping = python_latency(broker.socket, "ping", {"data": "x"}, calls)
+        bearer = python_latency(broker.socket, "sign", signed["bearer"], calls)
+        print(f"Python client ({calls} sequential calls each), p50 / p99 in µs:")
+        print(f"  (a) echo floor               {floor[0]:7.1f} / {floor[1]:7.1f}")
+        print(f"  (b) ping                     {ping[0]:7.1f} / {ping[1]:7.1f}   {ping[0] / floor[0]:.2f}× floor")
+        print(f"  (c) sign, bearer             {bearer[0]:7.1f} / {bearer[1]:7.1f}   {bearer[0] / floor[0]:.2f}× floor")
+        report("bearer sign p50 vs the echo floor", f"{bearer[0] / floor[0]:.2f}×", "≤ 2×", bearer[0] <= 2 * floor[0])
+        report("bearer sign p99 vs the echo floor", f"{bearer[1] / floor[0]:.2f}×", "≤ 5×", bearer[1] <= 5 * floor[0])
+        for profile in ("dpop", "http-signature", "dpop+http-signature"):
+            arguments = body_sign if profile == "http-signature" else signed[profile]
+            figure = python_latency(broker.socket, "sign", arguments, calls // 4)
+            print(f"  (c) sign, {profile:20s}{figure[0]:7.1f} / {figure[1]:7.1f}   {figure[0] / floor[0]:.2f}× floor")
+            if profile != "dpop+http-signature":
+                report(f"{profile} sign p50", f"{figure[0]:.0f} µs", "≤ 200 µs", figure[0] <= 200)
+
+        # The server's own cost: a client with no JSON work.
+        call_frame = frame_file(work, "sign", "sign", signed["bearer"])
+        ping_frame = frame_file(work, "ping", "ping", {"data": "x"})
+        c_floor = c_latency(echo_path, call_frame, calls)
+        c_ping = c_latency(broker.socket, ping_frame, calls)
+        c_sign = c_latency(broker.socket, call_frame, calls)
+        print(f"C client ({calls} sequential calls each), p50 / p99 in µs:")
+        print(f"  (a) echo floor               {c_floor[0]:7.1f} / {c_floor[1]:7.1f}")
+        print(f"  (b) ping                     {c_ping[0]:7.1f} / {c_ping[1]:7.1f}")
+        print(f"  (c) sign, bearer             {c_sign[0]:7.1f} / {c_sign[1]:7.1f}   the broker's own cost: {c_sign[0] - c_floor[0]:.1f} µs")
+
+        print(f"Throughput, C client, one connection per client, {options.seconds:g} s each (calls/s):")
+        for clients in (1, 8, 32):
+            echo_rate = c_throughput(echo_path, call_frame, clients, options.seconds)
+            sign_rate = c_throughput(broker.socket, call_frame, clients, options.seconds)
+            print(f"  {clients:2d} clients   echo {echo_rate:9.0f}   sign {sign_rate:9.0f}")
+            if clients == 32:
+                report("bearer sign throughput, 32 clients", f"{sign_rate:.0f}/s", "≥ 78,000/s (3× 26,000)", sign_rate >= 78_000)
+
+        keyring_calls = keyring.stop()
+        issued = tokens_issued(idp) - issued_before
+        print(f"During the sign runs: {keyring_calls} keyring calls, {issued} tokens issued by the IdP")
+        report("no keyring or IdP call on the hot path", f"{keyring_calls} and {issued}", "0 and 0", keyring_calls == 0 and issued == 0)
+
+        logged_in = rss_kb(pid)
+        for _ in range(4):
+            holder = subprocess.Popen([TOOLS / "load", "hold", str(broker.socket), "250"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+            holders.append(holder)
+            assert holder.stdout.readline().strip() == "250"
+        time.sleep(1)
+        crowded = rss_kb(pid)
+        for holder in holders[1:]:
+            holder.stdin.close()
+            holder.wait()
+        print(f"mssod RSS: {idle / 1024:.1f} MB idle, {logged_in / 1024:.1f} MB logged in (4 groups), "
+              f"{crowded / 1024:.1f} MB with 1,000 connections")
+        report("mssod RSS logged in, idle", f"{logged_in / 1024:.1f} MB", "≤ 20 MB", logged_in <= 20 * 1024)
+        report("mssod RSS with 1,000 connections", f"{crowded / 1024:.1f} MB", "≤ 40 MB", crowded <= 40 * 1024)
+
+        # Whole processes, from the same spawner.
+        env = dict(broker.env, HOME=str(work), GIT_TERMINAL_PROMPT="0", PATH=f"{options.clients}:{os.environ['PATH']}")
+        (work / "credential").write_text("protocol=https\nhost=git.example.com\n\n")
+        true = spawn("true", env=env)
+        figures = {
+            "msso check": spawn(MSSO, "check", "--group", GROUP, env=env),
+            "msso sign": spawn(MSSO, "sign", "--group", GROUP, "--url", URL, env=env),
+            "msso token": spawn(MSSO, "token", "--group", GROUP, env=env),
+            "git credential fill": spawn("git", "-c", f"credential.helper=msso --group {GROUP}", "credential", "fill",
+                                         stdin=work / "credential", env=env),
+        }
+        print(f"Whole processes ({options.spawns} runs each), p50 and peak RSS:")
+        print(f"  true                  {true[0]:6.2f} ms  {true[1] / 1024:5.1f} MB")
+        for name, (ms, kb) in figures.items():
+            print(f"  {name:21s} {ms:6.2f} ms  {kb / 1024:5.1f} MB   {ms / true[0]:.1f}× true")
+        for name in ("msso check", "msso sign"):
+            ms, kb = figures[name]
+            report(f"{name}, whole process, vs true", f"{ms / true[0]:.1f}×", "≤ 4×", ms <= 4 * true[0])
+            report(f"{name}, peak RSS", f"{kb / 1024:.1f} MB", "≤ 12 MB", kb <= 12 * 1024)
+    finally:
+        for holder in holders:
+            holder.kill()
+        broker.stop()
+        idp.cleanup()
+        desktop.cleanup()
+
+    print("Targets:")
+    for what, figure, target, met in results:
+        print(f"  {'met    ' if met else 'NOT MET'}  {what}: {figure} (target {target})")
+    return 0 if all(met for *_, met in results) else 1
+
+
+sys.exit(main())
