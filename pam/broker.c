@@ -1,4 +1,5 @@
 #include "broker.h"
+#include "replies.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -68,22 +69,57 @@ static int send_message(msso_broker *b, json_object *message) {
     return sent;
 }
 
-/* The next message, or NULL (closed, oversized, malformed, or out of time). */
-static json_object *receive_message(msso_broker *b) {
+/* One JSON value in valid UTF-8, parsed strictly (nothing after it, no single quotes). */
+static json_object *parse(const char *text, size_t len) {
+    json_tokener *tokener = json_tokener_new();
+    if (!tokener) return NULL;
+    json_tokener_set_flags(tokener, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    json_object *value = json_tokener_parse_ex(tokener, text, (int)len);
+    if (value && json_tokener_get_error(tokener) != json_tokener_success) {
+        json_object_put(value);
+        value = NULL;
+    }
+    json_tokener_free(tokener);
+    return value;
+}
+
+/* The next message: MSSO_OK and *message; MSSO_UNREACHABLE when the connection closed (a
+ * truncated frame included) or time ran out; MSSO_MALFORMED for an oversized frame or one that is
+ * not JSON. */
+static msso_status receive_message(msso_broker *b, json_object **message) {
+    *message = NULL;
     uint32_t header;
-    if (read_all(b, &header, 4) != 0) return NULL;
+    if (read_all(b, &header, 4) != 0) return MSSO_UNREACHABLE;
     uint32_t len = ntohl(header);
-    if (len > MSSO_MAX_FRAME) return NULL; /* checked before allocating */
+    if (len > MSSO_MAX_FRAME) return MSSO_MALFORMED; /* checked before allocating */
     char *text = malloc(len + 1);
-    if (!text) return NULL;
-    json_object *message = NULL;
+    if (!text) return MSSO_UNREACHABLE;
+    msso_status status = MSSO_UNREACHABLE;
     if (read_all(b, text, len) == 0) {
         text[len] = '\0';
-        message = json_tokener_parse(text);
+        *message = parse(text, len);
+        status = *message ? MSSO_OK : MSSO_MALFORMED;
     }
     explicit_bzero(text, len); /* a reply may echo nothing secret, but frames are wiped anyway */
     free(text);
-    return message;
+    return status;
+}
+
+/* The type of a message from the broker, or NULL when it is not a message of the protocol. A
+ * reply or an error must carry a serial (an integer from 0 to 2^32-1); a reply an object
+ * `result`; an error a string `error` and a string `message` short enough to show. Other types
+ * (signals) are skipped by the caller, so only their `type` is checked. */
+static const char *message_type(json_object *message, int64_t *serial) {
+    const char *type, *text;
+    json_object *value;
+    if (!json_object_is_type(message, json_type_object) || msso_get_string(message, "type", 16, &type) != 1) return NULL;
+    int reply = strcmp(type, "reply") == 0, error = strcmp(type, "error") == 0;
+    if (!reply && !error) return type;
+    if (!json_object_object_get_ex(message, "serial", &value) || !json_object_is_type(value, json_type_int)) return NULL;
+    *serial = json_object_get_int64(value); /* json-c saturates what does not fit */
+    if (*serial < 0 || *serial > UINT32_MAX) return NULL;
+    if (reply) return json_object_object_get_ex(message, "result", &value) && json_object_is_type(value, json_type_object) ? type : NULL;
+    return msso_get_string(message, "error", 64, &text) == 1 && msso_get_string(message, "message", MSSO_MAX_MESSAGE, &text) == 1 ? type : NULL;
 }
 
 msso_status msso_broker_open(msso_broker *b, const char *path, uid_t uid, int timeout_ms) {
@@ -141,18 +177,23 @@ msso_status msso_broker_call(msso_broker *b, const char *method, json_object *ar
     if (sent != 0) return MSSO_UNREACHABLE;
 
     for (;;) { /* skip signals; the answer carries our serial */
-        json_object *message = receive_message(b);
-        if (!message) return MSSO_UNREACHABLE;
-        json_object *type, *number;
-        const char *kind = json_object_object_get_ex(message, "type", &type) ? json_object_get_string(type) : "";
-        int ours = json_object_object_get_ex(message, "serial", &number) && json_object_get_int64(number) == serial;
-        if (ours && strcmp(kind, "reply") == 0) {
-            json_object *value;
-            if (json_object_object_get_ex(message, "result", &value)) *result = json_object_get(value);
+        json_object *message = NULL;
+        msso_status status = receive_message(b, &message);
+        if (status != MSSO_OK) return status;
+        int64_t number = -1;
+        const char *type = message_type(message, &number);
+        if (!type) {
             json_object_put(message);
-            return *result ? MSSO_OK : MSSO_UNREACHABLE;
+            return MSSO_MALFORMED;
         }
-        if (strcmp(kind, "error") == 0 && (ours || json_object_get_int64(number) == 0)) {
+        if (strcmp(type, "reply") == 0 && number == serial) {
+            json_object *value = NULL;
+            json_object_object_get_ex(message, "result", &value); /* there: checked by message_type */
+            *result = json_object_get(value);
+            json_object_put(message);
+            return MSSO_OK;
+        }
+        if (strcmp(type, "error") == 0 && (number == serial || number == 0)) {
             *result = message;
             return MSSO_ERROR_REPLY;
         }

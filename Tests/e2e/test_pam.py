@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import GROUP, ROOT, Broker
+import fake_broker
+from harness import GROUP, PYTHON, ROOT, Broker, answers, as_uid, wait_for
 
 DRIVER = ROOT / "pam" / "tests" / "pam_driver"
 MODULE = ROOT / "pam" / "pam_msso.so"
@@ -21,13 +22,13 @@ SET_ITEMS = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_set_items.so"  # sets PAM
 
 
 class Stack:
-    """A PAM config directory with one service, and the driver to run it as `alice`."""
+    """A PAM config directory with one service, and the driver to run it as `alice`. Without a
+    broker (a fake one listens at `socket_path`), the driver runs with a plain environment."""
 
     def __init__(self, directory, broker, socket_path=None, uid=os.getuid()):
-        # Here the broker runs as root like the driver, so the driver is an app to it and needs a
-        # registration; the root role against another user's broker is covered by test_peers.
-        broker.register("pam-driver", [DRIVER], [GROUP])
-        broker_env = broker.env
+        # A broker running as root like the driver has the driver as an app, registered by
+        # pam_broker; the root role against another user's broker is covered by test_peers.
+        broker_env = broker.env if broker else {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
         socket_path = socket_path or broker.socket
         self.dir = directory / "pam.d"
         self.dir.mkdir(exist_ok=True)
@@ -40,23 +41,41 @@ class Stack:
 
     def service(self, lines, local_password="alice-pass"):
         self.passdb.write_text(f"alice:{local_password}:msso-test\n")
-        text = "\n".join(line.replace("MODULE", f"{MODULE} socket={self.socket}").replace("MATRIX", f"{MATRIX} passdb={self.passdb}").replace("SET_ITEMS", SET_ITEMS)
+        module = f"{MODULE} socket={self.socket}"
+        text = "\n".join(line.replace("MODULE", module).replace("MATRIX", f"{MATRIX} passdb={self.passdb}").replace("SET_ITEMS", SET_ITEMS)
                          for line in lines)
         (self.dir / "msso-test").write_text(text + "\n")
 
-    def run(self, *actions, password="alice-pass", cycles=None, env=None):
+    def run(self, *actions, password="alice-pass", cycles=None, env=None, raw=False):
+        """The driver's output (bytes with `raw`); it must have exited normally (no crash, no abort)."""
         argv = [DRIVER, self.dir, "msso-test", "alice", "--password", password]
         if cycles:
             argv += ["--cycles", str(cycles)]
         done = subprocess.run([*map(str, argv), *actions], env=dict(self.env, **(env or {})), capture_output=True,
-                              text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+                              timeout=120)
+        assert done.returncode == 0, (done.returncode, done.stdout + done.stderr)
+        return done.stdout if raw else done.stdout.decode()
 
 
 def result(output, action):
     match = re.search(rf"^{action}: (.*) \((\d+)\) in (\d+) ms$", output, re.M)
     return match.group(1), int(match.group(2)), int(match.group(3))
+
+
+def pam_broker(desktop, idp, **kwargs):
+    """A broker started with the driver already registered: a registration written after the start
+    is read a moment later."""
+    daemon = Broker(desktop, idp, start=False, **kwargs)
+    daemon.register("pam-driver", [DRIVER], list(kwargs.get("groups") or [GROUP]))
+    daemon.start()
+    return daemon
+
+
+@pytest.fixture
+def broker(desktop, idp):
+    daemon = pam_broker(desktop, idp)
+    yield daemon
+    daemon.stop()
 
 
 @pytest.fixture
@@ -90,7 +109,7 @@ def test_open_session_says_not_logged_in_and_how_to_fix_it(stack):
 
 
 def test_open_session_says_expired_and_how_to_fix_it(tmp_path, desktop, idp):
-    broker = Broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
+    broker = pam_broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
     try:
         broker.login()
         time.sleep(1.2)
@@ -160,7 +179,7 @@ def test_a_password_the_idp_refuses_gives_a_clear_message_and_no_session(stack, 
 
 
 def test_enforcing_mode_fails_the_account_phase_with_the_documented_codes(tmp_path, desktop, idp):
-    broker = Broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
+    broker = pam_broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
     try:
         stack = Stack(tmp_path, broker)
         stack.service(["account required MODULE enforce"])
@@ -263,3 +282,58 @@ def test_install_puts_the_module_where_libpam_finds_modules(tmp_path):
     libpam = subprocess.run(["pkg-config", "--variable=libdir", "pam"], capture_output=True, text=True).stdout.strip()
     installed = tmp_path / libpam.lstrip("/") / "security" / "pam_msso.so"
     assert installed.exists() and Path(f"{libpam}/security/pam_unix.so").exists(), "next to pam_unix.so"
+
+
+# --- What a broker sends: nothing crashes the module, nothing raw reaches the terminal -----------
+
+FAKE = Path(fake_broker.__file__).resolve()
+LOGIN_STACK = ["auth required MATRIX", "auth optional MODULE login try_first_pass", "session optional MODULE login"]
+# Control characters but the newline that ends each of the driver's lines: C0, DEL, C1.
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+class FakeBroker:
+    """fake_broker.py listening at `path` as `uid` (None: as the test runs, root), with a plain
+    environment; `received()` is every byte it was sent."""
+
+    def __init__(self, path, scenario, uid=None):
+        fd, record = tempfile.mkstemp(prefix="msso-fake-")
+        os.close(fd)
+        self.record = Path(record)
+        if uid is not None:
+            os.chown(self.record, uid, uid)
+        prefix = as_uid(uid) if uid is not None else []
+        self.process = subprocess.Popen([*prefix, PYTHON, FAKE, str(path), record, scenario],
+                                        env={"PATH": "/usr/bin:/bin"})
+        wait_for(lambda: answers(path) or self.process.poll() is not None, what="the fake broker")
+        assert self.process.poll() is None
+
+    def received(self) -> bytes:
+        return self.record.read_bytes()
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+        self.record.unlink()
+
+
+@pytest.mark.parametrize("scenario", [name for name in fake_broker.SCENARIOS if name != "honest"])
+def test_nothing_a_hostile_broker_sends_crashes_the_module_or_reaches_the_terminal(tmp_path, scenario):
+    _, expected = fake_broker.SCENARIOS[scenario]
+    path = tmp_path / "broker.sock"
+    fake = FakeBroker(path, scenario)
+    try:
+        stack = Stack(tmp_path, None, path)
+        stack.service([*LOGIN_STACK[:2], "account required MODULE enforce timeout=500",
+                       "session optional MODULE login timeout=500"])
+        out = stack.run("authenticate", "acct_mgmt", "open_session", raw=True)  # exited normally
+    finally:
+        fake.stop()
+    assert b"\x1b" not in out
+    text = out.decode("utf-8")  # valid UTF-8 throughout
+    assert not CONTROL.search(text), text
+    assert result(text, "open_session")[:2] == ("Success", 0), text
+    assert expected in text, text
+    if expected in (fake_broker.UNREACHABLE, fake_broker.NO_ANSWER):
+        assert result(text, "acct_mgmt")[1] == 9, "enforce fails closed: PAM_AUTHINFO_UNAVAIL"
+        assert "SSO com.example" not in text, "nothing of a malformed reply is shown"
