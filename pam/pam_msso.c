@@ -7,13 +7,15 @@
  *             saying whether the SSO session is valid; close: logout (with `logout_on_close`)
  *
  * Arguments: group=NAME (repeatable; none means every configured group), timeout=MS (default
- * 1000), socket=PATH (default /run/user/%u/msso/broker.sock, %u = the user's uid), login,
- * try_first_pass, enforce, logout_on_close, quiet, debug.  See the README for the PAM lines.
+ * 1000), socket=PATH (default /run/user/%u/msso/broker.sock, %u = the user's uid), mssod=PATH
+ * (the installed daemon, default MSSOD_PATH: only it gets the password), login, try_first_pass,
+ * enforce, logout_on_close, quiet, debug.  See the README for the PAM lines.
  *
  * Everything the broker sends is checked (replies.c) before use, and shown only through say(),
  * which replaces control characters: the module runs as root in sshd or login, and the broker is
  * a process of the user. */
 #include "broker.h"
+#include "peer.h"
 #include "replies.h"
 
 #include <pwd.h>
@@ -27,6 +29,10 @@
 #include <security/pam_ext.h>
 #include <security/pam_modules.h>
 
+#ifndef MSSOD_PATH
+#define MSSOD_PATH "/usr/local/bin/mssod" /* the Makefile sets it from PREFIX, as `make install` installs */
+#endif
+
 #define PUBLIC __attribute__((visibility("default")))
 #define MAX_GROUPS 32
 #define PASSWORD_KEY "pam_msso_password"
@@ -36,6 +42,7 @@ typedef struct {
     int group_count;
     int timeout_ms;
     const char *socket_template;
+    const char *mssod;
     int login, try_first_pass, enforce, logout_on_close, quiet, debug;
 } options;
 
@@ -43,11 +50,13 @@ static int parse_options(pam_handle_t *pamh, int argc, const char **argv, option
     memset(o, 0, sizeof *o);
     o->timeout_ms = 1000;
     o->socket_template = "/run/user/%u/msso/broker.sock";
+    o->mssod = MSSOD_PATH;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "group=", 6) == 0 && o->group_count < MAX_GROUPS) o->groups[o->group_count++] = a + 6;
         else if (strncmp(a, "timeout=", 8) == 0 && atoi(a + 8) > 0) o->timeout_ms = atoi(a + 8);
         else if (strncmp(a, "socket=", 7) == 0) o->socket_template = a + 7;
+        else if (strncmp(a, "mssod=", 6) == 0) o->mssod = a + 6;
         else if (strcmp(a, "login") == 0) o->login = 1;
         else if (strcmp(a, "try_first_pass") == 0) o->try_first_pass = 1;
         else if (strcmp(a, "use_first_pass") == 0) o->try_first_pass = 0;
@@ -190,15 +199,36 @@ static void login_one(pam_handle_t *pamh, msso_broker *b, const char *group, con
     json_object_put(result);
 }
 
-/* Logs the user in to each group with the password kept at auth, then forgets the password. */
+static int any_admin_group(const msso_sessions *sessions) {
+    for (size_t i = 0; i < sessions->count; i++)
+        if (sessions->items[i].admin) return 1;
+    return 0;
+}
+
+/* The password goes only to the installed mssod (peer.c says what that stops, and what not). */
+static int broker_verified(pam_handle_t *pamh, const options *o, msso_broker *b, const char *user) {
+    char why[512], shown[512];
+    if (msso_verify_peer(b->fd, o->mssod, why, sizeof why) == 0) return 1;
+    msso_printable(shown, sizeof shown, why);
+    pam_syslog(pamh, LOG_WARNING, "not sending the password of %s to the broker: %s", user, shown);
+    say(pamh, PAM_ERROR_MSG, "SSO: not sending your password: %s", why);
+    return 0;
+}
+
+/* Logs the user in with the password kept at auth, then forgets the password. Only groups the
+ * administrator defined get it: a group from the user's own config.toml names an issuer that
+ * whoever can write that file (malware of the user included) chose. Others are skipped silently
+ * (the broker refuses them to root too). */
 static void login_with_kept_password(pam_handle_t *pamh, const options *o, msso_broker *b) {
     const void *data = NULL;
     const char *user = NULL;
     if (pam_get_data(pamh, PASSWORD_KEY, &data) != PAM_SUCCESS || !data) return;
     msso_sessions sessions;
     json_object *error = NULL;
-    if (pam_get_user(pamh, &user, NULL) == PAM_SUCCESS && user && statuses(b, o, &sessions, &error) == MSSO_OK) {
-        for (size_t i = 0; i < sessions.count; i++) login_one(pamh, b, sessions.items[i].group, user, data);
+    if (pam_get_user(pamh, &user, NULL) == PAM_SUCCESS && user && statuses(b, o, &sessions, &error) == MSSO_OK &&
+        any_admin_group(&sessions) && broker_verified(pamh, o, b, user)) {
+        for (size_t i = 0; i < sessions.count; i++)
+            if (sessions.items[i].admin) login_one(pamh, b, sessions.items[i].group, user, data);
     }
     json_object_put(error);
     pam_set_data(pamh, PASSWORD_KEY, NULL, NULL); /* replacing runs the cleanup: wiped and freed */
