@@ -16,6 +16,13 @@
 
 #define MSSO_MAX_FRAME 65536 /* the protocol's cap, in both directions */
 
+#ifndef SO_PASSPIDFD /* Linux 6.5; newer than Debian 12's headers */
+#define SO_PASSPIDFD 76
+#endif
+#ifndef SCM_PIDFD
+#define SCM_PIDFD 0x04
+#endif
+
 static long now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -45,11 +52,65 @@ static int write_all(msso_broker *b, const void *data, size_t len) {
     return 0;
 }
 
+/* Descriptors the broker sent along (SCM_RIGHTS) would stay open in sshd: close them. */
+static void close_passed(struct cmsghdr *header) {
+    size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; i++) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(header) + i * sizeof fd, sizeof fd);
+        close(fd);
+    }
+}
+
+/* Notes which process wrote the bytes just received. The kernel attaches the sender's pid and uid
+ * (and a pidfd) to what each process writes, and never returns two senders' bytes in one read, so
+ * the password can go to the process that answered, whoever set up the listening socket (systemd,
+ * with socket activation; or a process that kept a copy of the listener for itself). */
+static void note_writer(msso_broker *b, struct msghdr *message) {
+    pid_t pid = 0;
+    int pidfd = -1;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(message); h; h = CMSG_NXTHDR(message, h)) {
+        if (h->cmsg_level != SOL_SOCKET) continue;
+        if (h->cmsg_type == SCM_CREDENTIALS && h->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            struct ucred sender;
+            memcpy(&sender, CMSG_DATA(h), sizeof sender);
+            pid = sender.uid == b->uid ? sender.pid : 0;
+        } else if (h->cmsg_type == SCM_PIDFD && h->cmsg_len >= CMSG_LEN(sizeof(int))) {
+            if (pidfd >= 0) close(pidfd);
+            memcpy(&pidfd, CMSG_DATA(h), sizeof pidfd);
+        } else if (h->cmsg_type == SCM_RIGHTS) {
+            close_passed(h);
+        }
+    }
+    if (message->msg_flags & MSG_CTRUNC) pid = 0; /* something was cut off: trust none of it */
+    if (b->writer == 0 && pid > 0) {
+        b->writer = pid;
+        b->writer_pidfd = pidfd;
+        pidfd = -1;
+    } else if (pid != b->writer) {
+        b->writer = -1;
+    }
+    if (pidfd >= 0) close(pidfd);
+}
+
+/* recv, noting the sender (see note_writer). */
+static ssize_t receive_some(msso_broker *b, void *data, size_t len) {
+    union {
+        struct cmsghdr align;
+        char buffer[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int)) + CMSG_SPACE(16 * sizeof(int))];
+    } control;
+    struct iovec io = { .iov_base = data, .iov_len = len };
+    struct msghdr message = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = &control, .msg_controllen = sizeof control };
+    ssize_t n = recvmsg(b->fd, &message, MSG_CMSG_CLOEXEC);
+    if (n > 0) note_writer(b, &message);
+    return n;
+}
+
 static int read_all(msso_broker *b, void *data, size_t len) {
     char *p = data;
     while (len > 0) {
         if (wait_for(b, POLLIN) != 0) return -1;
-        ssize_t n = recv(b->fd, p, len, 0);
+        ssize_t n = receive_some(b, p, len);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n <= 0) return -1;
         p += n;
@@ -125,6 +186,8 @@ static const char *message_type(json_object *message, int64_t *serial) {
 msso_status msso_broker_open(msso_broker *b, const char *path, uid_t uid, int timeout_ms) {
     memset(b, 0, sizeof *b);
     b->fd = -1;
+    b->writer_pidfd = -1;
+    b->uid = uid;
     b->timeout_ms = timeout_ms;
     b->deadline_ms = now_ms() + timeout_ms;
 
@@ -137,6 +200,11 @@ msso_status msso_broker_open(msso_broker *b, const char *path, uid_t uid, int ti
     strcpy(address.sun_path, path);
     b->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (b->fd < 0) return MSSO_UNREACHABLE;
+    /* Senders' credentials with every byte received (note_writer); a pidfd too where the kernel
+     * has SO_PASSPIDFD (6.5), which peer.c then does without. */
+    int one = 1;
+    if (setsockopt(b->fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) goto fail;
+    setsockopt(b->fd, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one);
     if (connect(b->fd, (struct sockaddr *)&address, sizeof address) != 0) {
         if (errno != EINPROGRESS && errno != EAGAIN) goto fail;
         int error = 0;
@@ -203,5 +271,7 @@ msso_status msso_broker_call(msso_broker *b, const char *method, json_object *ar
 
 void msso_broker_close(msso_broker *b) {
     if (b->fd >= 0) close(b->fd);
+    if (b->writer_pidfd >= 0) close(b->writer_pidfd);
     b->fd = -1;
+    b->writer_pidfd = -1;
 }

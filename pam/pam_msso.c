@@ -208,7 +208,7 @@ static int any_admin_group(const msso_sessions *sessions) {
 /* The password goes only to the installed mssod (peer.c says what that stops, and what not). */
 static int broker_verified(pam_handle_t *pamh, const options *o, msso_broker *b, const char *user) {
     char why[512], shown[512];
-    if (msso_verify_peer(b->fd, o->mssod, why, sizeof why) == 0) return 1;
+    if (msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, sizeof why) == 0) return 1;
     msso_printable(shown, sizeof shown, why);
     pam_syslog(pamh, LOG_WARNING, "not sending the password of %s to the broker: %s", user, shown);
     say(pamh, PAM_ERROR_MSG, "SSO: not sending your password: %s", why);

@@ -7,14 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#ifndef SO_PEERPIDFD
-#define SO_PEERPIDFD 77 /* Linux 6.5; newer than Debian 12's headers */
-#endif
 
 __attribute__((format(printf, 3, 4))) static int fail(char *why, size_t size, const char *format, ...) {
     va_list args;
@@ -22,21 +17,6 @@ __attribute__((format(printf, 3, 4))) static int fail(char *why, size_t size, co
     vsnprintf(why, size, format, args);
     va_end(args);
     return -1;
-}
-
-/* The peer's pid, and a pidfd pinning that very process (or -1). SO_PEERPIDFD hands over the
- * process the kernel recorded at connect. Where the kernel has no SO_PEERPIDFD (before 6.5), the
- * pid comes from SO_PEERCRED and pidfd_open pins it only from now on: a peer that exited and whose
- * pid was reused in between would be mistaken for the new process. */
-static int peer_process(int fd, pid_t *pid, int *pidfd) {
-    struct ucred peer;
-    socklen_t size = sizeof peer;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || peer.pid <= 0) return -1;
-    *pid = peer.pid;
-    size = sizeof *pidfd;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, pidfd, &size) == 0) return 0;
-    *pidfd = (int)syscall(SYS_pidfd_open, peer.pid, 0);
-    return 0; /* without any pidfd (before Linux 5.3) the reuse race stays open */
 }
 
 /* Whether the process still runs: then every /proc/PID read above was about it, not about a
@@ -179,12 +159,16 @@ static int check_process(pid_t pid, const char *mssod, char *why, size_t size) {
     return 0;
 }
 
-int msso_verify_peer(int fd, const char *mssod, char *why, size_t size) {
-    pid_t pid;
-    int pidfd = -1;
-    if (peer_process(fd, &pid, &pidfd) != 0) return fail(why, size, "the broker's process cannot be identified");
+int msso_verify_peer(pid_t pid, int pidfd, const char *mssod, char *why, size_t size) {
+    if (pid < 0) return fail(why, size, "the broker's answers came from more than one process, or from another user's");
+    if (pid == 0) return fail(why, size, "the broker's process cannot be identified");
+    /* Without SCM_PIDFD (before Linux 6.5) the pid alone came with the answers: pinned from now on
+     * only, so a broker that exited and whose pid was reused in between would be mistaken for the
+     * new process. */
+    int opened = pidfd < 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
     int verified = check_process(pid, mssod, why, size);
-    if (verified == 0 && !still_alive(pidfd)) verified = fail(why, size, "the broker's process exited during the check");
-    if (pidfd >= 0) close(pidfd);
+    if (verified == 0 && !still_alive(pidfd >= 0 ? pidfd : opened))
+        verified = fail(why, size, "the broker's process exited during the check");
+    if (opened >= 0) close(opened);
     return verified;
 }

@@ -1,12 +1,17 @@
 """A stand-in for mssod on a Unix socket, for tests of what pam_msso does with what it hears.
 
-    python3 fake_broker.py SOCKET RECORD SCENARIO
+    python3 fake_broker.py SOCKET RECORD SCENARIO [--then-exec MSSOD]
 
 Binds SOCKET, answers `hello` as mssod does, then answers every other call as SCENARIO says, and
 appends every byte it receives to RECORD. Serves until killed. Run as whichever uid the test
-needs (the module talks only to a socket and a process of the user logging in)."""
+needs (the module talks only to a socket and a process of the user logging in).
+
+With --then-exec, malware's trick against a module that judges the listening process: a child
+keeps the listener and serves, while the process that made it execs the real mssod, handing it
+the listener as systemd would (LISTEN_PID, LISTEN_FDS). Both then accept connections."""
 import json
 import os
+import select
 import socket
 import struct
 import sys
@@ -145,13 +150,24 @@ def serve(conn, record, responder):
 
 
 def main():
-    path, record, name = sys.argv[1:4]
+    path, record, name, *then_exec = sys.argv[1:]
     responder = SCENARIOS[name][0]
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen()
+    if then_exec and os.fork() != 0:
+        os.dup2(os.dup(listener.fileno()), 3)  # the listener may be fd 3 already: dup2 would keep it close-on-exec
+        os.set_inheritable(3, True)
+        os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
+        os.execv(then_exec[1], [then_exec[1]])
     while True:
-        conn, _ = listener.accept()
+        # With --then-exec mssod makes the listener (one open file for both) non-blocking.
+        select.select([listener], [], [])
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            continue  # mssod took it
+        conn.setblocking(True)
         threading.Thread(target=serve_quietly, args=(conn, record, responder), daemon=True).start()
 
 

@@ -332,15 +332,18 @@ class FakeBroker:
     """fake_broker.py listening at `path` as `uid` (None: as the test runs, root), with a plain
     environment; `received()` is every byte it was sent."""
 
-    def __init__(self, path, scenario, uid=None):
+    def __init__(self, path, scenario, uid=None, env=None, then_exec=None, log=None):
         fd, record = tempfile.mkstemp(prefix="msso-fake-")
         os.close(fd)
         self.record = Path(record)
         if uid is not None:
             os.chown(self.record, uid, uid)
         prefix = as_uid(uid) if uid is not None else []
-        self.process = subprocess.Popen([*prefix, PYTHON, FAKE, str(path), record, scenario],
-                                        env={"PATH": "/usr/bin:/bin"})
+        options = ["--then-exec", str(then_exec)] if then_exec else []
+        # A session of its own: with --then-exec, the serving child outlives the process started.
+        self.process = subprocess.Popen([*prefix, PYTHON, FAKE, str(path), record, scenario, *options],
+                                        env=env or {"PATH": "/usr/bin:/bin"}, start_new_session=True,
+                                        stderr=open(log, "a") if log else None)
         wait_for(lambda: answers(path) or self.process.poll() is not None, what="the fake broker")
         assert self.process.poll() is None
 
@@ -348,7 +351,10 @@ class FakeBroker:
         return self.record.read_bytes()
 
     def stop(self):
-        self.process.kill()
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         self.process.wait()
         self.record.unlink()
 
@@ -425,6 +431,69 @@ def test_a_fake_broker_of_the_user_on_the_brokers_socket_gets_no_password(tmp_pa
     assert b'"status"' in received, "the fake was asked for the status, as before"
     assert b"alice-pass" not in received and b'"login"' not in received and b"password" not in received
     assert f"info: SSO {fake_broker.GROUP}: not logged in" in out, "status lines are still shown"
+
+
+def test_a_listener_kept_by_another_process_when_its_maker_became_mssod_gets_no_password(tmp_path, user_broker):
+    """The process behind SO_PEERCRED is the real mssod here; a child of the process that made the
+    listener kept a copy and accepts too. The password goes only to the process that answers."""
+    user_broker.stop()
+    fake = FakeBroker(user_broker.socket, "honest", uid=USER, env=user_broker.env, then_exec=installed_mssod(),
+                      log=user_broker.log)
+    refused = "error: SSO: not sending your password: the program behind the broker's socket is not"
+    try:
+        # Until mssod asks for senders' credentials on the listener: it drops connections before.
+        wait_for(lambda: "listening on the socket systemd passed" in user_broker.log.read_text(), what="mssod")
+        stack = Stack(tmp_path, user_broker, uid=USER)
+        stack.service(LOGIN_STACK)
+        fake.process.send_signal(signal.SIGSTOP)  # the child alone accepts meanwhile
+        try:
+            alone = [stack.run("authenticate", "open_session") for _ in range(3)]
+        finally:
+            fake.process.send_signal(signal.SIGCONT)
+        racing = [stack.run("authenticate", "open_session") for _ in range(3)]  # whoever accepts first
+        received = fake.received()
+    finally:
+        fake.stop()
+    assert all(refused in out for out in alone), alone
+    assert all(refused in out or f"info: SSO {GROUP}: valid until" in out for out in racing), racing
+    assert b'"hello"' in received and b"alice-pass" not in received and b"password" not in received
+
+
+# As systemd does for msso.socket: it makes the listener, starts mssod with it, and keeps it.
+ACTIVATOR = r"""
+import os, socket, sys
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen()
+child = os.fork()
+if child == 0:
+    os.dup2(os.dup(listener.fileno()), 3)
+    os.set_inheritable(3, True)
+    os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
+    os.execv(sys.argv[2], [sys.argv[2]])
+os.waitpid(child, 0)
+"""
+
+
+def test_a_socket_activated_broker_gets_the_password(tmp_path, user_desktop, idp):
+    """SO_PEERCRED names the activator (systemd), not mssod: the module judges the process that
+    answers."""
+    broker = user_broker_of(user_desktop, idp)
+    broker.socket.parent.mkdir(mode=0o700)
+    user_desktop.chown(broker.socket.parent)
+    activator = subprocess.Popen([*as_uid(USER), PYTHON, "-c", ACTIVATOR, str(broker.socket), str(installed_mssod())],
+                                 env=broker.env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                 stderr=open(broker.log, "a"))
+    try:
+        wait_for(lambda: answers(broker.socket), what="the activator's socket")
+        stack = Stack(tmp_path, broker, uid=USER)
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert f"info: SSO {GROUP}: valid until" in out and "not sending" not in out, out
+        assert broker.msso("check").returncode == 0
+    finally:
+        os.killpg(activator.pid, signal.SIGTERM)
+        activator.wait()
 
 
 class RecordingIssuer:
