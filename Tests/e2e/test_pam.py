@@ -646,6 +646,28 @@ def test_the_mssod_argument_must_name_a_file_only_root_can_change(tmp_path, desk
         shutil.rmtree(directory)
 
 
+def test_a_broker_started_from_a_file_since_replaced_gets_no_password(tmp_path, desktop, idp):
+    """As after an upgrade (install writes a new file): the running broker is not the installed
+    mssod any more, until it restarts."""
+    directory = Path(tempfile.mkdtemp(prefix="msso-bin-")).resolve()
+    directory.chmod(0o755)
+    shutil.copy2(installed_mssod(), directory / "mssod")
+    broker = pam_broker(desktop, idp, executable=directory / "mssod")
+    try:
+        shutil.copy2(installed_mssod(), directory / "mssod.new")
+        os.rename(directory / "mssod.new", directory / "mssod")
+        stack = Stack(tmp_path, broker, mssod=directory / "mssod")
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert f"error: SSO: not sending your password: the program behind the broker's socket is not {directory / 'mssod'}" in out, out
+        broker.restart()
+        out = stack.run("authenticate", "open_session")
+        assert f"info: SSO {GROUP}: valid until" in out and "not sending" not in out, out
+    finally:
+        broker.stop()
+        shutil.rmtree(directory)
+
+
 def test_the_default_mssod_is_where_make_install_puts_it(tmp_path):
     for name in ["Makefile", "pam_msso.map", *[p.name for p in (ROOT / "pam").glob("*.[ch]")]]:
         shutil.copy(ROOT / "pam" / name, tmp_path / name)
