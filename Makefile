@@ -44,7 +44,7 @@ release:
 install: setup release
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod \
 		$(addprefix $(RELEASE)/clients/release/,$(CLIENTS))
-	$(MAKE) -C pam install
+	$(MAKE) -C pam install PREFIX=$(PREFIX)
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/systemd/user dist/systemd/msso.socket dist/systemd/msso.service
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/msso README.md docs/*.md
 

@@ -7,9 +7,16 @@
  *             saying whether the SSO session is valid; close: logout (with `logout_on_close`)
  *
  * Arguments: group=NAME (repeatable; none means every configured group), timeout=MS (default
- * 1000), socket=PATH (default /run/user/%u/msso/broker.sock, %u = the user's uid), login,
- * try_first_pass, enforce, logout_on_close, quiet, debug.  See the README for the PAM lines. */
+ * 1000), socket=PATH (default /run/user/%u/msso/broker.sock, %u = the user's uid), mssod=PATH
+ * (the installed daemon, default MSSOD_PATH: only it gets the password), login, try_first_pass,
+ * enforce, logout_on_close, quiet, debug.  See the README for the PAM lines.
+ *
+ * Everything the broker sends is checked (replies.c) before use, and shown only through say(),
+ * which replaces control characters: the module runs as root in sshd or login, and the broker is
+ * a process of the user. */
 #include "broker.h"
+#include "peer.h"
+#include "replies.h"
 
 #include <pwd.h>
 #include <stdarg.h>
@@ -22,6 +29,10 @@
 #include <security/pam_ext.h>
 #include <security/pam_modules.h>
 
+#ifndef MSSOD_PATH
+#define MSSOD_PATH "/usr/local/bin/mssod" /* the Makefile sets it from PREFIX, as `make install` installs */
+#endif
+
 #define PUBLIC __attribute__((visibility("default")))
 #define MAX_GROUPS 32
 #define PASSWORD_KEY "pam_msso_password"
@@ -31,6 +42,7 @@ typedef struct {
     int group_count;
     int timeout_ms;
     const char *socket_template;
+    const char *mssod;
     int login, try_first_pass, enforce, logout_on_close, quiet, debug;
 } options;
 
@@ -38,11 +50,13 @@ static int parse_options(pam_handle_t *pamh, int argc, const char **argv, option
     memset(o, 0, sizeof *o);
     o->timeout_ms = 1000;
     o->socket_template = "/run/user/%u/msso/broker.sock";
+    o->mssod = MSSOD_PATH;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "group=", 6) == 0 && o->group_count < MAX_GROUPS) o->groups[o->group_count++] = a + 6;
         else if (strncmp(a, "timeout=", 8) == 0 && atoi(a + 8) > 0) o->timeout_ms = atoi(a + 8);
         else if (strncmp(a, "socket=", 7) == 0) o->socket_template = a + 7;
+        else if (strncmp(a, "mssod=", 6) == 0) o->mssod = a + 6;
         else if (strcmp(a, "login") == 0) o->login = 1;
         else if (strcmp(a, "try_first_pass") == 0) o->try_first_pass = 1;
         else if (strcmp(a, "use_first_pass") == 0) o->try_first_pass = 0;
@@ -86,18 +100,23 @@ static msso_status open_broker(pam_handle_t *pamh, const options *o, msso_broker
     return status;
 }
 
+/* The one way text reaches the user: group names and messages come from the broker, so control
+ * characters (an escape sequence could rewrite the screen or the terminal's title) become '?'. */
 static void say(pam_handle_t *pamh, int style, const char *format, ...) {
-    char text[512];
+    char text[2048], shown[2048];
     va_list args;
     va_start(args, format);
     vsnprintf(text, sizeof text, format, args);
     va_end(args);
-    pam_prompt(pamh, style, NULL, "%s", text);
+    msso_printable(shown, sizeof shown, text);
+    pam_prompt(pamh, style, NULL, "%s", shown);
 }
 
-static const char *field(json_object *object, const char *key) {
-    json_object *value;
-    return json_object_object_get_ex(object, key, &value) ? json_object_get_string(value) : NULL;
+/* The message of an error reply: a string of at most MSSO_MAX_MESSAGE bytes (broker.c checked). */
+static const char *error_message(json_object *error) {
+    const char *message = "";
+    msso_get_string(error, "message", MSSO_MAX_MESSAGE, &message);
+    return message;
 }
 
 static json_object *group_args(const char *group) {
@@ -106,43 +125,52 @@ static json_object *group_args(const char *group) {
     return args;
 }
 
-/* The named groups' sessions (or every configured group's), as an array of SessionStatus. */
-static msso_status statuses(msso_broker *b, const options *o, json_object **out) {
-    *out = json_object_new_array();
+/* The named groups' sessions (or every configured group's), each checked. On MSSO_ERROR_REPLY,
+ * *error is the broker's error, for the caller to show and free. A reply that is not a list of
+ * well-formed SessionStatus is MSSO_MALFORMED. */
+static msso_status statuses(msso_broker *b, const options *o, msso_sessions *sessions, json_object **error) {
+    sessions->count = 0;
+    *error = NULL;
     const int count = o->group_count ? o->group_count : 1;
     for (int i = 0; i < count; i++) {
         json_object *result = NULL;
         msso_status status = msso_broker_call(b, "status", group_args(o->group_count ? o->groups[i] : NULL), &result);
-        json_object *groups;
-        if (status == MSSO_OK && json_object_object_get_ex(result, "groups", &groups)) {
-            for (size_t j = 0; j < json_object_array_length(groups); j++)
-                json_object_array_add(*out, json_object_get(json_object_array_get_idx(groups, j)));
-            json_object_put(result);
-        } else {
-            json_object_put(*out);
-            *out = result; /* the error, for the caller to show */
-            return status == MSSO_OK ? MSSO_UNREACHABLE : status;
+        if (status == MSSO_ERROR_REPLY) {
+            *error = result;
+            return status;
         }
+        if (status == MSSO_OK && msso_read_status(result, sessions) != 0) status = MSSO_MALFORMED;
+        json_object_put(result);
+        if (status != MSSO_OK) return status;
     }
     return MSSO_OK;
 }
 
+/* "14:03", the local time of `t`; "?" when there is none. */
+static void clock_time(char *out, size_t size, const msso_session *s) {
+    struct tm tm;
+    snprintf(out, size, "?");
+    if (s->has_end && localtime_r(&s->end, &tm)) strftime(out, size, "%H:%M", &tm);
+}
+
 /* One line for a group's SSO session, in the user's words. */
-static void tell(pam_handle_t *pamh, const options *o, json_object *session) {
-    const char *group = field(session, "group"), *state = field(session, "state");
-    json_object *end;
-    char until[32] = "?";
-    if (json_object_object_get_ex(session, "sessionExpiresAt", &end)) {
-        time_t t = (time_t)json_object_get_double(end);
-        struct tm tm;
-        strftime(until, sizeof until, "%H:%M", localtime_r(&t, &tm));
-    }
-    if (state && strcmp(state, "valid") == 0) {
-        if (!o->quiet) say(pamh, PAM_TEXT_INFO, "SSO %s: valid until %s.", group, until);
-    } else if (state && strcmp(state, "expired") == 0) {
-        say(pamh, PAM_TEXT_INFO, "SSO %s: expired at %s; run `msso login --group %s`.", group, until, group);
-    } else {
-        say(pamh, PAM_TEXT_INFO, "SSO %s: not logged in; run `msso login --group %s`.", group, group);
+static void tell(pam_handle_t *pamh, const options *o, const msso_session *s) {
+    char until[32];
+    clock_time(until, sizeof until, s);
+    const char *g = s->group;
+    switch (s->state) {
+    case MSSO_VALID:
+        if (!o->quiet) say(pamh, PAM_TEXT_INFO, "SSO %s: valid until %s.", g, until);
+        break;
+    case MSSO_EXPIRED:
+        say(pamh, PAM_TEXT_INFO, "SSO %s: expired at %s; run `msso login --group %s`.", g, until, g);
+        break;
+    case MSSO_CORRUPT:
+        say(pamh, PAM_TEXT_INFO, "SSO %s: the stored SSO credential is damaged; run `msso logout --group %s`.", g, g);
+        break;
+    case MSSO_NOT_LOGGED_IN:
+        say(pamh, PAM_TEXT_INFO, "SSO %s: not logged in; run `msso login --group %s`.", g, g);
+        break;
     }
 }
 
@@ -155,62 +183,97 @@ static void cleanup_password(pam_handle_t *pamh, void *data, int error_status) {
     }
 }
 
-/* Logs the user in to each group with the password kept at auth, then forgets the password. */
+/* Logs `user` in to `group` with the password (password grant). */
+static void login_one(pam_handle_t *pamh, msso_broker *b, const char *group, const char *user, const char *password) {
+    json_object *args = group_args(group);
+    json_object *secret = json_object_new_string(password);
+    json_object_object_add(args, "flow", json_object_new_string("password"));
+    json_object_object_add(args, "username", json_object_new_string(user));
+    json_object_object_add(args, "password", json_object_get(secret));
+    json_object *result = NULL;
+    msso_status status = msso_broker_call(b, "login", args, &result);
+    if (status == MSSO_ERROR_REPLY) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: %s", group, error_message(result));
+    else if (status != MSSO_OK) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the broker did not answer in time.", group);
+    explicit_bzero((char *)json_object_get_string(secret), strlen(password));
+    json_object_put(secret);
+    json_object_put(result);
+}
+
+static int any_admin_group(const msso_sessions *sessions) {
+    for (size_t i = 0; i < sessions->count; i++)
+        if (sessions->items[i].admin) return 1;
+    return 0;
+}
+
+/* The password goes only to the installed mssod (peer.c says what that stops, and what not). */
+static int broker_verified(pam_handle_t *pamh, const options *o, msso_broker *b, const char *user) {
+    char why[512], shown[512];
+    if (msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, sizeof why) == 0) return 1;
+    msso_printable(shown, sizeof shown, why);
+    pam_syslog(pamh, LOG_WARNING, "not sending the password of %s to the broker: %s", user, shown);
+    say(pamh, PAM_ERROR_MSG, "SSO: not sending your password: %s", why);
+    return 0;
+}
+
+/* Logs the user in with the password kept at auth, then forgets the password. Only groups the
+ * administrator defined get it: a group from the user's own config.toml names an issuer that
+ * whoever can write that file (malware of the user included) chose. Others are skipped silently
+ * (the broker refuses them to root too). */
 static void login_with_kept_password(pam_handle_t *pamh, const options *o, msso_broker *b) {
     const void *data = NULL;
-    if (pam_get_data(pamh, PASSWORD_KEY, &data) != PAM_SUCCESS || !data) return;
     const char *user = NULL;
-    pam_get_user(pamh, &user, NULL);
-    json_object *sessions = NULL;
-    if (statuses(b, o, &sessions) == MSSO_OK) {
-        for (size_t i = 0; i < json_object_array_length(sessions); i++) {
-            const char *group = field(json_object_array_get_idx(sessions, i), "group");
-            json_object *args = group_args(group);
-            json_object *password = json_object_new_string(data);
-            json_object_object_add(args, "flow", json_object_new_string("password"));
-            json_object_object_add(args, "username", json_object_new_string(user));
-            json_object_object_add(args, "password", json_object_get(password));
-            json_object *result = NULL;
-            msso_status status = msso_broker_call(b, "login", args, &result);
-            if (status == MSSO_ERROR_REPLY) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: %s", group, field(result, "message"));
-            else if (status != MSSO_OK) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the broker did not answer in time.", group);
-            explicit_bzero((char *)json_object_get_string(password), strlen(data));
-            json_object_put(password);
-            json_object_put(result);
-        }
+    if (pam_get_data(pamh, PASSWORD_KEY, &data) != PAM_SUCCESS || !data) return;
+    msso_sessions sessions;
+    json_object *error = NULL;
+    if (pam_get_user(pamh, &user, NULL) == PAM_SUCCESS && user && statuses(b, o, &sessions, &error) == MSSO_OK &&
+        any_admin_group(&sessions) && broker_verified(pamh, o, b, user)) {
+        for (size_t i = 0; i < sessions.count; i++)
+            if (sessions.items[i].admin) login_one(pamh, b, sessions.items[i].group, user, data);
     }
-    json_object_put(sessions);
+    json_object_put(error);
     pam_set_data(pamh, PASSWORD_KEY, NULL, NULL); /* replacing runs the cleanup: wiped and freed */
+}
+
+/* PAM's answer for the account phase, from the sessions: all valid, or the worst of them. */
+static int account_code(const msso_sessions *sessions) {
+    int code = PAM_SUCCESS;
+    for (size_t i = 0; i < sessions->count; i++) {
+        msso_state state = sessions->items[i].state;
+        if (state == MSSO_EXPIRED && code == PAM_SUCCESS) code = PAM_ACCT_EXPIRED;
+        else if (state != MSSO_VALID && state != MSSO_EXPIRED) code = PAM_PERM_DENIED;
+    }
+    return code;
+}
+
+static void say_unreachable(pam_handle_t *pamh, int enforcing) {
+    say(pamh, enforcing ? PAM_ERROR_MSG : PAM_TEXT_INFO,
+        "SSO: the credential broker is not reachable, so the SSO session could not be checked.");
 }
 
 /* Session open and account: the common path. Returns the PAM code for the account phase. */
 static int check_sessions(pam_handle_t *pamh, const options *o, int enforcing) {
     msso_broker b;
     if (open_broker(pamh, o, &b) != MSSO_OK) {
-        say(pamh, enforcing ? PAM_ERROR_MSG : PAM_TEXT_INFO,
-            "SSO: the credential broker is not reachable, so the SSO session could not be checked.");
+        say_unreachable(pamh, enforcing);
         return PAM_AUTHINFO_UNAVAIL;
     }
     if (o->login) login_with_kept_password(pamh, o, &b);
-    json_object *sessions = NULL;
-    msso_status status = statuses(&b, o, &sessions);
-    int code = PAM_SUCCESS;
+    msso_sessions sessions;
+    json_object *error = NULL;
+    msso_status status = statuses(&b, o, &sessions, &error);
+    int code = PAM_AUTHINFO_UNAVAIL;
     if (status == MSSO_ERROR_REPLY) {
-        say(pamh, enforcing ? PAM_ERROR_MSG : PAM_TEXT_INFO, "SSO: %s", field(sessions, "message"));
-        code = PAM_AUTHINFO_UNAVAIL;
+        say(pamh, enforcing ? PAM_ERROR_MSG : PAM_TEXT_INFO, "SSO: %s", error_message(error));
+    } else if (status == MSSO_MALFORMED) {
+        if (o->debug) pam_syslog(pamh, LOG_DEBUG, "the broker's reply is not the protocol");
+        say_unreachable(pamh, enforcing);
     } else if (status != MSSO_OK) {
         say(pamh, PAM_TEXT_INFO, "SSO: the credential broker did not answer in time.");
-        code = PAM_AUTHINFO_UNAVAIL;
     } else {
-        for (size_t i = 0; i < json_object_array_length(sessions); i++) {
-            json_object *session = json_object_array_get_idx(sessions, i);
-            tell(pamh, o, session);
-            const char *state = field(session, "state");
-            if (state && strcmp(state, "expired") == 0 && code == PAM_SUCCESS) code = PAM_ACCT_EXPIRED;
-            else if (!state || strcmp(state, "valid") != 0) code = PAM_PERM_DENIED;
-        }
+        for (size_t i = 0; i < sessions.count; i++) tell(pamh, o, &sessions.items[i]);
+        code = account_code(&sessions);
     }
-    json_object_put(sessions);
+    json_object_put(error);
     msso_broker_close(&b);
     return code;
 }

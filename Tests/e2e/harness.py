@@ -216,8 +216,15 @@ def admin_directory():
 class Broker:
     """mssod on a Desktop, configured for one IdP."""
 
-    def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True, register=True):
+    def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True, register=True,
+                 executable=None, launcher=(), environment=None):
+        """`executable`: the mssod to run (the build's by default); `launcher`: a command it runs
+        under, before the drop to the desktop's uid (e.g. `unshare --mount --`); `environment`:
+        variables added to its own."""
         self.desktop = desktop
+        self.executable = Path(executable or BIN / "mssod")
+        self.launcher = list(launcher)
+        self.environment = dict(environment or {})
         self.socket = desktop.runtime / "msso" / "broker.sock"
         self.admin_dir = admin_directory()  # stands in for /etc/msso: root's, whatever uid the desktop runs as
         desktop.extra_dirs.append(self.admin_dir)
@@ -267,8 +274,8 @@ class Broker:
 
     def start(self):
         log = open(self.log, "a")
-        self.process = subprocess.Popen([*self.desktop.prefix, BIN / "mssod", *self.args], env=self.env,
-                                        stdout=log, stderr=log)
+        self.process = subprocess.Popen([*self.launcher, *self.desktop.prefix, self.executable, *self.args],
+                                        env=dict(self.env, **self.environment), stdout=log, stderr=log)
         # Until it answers: after a kill -9 the stale socket file is there before the new daemon is.
         wait_for(lambda: answers(self.socket) or self.process.poll() is not None, what="mssod's socket")
         assert self.process.poll() is None, f"mssod exited: {self.log.read_text()}"

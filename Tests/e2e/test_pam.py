@@ -1,37 +1,74 @@
 """pam_msso, loaded by libpam (pam_start_confdir in pam/tests/pam_driver), against a real mssod,
 keyring and IdP. nss_wrapper gives the PAM user `alice` the uid the test's broker runs as."""
+import functools
+import json
 import os
 import re
+import shutil
 import signal
 import socket
+import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from harness import GROUP, ROOT, Broker
+import fake_broker
+from faults import copy_secret
+from harness import BIN, GROUP, PYTHON, ROOT, Broker, Desktop, answers, as_uid, free_port, wait_for
 
 DRIVER = ROOT / "pam" / "tests" / "pam_driver"
 MODULE = ROOT / "pam" / "pam_msso.so"
 MATRIX = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_matrix.so"
 SET_ITEMS = "/usr/lib/x86_64-linux-gnu/pam_wrapper/pam_set_items.so"  # sets PAM items from the environment
+USER = 1000  # a desktop of a real (non-root) user, where the module plays root against the user's broker
+
+
+def root_only(path: Path) -> bool:
+    """Whether only root can change `path` and every directory above it (sticky ones may be
+    world-writable), as pam_msso requires of the mssod it gives the password to."""
+    for each in [path, *path.parents]:
+        info = os.lstat(each)
+        writable = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        sticky_directory = each != path and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+        if info.st_uid != 0 or (writable and not sticky_directory):
+            return False
+    return True
+
+
+@functools.cache
+def installed_mssod() -> Path:
+    """The built mssod, at a canonical path only root can change, as `make install` would put it:
+    the build's own if its directories allow, else a copy in a root-owned 0755 directory in /tmp."""
+    built = (BIN / "mssod").resolve()
+    if root_only(built):
+        return built
+    directory = Path(tempfile.mkdtemp(prefix="msso-bin-")).resolve()
+    directory.chmod(0o755)
+    shutil.copy2(built, directory / "mssod")
+    (directory / "mssod").chmod(0o755)
+    assert root_only(directory / "mssod")
+    return directory / "mssod"
 
 
 class Stack:
-    """A PAM config directory with one service, and the driver to run it as `alice`."""
+    """A PAM config directory with one service, and the driver to run it as `alice`. Without a
+    broker (a fake one listens at `socket_path`), the driver runs with a plain environment."""
 
-    def __init__(self, directory, broker, socket_path=None, uid=os.getuid()):
-        # Here the broker runs as root like the driver, so the driver is an app to it and needs a
-        # registration; the root role against another user's broker is covered by test_peers.
-        broker.register("pam-driver", [DRIVER], [GROUP])
-        broker_env = broker.env
+    def __init__(self, directory, broker, socket_path=None, uid=os.getuid(), mssod=None):
+        # A broker running as root like the driver has the driver as an app, registered by
+        # pam_broker; the root role against another user's broker is covered by the USER tests.
+        broker_env = broker.env if broker else {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
         socket_path = socket_path or broker.socket
         self.dir = directory / "pam.d"
         self.dir.mkdir(exist_ok=True)
         self.socket = socket_path
+        self.mssod = mssod or installed_mssod()
         (directory / "passwd").write_text(f"alice:x:{uid}:{uid}:Alice:/home/alice:/bin/sh\n")
         (directory / "group").write_text(f"alice:x:{uid}:\n")
         self.env = dict(broker_env, LD_PRELOAD="libnss_wrapper.so", NSS_WRAPPER_PASSWD=str(directory / "passwd"),
@@ -40,23 +77,41 @@ class Stack:
 
     def service(self, lines, local_password="alice-pass"):
         self.passdb.write_text(f"alice:{local_password}:msso-test\n")
-        text = "\n".join(line.replace("MODULE", f"{MODULE} socket={self.socket}").replace("MATRIX", f"{MATRIX} passdb={self.passdb}").replace("SET_ITEMS", SET_ITEMS)
+        module = f"{MODULE} socket={self.socket} mssod={self.mssod}"
+        text = "\n".join(line.replace("MODULE", module).replace("MATRIX", f"{MATRIX} passdb={self.passdb}").replace("SET_ITEMS", SET_ITEMS)
                          for line in lines)
         (self.dir / "msso-test").write_text(text + "\n")
 
-    def run(self, *actions, password="alice-pass", cycles=None, env=None):
+    def run(self, *actions, password="alice-pass", cycles=None, env=None, raw=False):
+        """The driver's output (bytes with `raw`); it must have exited normally (no crash, no abort)."""
         argv = [DRIVER, self.dir, "msso-test", "alice", "--password", password]
         if cycles:
             argv += ["--cycles", str(cycles)]
         done = subprocess.run([*map(str, argv), *actions], env=dict(self.env, **(env or {})), capture_output=True,
-                              text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+                              timeout=120)
+        assert done.returncode == 0, (done.returncode, done.stdout + done.stderr)
+        return done.stdout if raw else done.stdout.decode()
 
 
 def result(output, action):
     match = re.search(rf"^{action}: (.*) \((\d+)\) in (\d+) ms$", output, re.M)
     return match.group(1), int(match.group(2)), int(match.group(3))
+
+
+def pam_broker(desktop, idp, **kwargs):
+    """A broker running the installed mssod (which the module gives passwords to), started with the
+    driver already registered: a registration written after the start is read a moment later."""
+    daemon = Broker(desktop, idp, **dict({"executable": installed_mssod()}, **kwargs), start=False)
+    daemon.register("pam-driver", [DRIVER], list(kwargs.get("groups") or [GROUP]))
+    daemon.start()
+    return daemon
+
+
+@pytest.fixture
+def broker(desktop, idp):
+    daemon = pam_broker(desktop, idp)
+    yield daemon
+    daemon.stop()
 
 
 @pytest.fixture
@@ -90,7 +145,7 @@ def test_open_session_says_not_logged_in_and_how_to_fix_it(stack):
 
 
 def test_open_session_says_expired_and_how_to_fix_it(tmp_path, desktop, idp):
-    broker = Broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
+    broker = pam_broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
     try:
         broker.login()
         time.sleep(1.2)
@@ -160,7 +215,7 @@ def test_a_password_the_idp_refuses_gives_a_clear_message_and_no_session(stack, 
 
 
 def test_enforcing_mode_fails_the_account_phase_with_the_documented_codes(tmp_path, desktop, idp):
-    broker = Broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
+    broker = pam_broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
     try:
         stack = Stack(tmp_path, broker)
         stack.service(["account required MODULE enforce"])
@@ -263,3 +318,368 @@ def test_install_puts_the_module_where_libpam_finds_modules(tmp_path):
     libpam = subprocess.run(["pkg-config", "--variable=libdir", "pam"], capture_output=True, text=True).stdout.strip()
     installed = tmp_path / libpam.lstrip("/") / "security" / "pam_msso.so"
     assert installed.exists() and Path(f"{libpam}/security/pam_unix.so").exists(), "next to pam_unix.so"
+
+
+# --- What a broker sends: nothing crashes the module, nothing raw reaches the terminal -----------
+
+FAKE = Path(fake_broker.__file__).resolve()
+LOGIN_STACK = ["auth required MATRIX", "auth optional MODULE login try_first_pass", "session optional MODULE login"]
+# Control characters but the newline that ends each of the driver's lines: C0, DEL, C1.
+CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+class FakeBroker:
+    """fake_broker.py listening at `path` as `uid` (None: as the test runs, root), with a plain
+    environment; `received()` is every byte it was sent."""
+
+    def __init__(self, path, scenario, uid=None, env=None, then_exec=None, log=None):
+        fd, record = tempfile.mkstemp(prefix="msso-fake-")
+        os.close(fd)
+        self.record = Path(record)
+        if uid is not None:
+            os.chown(self.record, uid, uid)
+        prefix = as_uid(uid) if uid is not None else []
+        options = ["--then-exec", str(then_exec)] if then_exec else []
+        # A session of its own: with --then-exec, the serving child outlives the process started.
+        self.process = subprocess.Popen([*prefix, PYTHON, FAKE, str(path), record, scenario, *options],
+                                        env=env or {"PATH": "/usr/bin:/bin"}, start_new_session=True,
+                                        stderr=open(log, "a") if log else None)
+        wait_for(lambda: answers(path) or self.process.poll() is not None, what="the fake broker")
+        assert self.process.poll() is None
+
+    def received(self) -> bytes:
+        return self.record.read_bytes()
+
+    def stop(self):
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self.record.unlink()
+
+
+@pytest.mark.parametrize("scenario", [name for name in fake_broker.SCENARIOS if name != "honest"])
+def test_nothing_a_hostile_broker_sends_crashes_the_module_or_reaches_the_terminal(tmp_path, scenario):
+    _, expected = fake_broker.SCENARIOS[scenario]
+    path = tmp_path / "broker.sock"
+    fake = FakeBroker(path, scenario)
+    try:
+        # mssod= the fake's own interpreter: it passes the peer check, so that what it answers to
+        # the login path is heard too (this fake is the test's, and may hear the password).
+        stack = Stack(tmp_path, None, path, mssod=PYTHON)
+        stack.service([*LOGIN_STACK[:2], "account required MODULE enforce timeout=500",
+                       "session optional MODULE login timeout=500"])
+        out = stack.run("authenticate", "acct_mgmt", "open_session", raw=True)  # exited normally
+    finally:
+        fake.stop()
+    assert b"\x1b" not in out
+    text = out.decode("utf-8")  # valid UTF-8 throughout
+    assert not CONTROL.search(text), text
+    assert result(text, "open_session")[:2] == ("Success", 0), text
+    assert expected in text, text
+    if expected in (fake_broker.UNREACHABLE, fake_broker.NO_ANSWER):
+        assert result(text, "acct_mgmt")[1] == 9, "enforce fails closed: PAM_AUTHINFO_UNAVAIL"
+        assert "SSO com.example" not in text, "nothing of a malformed reply is shown"
+
+
+# --- Who gets the login password -----------------------------------------------------------------
+
+@pytest.fixture
+def user_desktop():
+    session = Desktop(uid=USER)
+    yield session
+    session.cleanup()
+
+
+def user_broker_of(desktop, idp, **kwargs):
+    """mssod of a real user (uid USER), to which the module is root; not started."""
+    secret = copy_secret(idp, desktop)
+    return Broker(desktop, idp, groups={GROUP: {"client_secret_file": str(secret)}},
+                  executable=installed_mssod(), start=False, **kwargs)
+
+
+@pytest.fixture
+def user_broker(user_desktop, idp):
+    daemon = user_broker_of(user_desktop, idp)
+    daemon.start()
+    yield daemon
+    daemon.stop()
+
+
+def test_the_installed_mssod_of_a_user_gets_the_password(tmp_path, user_broker, user_desktop):
+    stack = Stack(tmp_path, user_broker, uid=USER)
+    stack.service(LOGIN_STACK)
+    out = stack.run("authenticate", "open_session")
+    assert f"info: SSO {GROUP}: valid until" in out and "not sending" not in out, out
+    assert user_broker.msso("check").returncode == 0
+    assert "alice-pass" not in out + user_broker.log.read_text()
+
+
+def test_a_fake_broker_of_the_user_on_the_brokers_socket_gets_no_password(tmp_path, user_broker):
+    user_broker.stop()  # as malware of the user would, to take the socket's path
+    fake = FakeBroker(user_broker.socket, "honest", uid=USER)
+    try:
+        stack = Stack(tmp_path, user_broker, uid=USER)
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        received = fake.received()
+    finally:
+        fake.stop()
+    assert (f"error: SSO: not sending your password: the program behind the broker's socket is not "
+            f"{installed_mssod()}") in out, out
+    assert b'"status"' in received, "the fake was asked for the status, as before"
+    assert b"alice-pass" not in received and b'"login"' not in received and b"password" not in received
+    assert f"info: SSO {fake_broker.GROUP}: not logged in" in out, "status lines are still shown"
+
+
+def test_a_listener_kept_by_another_process_when_its_maker_became_mssod_gets_no_password(tmp_path, user_broker):
+    """The process behind SO_PEERCRED is the real mssod here; a child of the process that made the
+    listener kept a copy and accepts too. The password goes only to the process that answers."""
+    user_broker.stop()
+    fake = FakeBroker(user_broker.socket, "honest", uid=USER, env=user_broker.env, then_exec=installed_mssod(),
+                      log=user_broker.log)
+    refused = "error: SSO: not sending your password: the program behind the broker's socket is not"
+    try:
+        # Until mssod asks for senders' credentials on the listener: it drops connections before.
+        wait_for(lambda: "listening on the socket systemd passed" in user_broker.log.read_text(), what="mssod")
+        stack = Stack(tmp_path, user_broker, uid=USER)
+        stack.service(LOGIN_STACK)
+        fake.process.send_signal(signal.SIGSTOP)  # the child alone accepts meanwhile
+        try:
+            alone = [stack.run("authenticate", "open_session") for _ in range(3)]
+        finally:
+            fake.process.send_signal(signal.SIGCONT)
+        racing = [stack.run("authenticate", "open_session") for _ in range(3)]  # whoever accepts first
+        received = fake.received()
+    finally:
+        fake.stop()
+    assert all(refused in out for out in alone), alone
+    assert all(refused in out or f"info: SSO {GROUP}: valid until" in out for out in racing), racing
+    assert b'"hello"' in received and b"alice-pass" not in received and b"password" not in received
+
+
+# As systemd does for msso.socket: it makes the listener, starts mssod with it, and keeps it.
+ACTIVATOR = r"""
+import os, socket, sys
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen()
+child = os.fork()
+if child == 0:
+    os.dup2(os.dup(listener.fileno()), 3)
+    os.set_inheritable(3, True)
+    os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS="1")
+    os.execv(sys.argv[2], [sys.argv[2]])
+os.waitpid(child, 0)
+"""
+
+
+def test_a_socket_activated_broker_gets_the_password(tmp_path, user_desktop, idp):
+    """SO_PEERCRED names the activator (systemd), not mssod: the module judges the process that
+    answers."""
+    broker = user_broker_of(user_desktop, idp)
+    broker.socket.parent.mkdir(mode=0o700)
+    user_desktop.chown(broker.socket.parent)
+    activator = subprocess.Popen([*as_uid(USER), PYTHON, "-c", ACTIVATOR, str(broker.socket), str(installed_mssod())],
+                                 env=broker.env, start_new_session=True, stdout=subprocess.DEVNULL,
+                                 stderr=open(broker.log, "a"))
+    try:
+        wait_for(lambda: answers(broker.socket), what="the activator's socket")
+        stack = Stack(tmp_path, broker, uid=USER)
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert f"info: SSO {GROUP}: valid until" in out and "not sending" not in out, out
+        assert broker.msso("check").returncode == 0
+    finally:
+        os.killpg(activator.pid, signal.SIGTERM)
+        activator.wait()
+
+
+class RecordingIssuer:
+    """An OpenID provider's look-alike on 127.0.0.1: its discovery document points every endpoint
+    at itself; every request (line and body) is recorded, and every POST refused."""
+
+    def __init__(self):
+        self.requests = []
+        issuer = self.issuer = f"http://127.0.0.1:{free_port()}"
+        requests = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                requests.append(self.requestline.encode())
+                endpoints = {name: f"{issuer}/{name}" for name in
+                             ("authorization_endpoint", "token_endpoint", "device_authorization_endpoint",
+                              "revocation_endpoint", "jwks_uri", "userinfo_endpoint")}
+                self.answer(200, dict(endpoints, issuer=issuer, grant_types_supported=["password"]))
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                requests.append(self.requestline.encode() + b"\n" + body)
+                self.answer(400, {"error": "invalid_grant"})
+
+            def answer(self, code, value):
+                data = json.dumps(value).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", int(issuer.rsplit(":", 1)[1])), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+USER_GROUP = "com.example.users-own"
+
+
+@pytest.mark.parametrize("uid", [USER, None], ids=["broker-of-a-user", "broker-as-root"])
+def test_a_group_the_user_added_gets_no_password_and_the_admins_still_logs_in(tmp_path, idp, uid):
+    """As a user's broker, mssod would refuse root's login to the user's group too (Forbidden);
+    a broker running as root (no root role) would not: there the module's skipping alone counts."""
+    desktop = Desktop(uid=uid)
+    issuer = RecordingIssuer()
+    broker = user_broker_of(desktop, idp) if uid else Broker(desktop, idp, executable=installed_mssod(), start=False)
+    try:
+        broker.user_dir.mkdir(parents=True, exist_ok=True)
+        (broker.user_dir / "config.toml").write_text(
+            f'[groups."{USER_GROUP}"]\nissuer = "{issuer.issuer}"\nclient_id = "msso"\nclient_secret = "s"\n'
+            'scopes = ["openid"]\nsession_timeout = "30m"\nsession_max = "12h"\n')
+        desktop.chown(desktop.home / ".config", recursive=True)
+        broker.register("pam-driver", [DRIVER], [GROUP, USER_GROUP])
+        broker.start()
+        statuses = json.loads(broker.msso("status", "--json", prefix=[]).stdout)["groups"]
+        assert {s["group"]: s.get("admin") for s in statuses} == {GROUP: True, USER_GROUP: False}, statuses
+        stack = Stack(tmp_path, broker, uid=uid if uid is not None else os.getuid())
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert f"info: SSO {GROUP}: valid until" in out, out
+        assert f"info: SSO {USER_GROUP}: not logged in" in out, out
+        assert f"SSO {USER_GROUP}: login failed" not in out, "skipped by the module, silently"
+        assert not any(b"alice-pass" in request for request in issuer.requests), issuer.requests
+        assert not any(request.startswith(b"POST") for request in issuer.requests), issuer.requests
+        assert broker.msso("check", "--group", GROUP).returncode == 0
+    finally:
+        broker.stop()
+        issuer.stop()
+        desktop.cleanup()
+
+
+@pytest.mark.parametrize("name, value", [("LD_PRELOAD", "libm.so.6"), ("LD_LIBRARY_PATH", "/nonexistent"),
+                                         ("GCONV_PATH", "/nonexistent"), ("GIO_EXTRA_MODULES", "/nonexistent")])
+def test_a_broker_started_with_code_loading_variables_gets_no_password(tmp_path, desktop, idp, name, value):
+    broker = pam_broker(desktop, idp, environment={name: value})
+    try:
+        stack = Stack(tmp_path, broker)
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert f"error: SSO: not sending your password: the broker was started with {name} set" in out, out
+        assert f"info: SSO {GROUP}: not logged in" in out
+        assert broker.msso("check").returncode == 2
+    finally:
+        broker.stop()
+
+
+def test_a_broker_in_a_mount_namespace_of_its_own_gets_no_password(tmp_path, user_desktop, idp):
+    # Of a user, so that it lists its groups to root (as an app, the driver would be a process of
+    # another file system to it, and see none).
+    broker = user_broker_of(user_desktop, idp, launcher=["unshare", "--mount", "--"])
+    broker.start()
+    try:
+        stack = Stack(tmp_path, broker, uid=USER)
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert "error: SSO: not sending your password: the broker runs in a mount namespace or root directory of its own" in out, out
+        assert broker.msso("check", prefix=[]).returncode == 2, "asked as root: the user's msso is not on its file system"
+    finally:
+        broker.stop()
+
+
+TRACER = ("import ctypes, sys, time; libc = ctypes.CDLL(None, use_errno=True);"
+          "print(libc.ptrace(0x4206, int(sys.argv[1]), None, None), flush=True); time.sleep(120)")  # PTRACE_SEIZE
+
+
+def test_a_traced_broker_gets_no_password(tmp_path, broker):
+    tracer = subprocess.Popen([sys.executable, "-c", TRACER, str(broker.process.pid)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert tracer.stdout.readline().strip() == "0", "attached"
+        stack = Stack(tmp_path, broker)
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert f"error: SSO: not sending your password: a debugger (pid {tracer.pid}) is attached to the broker" in out, out
+        assert broker.msso("check").returncode == 2
+    finally:
+        tracer.kill()
+        tracer.wait()
+
+
+@pytest.mark.parametrize("how", ["symbolic link", "group-writable directory", "missing"])
+def test_the_mssod_argument_must_name_a_file_only_root_can_change(tmp_path, desktop, idp, how):
+    directory = Path(tempfile.mkdtemp(prefix="msso-bin-")).resolve()
+    directory.chmod(0o755)
+    shutil.copy2(installed_mssod(), directory / "mssod")
+    broker = pam_broker(desktop, idp, executable=directory / "mssod")
+    try:
+        named = directory / "mssod"
+        if how == "symbolic link":
+            (directory / "link").symlink_to(named)
+            named = directory / "link"
+        elif how == "group-writable directory":
+            directory.chmod(0o775)
+        else:
+            named = directory / "absent"
+        stack = Stack(tmp_path, broker, mssod=named)
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        why = f"there is no {named}" if how == "missing" else f"{named} is not an absolute path (without symbolic links) to a file only root can change"
+        assert f"error: SSO: not sending your password: {why}" in out, out
+        assert broker.msso("check").returncode == 2
+    finally:
+        broker.stop()
+        shutil.rmtree(directory)
+
+
+def test_a_broker_started_from_a_file_since_replaced_gets_no_password(tmp_path, desktop, idp):
+    """As after an upgrade (install writes a new file): the running broker is not the installed
+    mssod any more, until it restarts."""
+    directory = Path(tempfile.mkdtemp(prefix="msso-bin-")).resolve()
+    directory.chmod(0o755)
+    shutil.copy2(installed_mssod(), directory / "mssod")
+    broker = pam_broker(desktop, idp, executable=directory / "mssod")
+    try:
+        shutil.copy2(installed_mssod(), directory / "mssod.new")
+        os.rename(directory / "mssod.new", directory / "mssod")
+        stack = Stack(tmp_path, broker, mssod=directory / "mssod")
+        stack.service(LOGIN_STACK)
+        out = stack.run("authenticate", "open_session")
+        assert f"error: SSO: not sending your password: the program behind the broker's socket is not {directory / 'mssod'}" in out, out
+        broker.restart()
+        out = stack.run("authenticate", "open_session")
+        assert f"info: SSO {GROUP}: valid until" in out and "not sending" not in out, out
+    finally:
+        broker.stop()
+        shutil.rmtree(directory)
+
+
+def test_the_default_mssod_is_where_make_install_puts_it(tmp_path):
+    for name in ["Makefile", "pam_msso.map", *[p.name for p in (ROOT / "pam").glob("*.[ch]")]]:
+        shutil.copy(ROOT / "pam" / name, tmp_path / name)
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "pam" / "tests" / "pam_driver.c", tmp_path / "tests")
+
+    def built_with(*argv):
+        subprocess.run(["make", "-s", "-C", tmp_path, "pam_msso.so", *argv], check=True, capture_output=True)
+        return (tmp_path / "pam_msso.so").read_bytes()
+
+    assert b"/usr/local/bin/mssod\0" in built_with()
+    assert b"/opt/msso/bin/mssod\0" in built_with("PREFIX=/opt/msso"), "a new PREFIX rebuilds the module"
+    top = (ROOT / "Makefile").read_text()
+    assert "PREFIX ?= /usr/local" in top and "$(MAKE) -C pam install PREFIX=$(PREFIX)" in top
+    assert "$(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod" in top

@@ -1,0 +1,45 @@
+/* What the PAM module takes from the broker's replies, checked byte by byte. The module runs as
+ * root inside sshd or login: a reply of the wrong type, size or range must never crash it (json-c
+ * aborts on an array call on a non-array; localtime_r fails past year 2^31), and no byte the
+ * broker sends may reach the user's terminal as a control sequence. */
+#ifndef MSSO_PAM_REPLIES_H
+#define MSSO_PAM_REPLIES_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+#include <time.h>
+
+#define MSSO_MAX_NAME 255     /* bytes in a group name */
+#define MSSO_MAX_MESSAGE 1024 /* bytes in a message for the user (and in any other string) */
+#define MSSO_MAX_SESSIONS 64  /* groups in all the status replies of one PAM call */
+
+typedef enum { MSSO_VALID, MSSO_EXPIRED, MSSO_NOT_LOGGED_IN, MSSO_CORRUPT } msso_state;
+
+/* One SessionStatus (docs/PROTOCOL.md), as far as the module uses it. */
+typedef struct {
+    char group[MSSO_MAX_NAME + 1]; /* raw: sent back to the broker; shown only through msso_printable */
+    msso_state state;
+    int admin;   /* defined by the administrator: the only groups that may get the login password */
+    int has_end; /* sessionExpiresAt was given */
+    time_t end;
+} msso_session;
+
+typedef struct {
+    msso_session items[MSSO_MAX_SESSIONS];
+    size_t count;
+} msso_sessions;
+
+/* The string at `key` of `object`: 1 (and *out) when it is a string of at most `max` bytes with no
+ * NUL inside, 0 when the key is absent, -1 when it is anything else. */
+int msso_get_string(json_object *object, const char *key, size_t max, const char **out);
+
+/* Appends the sessions of a `status` result ({"groups": [SessionStatus, …]}). Returns 0, or -1
+ * and appends nothing when any part is malformed or they would exceed MSSO_MAX_SESSIONS. */
+int msso_read_status(json_object *result, msso_sessions *sessions);
+
+/* Copies `text` into `out` (always terminated, cut at a character boundary) with every control
+ * character (C0, DEL, C1: ESC included, so no escape sequence survives) and every byte that is
+ * not valid UTF-8 replaced by '?'. */
+void msso_printable(char *out, size_t size, const char *text);
+
+#endif
