@@ -65,7 +65,7 @@ public final class BrokerServer: @unchecked Sendable {
         self.policy = policy
         self.rules = rules
         self.dispatcher = dispatcher
-        self.callers = Callers(reactor: reactor, rules: rules)
+        self.callers = Callers(reactor: reactor, rules: rules, ownTools: policy.ownTools)
         self.limits = limits
         self.logger = logger
     }

@@ -388,7 +388,7 @@ def test_a_host_process_running_a_file_from_another_mount_namespace_is_refused(u
     assert result["me"]["exe"] == str(registered), "the kernel names it by the registered path"
     assert result["me"]["inode"] == impostor.stat().st_ino != registered.stat().st_ino, "but it runs the impostor"
     assert own_namespace == os.readlink("/proc/self/ns/mnt"), "from the daemon's own mount namespace"
-    assert_refused(result["reply"], "NotEntitled")
+    assert_refused(result["reply"], "NotEntitled", f"{registered} runs in a mount namespace of its own, or is another file")
 
 
 # MARK: 4. a Flatpak-style sandbox (bubblewrap)
