@@ -68,6 +68,9 @@ final class Callers: @unchecked Sendable {
     private let rules: Rules
     /// The user's own tools: their paths are checked like registered ones.
     private let ownTools: Set<String>
+    /// Whether the kernel attaches a pidfd of the sender to every read (SO_PASSPIDFD took). Then a
+    /// read without one cannot be pinned to its sender, whose pid may have been reused since.
+    private let pidfds: Bool
     /// This daemon's own facts: a caller whose mount namespace and root match sees our paths.
     private let own = ProcessFacts.of(pid: 0)
     // Confined to the reactor's thread:
@@ -103,10 +106,11 @@ final class Callers: @unchecked Sendable {
         var pathChecked: Bool
     }
 
-    init(reactor: Reactor, rules: Rules, ownTools: Set<String> = []) {
+    init(reactor: Reactor, rules: Rules, ownTools: Set<String> = [], pidfds: Bool = false) {
         self.reactor = reactor
         self.rules = rules
         self.ownTools = ownTools
+        self.pidfds = pidfds
     }
 
     enum Lookup {
@@ -124,7 +128,9 @@ final class Callers: @unchecked Sendable {
     func identity(of sender: Sender, then: @escaping (AppIdentity?) -> Void) -> Lookup {
         let facts = ProcessFacts.of(pid: sender.pid)
         // Read the facts first, then check the sender still runs: the pid then named it throughout.
-        guard sender.pidfd < 0 || cmsso_pidfd_alive(sender.pidfd) == 1 else { return .gone }
+        // A read that should have brought a pidfd and did not (its control data was cut short) is
+        // as good as one from a process that is gone.
+        guard sender.pidfd >= 0 ? cmsso_pidfd_alive(sender.pidfd) == 1 : !pidfds else { return .gone }
         let snapshot = rules.current
         if var entry = cache[sender.pid], entry.facts == facts,
            entry.generation == snapshot.generation || !needsAnotherLook(entry, snapshot.entitlements) {

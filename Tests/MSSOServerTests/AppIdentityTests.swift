@@ -1,5 +1,6 @@
 import CMSSOSystem
 import Foundation
+import Logging
 import MSSOCore
 import MSSOProtocol
 @testable import MSSOServer
@@ -55,6 +56,19 @@ final class AppIdentityTests: XCTestCase {
         let unregistered = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: ProcessFacts.of(pid: 0),
                                                           entitlements: Entitlements(registrations: [])))
         XCTAssertFalse(unregistered.pathChecked, "a path nothing names is not looked up")
+    }
+
+    func testAReadWithoutTheSendersPidfdIsFromNobodyWhenTheKernelGivesPidfds() throws {
+        let rules = Rules(configuration: Configuration(groups: []), entitlements: Entitlements(registrations: []),
+                          logger: Logger(label: "test"))
+        let me = Sender(uid: getuid(), gid: getgid(), pid: getpid(), pidfd: -1)
+        guard case .gone = Callers(reactor: try Reactor(), rules: rules, pidfds: true).identity(of: me, then: { _ in }) else {
+            return XCTFail("the pid alone was trusted though the kernel should have pinned it with a pidfd")
+        }
+        guard case .known(let identity) = Callers(reactor: try Reactor(), rules: rules, pidfds: false).identity(of: me, then: { _ in }) else {
+            return XCTFail("a kernel without pidfds: the pid is all there is")
+        }
+        XCTAssertEqual(identity.executable, try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
     }
 
     func testAnExitedProcessHasNoIdentity() throws {
