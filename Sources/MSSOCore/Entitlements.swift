@@ -90,21 +90,31 @@ public struct Entitlements: Sendable, Equatable {
     // MARK: Files
 
     static func read(directory: String, admin: Bool, warnings: inout [String]) -> [AppRegistration] {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
         if admin, let problem = AdminFiles.problem(with: directory) {
             warnings.append(problem)
             return []
         }
+        // The admin's directory is listed by its real path, the one just checked.
+        let listed = admin ? AdminFiles.realPath(directory) ?? directory : directory
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: listed) else { return [] }
         var out: [AppRegistration] = []
         var seen = Set<String>()
         for name in names.sorted() where name.hasSuffix(".toml") {
             let path = directory + "/" + name
-            if admin, let problem = AdminFiles.problem(with: path) {
-                warnings.append(problem)
-                continue
+            var data: Data?
+            if admin {
+                switch AdminFiles.read(path, maximumSize: maximumFileSize) {
+                case .missing: continue
+                case .refused(let problem):
+                    warnings.append(problem)
+                    continue
+                case .contents(let bytes): data = bytes
+                }
+            } else {
+                data = FileManager.default.contents(atPath: path)
             }
             do {
-                guard let data = FileManager.default.contents(atPath: path), data.count <= maximumFileSize,
+                guard let data, data.count <= maximumFileSize,
                       let text = String(data: data, encoding: .utf8) else {
                     throw ConfigError(file: path, line: nil, key: nil,
                                       problem: "cannot be read as UTF-8 text of at most \(maximumFileSize / 1024) KiB")
