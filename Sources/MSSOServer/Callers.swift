@@ -12,6 +12,15 @@ struct Sender {
     /// A pidfd of the very process that sent the bytes (-1: the kernel gave none). Owned.
     var pidfd: Int32
 
+    /// The kernel's number for the very process that sent the bytes (its pidfd's inode, unique for
+    /// the system's lifetime on Linux >= 6.9; 0 when unknown). A pid can name another process once
+    /// its first one is gone; this cannot.
+    var process: UInt64 {
+        guard pidfd >= 0 else { return 0 }
+        var info = stat()
+        return fstat(pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
+    }
+
     /// Closes the pidfd; call once the sender is no longer needed.
     mutating func release() {
         if pidfd >= 0 { close(pidfd) }

@@ -728,9 +728,66 @@ def test_a_frame_written_by_two_processes_is_refused(bare, tmp_path):
     own_call = (struct.pack(">I", len(body)) + body).hex()
     result = run_script(attacker, SPLIT_FRAME, bare.socket, GROUP, registered, own_call)
     by_serial = {reply.get("serial"): reply for reply in result["replies"]}
-    assert_refused(by_serial[0], "Forbidden", "written by more than one process")
     assert 2 not in by_serial, "the mixed call is answered as nobody's"
+    assert_refused(by_serial[0], "Forbidden", "written by more than one process")
     assert served(by_serial[7]), "the registered program's own whole call is served"
+
+
+# argv: socket group registered own-call-hex. Says hello; forks a writer that writes the first
+# half of a sign call and exits; once it is reaped, starts the registered program as the same pid
+# (root sets ns_last_pid) with the socket, and has it write the second half and a call of its own.
+SPLIT_ACROSS_PID_REUSE = WIRE + r'''
+import subprocess
+path, group, registered, own = sys.argv[1:5]
+s = connect(path)
+whole = sign_frame(group)          # serial 2
+cut = len(whole) // 2
+writer = os.fork()
+if writer == 0:
+    s.sendall(whole[:cut])
+    os._exit(0)
+os.waitpid(writer, 0)
+time.sleep(0.2)                    # the daemon has read the first half
+FINISH = """
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+s.sendall(bytes.fromhex(sys.argv[2]))
+"""
+for _ in range(50):
+    with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+        last.write(str(writer - 1))
+    child = subprocess.Popen([registered, "-c", FINISH, str(s.fileno()), whole[cut:].hex() + own], pass_fds=[s.fileno()])
+    if child.pid == writer:
+        break
+    child.kill()
+    child.wait()
+else:
+    say({"error": f"pid {writer} could not be had again"})
+    sys.exit()
+child.wait()
+say({"writer": writer, "finisher": child.pid, "replies": [receive(s), receive(s)]})
+'''
+
+
+def test_a_frame_written_by_two_processes_that_had_the_same_pid_is_refused(bare, tmp_path):
+    """Attack: an unregistered process writes the first half of a sign call and exits; its pid is
+    handed to a registered program (root sets ns_last_pid) that inherits the socket and writes the
+    second half (standing in for any registered program that echoes what it is given). Two
+    processes, one pid. Expected: the frame is refused (Forbidden, "more than one process"), and
+    the registered program's own whole call after it is served."""
+    import struct
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    bare.register("registered", [registered], [GROUP])
+    body = json.dumps({"type": "call", "serial": 7, "method": "sign",
+                       "args": {"group": GROUP, "method": "GET", "url": URL}}).encode()
+    result = run_script(attacker, SPLIT_ACROSS_PID_REUSE, bare.socket, GROUP, registered, (struct.pack(">I", len(body)) + body).hex())
+    assert "error" not in result, result
+    assert result["writer"] == result["finisher"], "one pid, two processes"
+    by_serial = {reply.get("serial"): reply for reply in result["replies"]}
+    assert 2 not in by_serial, f"the mixed call was answered as the registered program: {by_serial[2].get('type')}"
+    assert_refused(by_serial[0], "Forbidden", "written by more than one process")
+    assert served(by_serial[7])
 
 
 def test_a_call_before_hello_is_refused(bare, tmp_path):
