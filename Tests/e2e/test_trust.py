@@ -632,6 +632,54 @@ def test_an_admin_path_too_long_to_resolve_is_not_the_administrators(user_deskto
         broker.stop()
 
 
+def test_symbolic_links_do_not_make_the_users_files_the_administrators(user_desktop, idp):
+    """Attack: the root-owned admin apps.d holds a root-owned link to a registration file the user
+    owns; and, separately, MSSO_SYSTEM_DIR is a link (the user's) to a directory the user owns.
+    Expected: both are judged by what they resolve to: ignored with a warning naming the file and
+    the fix, and the program they register is refused. Control: the same registration in a real
+    root-owned file is served."""
+    secret = copy_secret(idp, user_desktop)
+    directory = user_bin(user_desktop)
+    program = python_copy(directory, "program", uid=USER)
+    theirs = user_desktop.home / "registration.toml"
+    theirs.write_text(f'[apps.linked]\nexecutable = "{program}"\ngroups = ["{GROUP}"]\n')
+    user_desktop.chown(theirs)
+    broker = Broker(user_desktop, idp, groups={GROUP: {"client_secret_file": str(secret)}}, register=False, start=False)
+    (broker.admin_dir / "apps.d").mkdir()
+    (broker.admin_dir / "apps.d" / "linked.toml").symlink_to(theirs)
+    broker.start()
+    try:
+        assert broker.login().returncode == 0
+        assert_refused(run_script(program, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"], "NotEntitled")
+        assert (f"{broker.admin_dir}/apps.d/linked.toml is not the administrator's ({theirs} belongs to uid {USER}, not root)"
+                in broker.log.read_text())
+        # Control: the same text in a file that really is root's.
+        (broker.admin_dir / "apps.d" / "linked.toml").unlink()
+        (broker.admin_dir / "apps.d" / "root.toml").write_text(theirs.read_text())
+        assert served(run_script(program, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"])
+    finally:
+        broker.stop()
+
+    fake = user_desktop.home / "fake-admin"
+    shutil.copytree(broker.admin_dir, fake)
+    subprocess.run(["chown", "-R", f"{USER}:{USER}", str(fake)], check=True)
+    link = user_desktop.home / "admin-link"
+    link.symlink_to(fake)
+    os.lchown(link, USER, USER)
+    user_config(broker, group_table(GROUP, idp.issuer, secret))
+    real_admin = broker.admin_dir
+    broker.admin_dir = link
+    broker.start()
+    try:
+        assert_refused(run_script(program, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"], "NotEntitled")
+        log = broker.log.read_text()
+        assert f"{link}/config.toml is not the administrator's ({fake}/config.toml belongs to uid {USER}" in log, log
+        assert f"chown root:root {fake}/config.toml" in log
+    finally:
+        broker.stop()
+        broker.admin_dir = real_admin
+
+
 # MARK: 8. a user's config.toml redefining an admin group
 
 def test_a_users_config_cannot_redefine_an_admin_group(user_desktop, idp):
