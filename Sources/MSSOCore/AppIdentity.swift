@@ -3,9 +3,11 @@ public struct AppIdentity: Sendable, Equatable {
     /// The executable behind the caller's pid (`/proc/PID/exe`), as the daemon's file system
     /// names it.
     public var executable: String?
-    /// Whether the caller sees the daemon's file system: the same mount namespace and root. Only
-    /// then does its executable's path mean what a registration by path means; a process in a
-    /// namespace of its own could have mounted anything at that path.
+    /// Whether the caller sees the daemon's file system: the same mount namespace and root, and,
+    /// when a registration names its executable's path, the very file at that path. Only then does
+    /// the path mean what a registration by path means; a process in a namespace of its own could
+    /// have mounted anything at that path, and a process of ours can run a file of another
+    /// namespace that the kernel still names by one of our paths.
     public var onHost: Bool
     /// The Flatpak app id, from the `/.flatpak-info` of a process that really is in a sandbox (a
     /// mount namespace other than the daemon's). Never set for a host process.

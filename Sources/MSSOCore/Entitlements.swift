@@ -52,6 +52,12 @@ public struct Entitlements: Sendable, Equatable {
         }
     }
 
+    /// Whether a registration names `executable` (so the path must be checked against the file
+    /// the caller runs).
+    public func registers(_ executable: String) -> Bool {
+        byExecutable[executable] != nil
+    }
+
     /// Whether a registration of `executable` pins its content (so its digest must be computed).
     public func pins(_ executable: String) -> Bool {
         byExecutable[executable]?.contains { $0.sha256 != nil } ?? false
@@ -73,7 +79,7 @@ public struct Entitlements: Sendable, Equatable {
             throw BrokerError(.notEntitled, "\(executable) is not the binary registered for access group \"\(group)\": its sha256 is \(actual ?? "unreadable"), the registration pins \(expected); re-pin it with `msso apps allow \(executable) --group \(group) --pin` (or ask your administrator)")
         }
         if app.flatpak == nil, !app.onHost, let executable = app.executable {
-            throw BrokerError(.notEntitled, "\(executable) runs in a mount namespace of its own and is not a Flatpak app, so it cannot be registered by path; run it outside the sandbox, or register its Flatpak id")
+            throw BrokerError(.notEntitled, "\(executable) runs in a mount namespace of its own, or is another file than the one at that path, and is not a Flatpak app, so no registration by path applies to it; run it from the host's file system, or register its Flatpak id")
         }
         let who = app.flatpak.map { "Flatpak app \($0)" } ?? app.executable.map { "\($0)" } ?? "an app whose executable is unknown"
         let fix = app.flatpak.map { "msso apps allow --flatpak \($0) --group \(group)" }
@@ -84,21 +90,31 @@ public struct Entitlements: Sendable, Equatable {
     // MARK: Files
 
     static func read(directory: String, admin: Bool, warnings: inout [String]) -> [AppRegistration] {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
         if admin, let problem = AdminFiles.problem(with: directory) {
             warnings.append(problem)
             return []
         }
+        // The admin's directory is listed by its real path, the one just checked.
+        let listed = admin ? AdminFiles.realPath(directory) ?? directory : directory
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: listed) else { return [] }
         var out: [AppRegistration] = []
         var seen = Set<String>()
         for name in names.sorted() where name.hasSuffix(".toml") {
             let path = directory + "/" + name
-            if admin, let problem = AdminFiles.problem(with: path) {
-                warnings.append(problem)
-                continue
+            var data: Data?
+            if admin {
+                switch AdminFiles.read(path, maximumSize: maximumFileSize) {
+                case .missing: continue
+                case .refused(let problem):
+                    warnings.append(problem)
+                    continue
+                case .contents(let bytes): data = bytes
+                }
+            } else {
+                data = FileManager.default.contents(atPath: path)
             }
             do {
-                guard let data = FileManager.default.contents(atPath: path), data.count <= maximumFileSize,
+                guard let data, data.count <= maximumFileSize,
                       let text = String(data: data, encoding: .utf8) else {
                     throw ConfigError(file: path, line: nil, key: nil,
                                       problem: "cannot be read as UTF-8 text of at most \(maximumFileSize / 1024) KiB")

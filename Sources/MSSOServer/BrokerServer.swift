@@ -57,7 +57,7 @@ public final class BrokerServer: @unchecked Sendable {
     private var ticks = 0
 
     private init(socketPath: String, listener: Int32, ownsSocketFile: Bool, reactor: Reactor, policy: AccessPolicy,
-                 rules: Rules, dispatcher: Dispatcher, limits: ServerLimits, logger: Logger) {
+                 rules: Rules, dispatcher: Dispatcher, limits: ServerLimits, logger: Logger, pidfds: Bool) {
         self.socketPath = socketPath
         self.listener = listener
         self.ownsSocketFile = ownsSocketFile
@@ -65,7 +65,7 @@ public final class BrokerServer: @unchecked Sendable {
         self.policy = policy
         self.rules = rules
         self.dispatcher = dispatcher
-        self.callers = Callers(reactor: reactor, rules: rules)
+        self.callers = Callers(reactor: reactor, rules: rules, ownTools: policy.ownTools, pidfds: pidfds)
         self.limits = limits
         self.logger = logger
     }
@@ -93,15 +93,18 @@ public final class BrokerServer: @unchecked Sendable {
         }
         // On the listener, so that connections inherit it from their first byte: bytes a client
         // writes before the daemon accepts would otherwise arrive without their sender.
-        guard cmsso_pass_credentials(listener) >= 0 else {
+        let passing = cmsso_pass_credentials(listener)
+        guard passing >= 0 else {
             Glibc.close(listener)
             throw BrokerError(.internal, "the kernel will not attach senders' credentials to messages (SO_PASSCRED)")
         }
+        refuseDescriptors(listener)
         let reactor = try Reactor()
         let policy = AccessPolicy(owner: owner, ownTools: ownTools)
         let dispatcher = Dispatcher(broker: broker, policy: policy, rules: broker.rules, audit: audit, logger: logger)
         let server = BrokerServer(socketPath: socketPath, listener: listener, ownsSocketFile: inheritedSocket == nil, reactor: reactor,
-                                  policy: policy, rules: broker.rules, dispatcher: dispatcher, limits: limits, logger: logger)
+                                  policy: policy, rules: broker.rules, dispatcher: dispatcher, limits: limits, logger: logger,
+                                  pidfds: passing & 2 != 0)
         reactor.execute { server.begin() }
         reactor.start()
         logger.info(inheritedSocket == nil ? "listening" : "listening on the socket systemd passed", metadata: ["socket": "\(socketPath)"])
@@ -174,6 +177,7 @@ public final class BrokerServer: @unchecked Sendable {
             return refuse(fd, BrokerError(.busy, "this process has \(limits.connectionsPerProcess) connections to the broker open, the limit for one process"))
         }
         guard cmsso_pass_credentials(fd) >= 0 else { return refuse(fd, nil) }
+        Self.refuseDescriptors(fd) // inherited from the listener, unless systemd made this connection before we set it
         let connection = Connection(fd: fd, connectedPid: peer.pid, server: self)
         guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else { return refuse(fd, nil) }
         connection.token = token
@@ -261,6 +265,17 @@ public final class BrokerServer: @unchecked Sendable {
             return reloadRegistrations()
         }
         for connection in Array(connections.values) { connection.rulesReloaded() }
+    }
+
+    /// Makes the kernel refuse descriptors sent to `fd` (SO_PASSRIGHTS off, Linux ≥ 6.16): the
+    /// sender's sendmsg fails with EPERM. The broker has no use for descriptors, and a message
+    /// carrying enough of them would crowd the sender's pidfd (SCM_PIDFD, which the kernel puts
+    /// after them) out of the control buffer, leaving the sender's pid unpinned. Older kernels
+    /// ignore it: there a read without a pidfd is refused (``Callers``).
+    @discardableResult
+    static func refuseDescriptors(_ fd: Int32) -> Bool {
+        var off: Int32 = 0
+        return setsockopt(fd, SOL_SOCKET, 83 /* SO_PASSRIGHTS */, &off, socklen_t(MemoryLayout<Int32>.size)) == 0
     }
 
     // MARK: The socket file

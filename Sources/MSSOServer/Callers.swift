@@ -12,6 +12,15 @@ struct Sender {
     /// A pidfd of the very process that sent the bytes (-1: the kernel gave none). Owned.
     var pidfd: Int32
 
+    /// The kernel's number for the very process that sent the bytes (its pidfd's inode, unique for
+    /// the system's lifetime on Linux >= 6.9; 0 when unknown). A pid can name another process once
+    /// its first one is gone; this cannot.
+    var process: UInt64 {
+        guard pidfd >= 0 else { return 0 }
+        var info = stat()
+        return fstat(pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
+    }
+
     /// Closes the pidfd; call once the sender is no longer needed.
     mutating func release() {
         if pidfd >= 0 { close(pidfd) }
@@ -58,12 +67,19 @@ struct ProcessFacts: Equatable {
 ///
 /// A cached identity is reused only while the process's facts are unchanged (the same executable
 /// file, mount namespace and root) and its pidfd says it is the process that sent the call; an
-/// exec, a new namespace or a chroot makes it a stranger again. Finding out who a new process is
+/// exec, a new namespace or a chroot makes it a stranger again. A path a registration (or the
+/// user's own tools) names counts only for the very file the daemon finds at that path: a process
+/// can run a file of another mount namespace that the kernel still names by one of our paths. Finding out who a new process is
 /// reads files (its executable, to hash it for a pinned registration; a sandbox's
 /// `/.flatpak-info`), so it runs on a thread of its own, never on the reactor.
 final class Callers: @unchecked Sendable {
     private let reactor: Reactor
     private let rules: Rules
+    /// The user's own tools: their paths are checked like registered ones.
+    private let ownTools: Set<String>
+    /// Whether the kernel attaches a pidfd of the sender to every read (SO_PASSPIDFD took). Then a
+    /// read without one cannot be pinned to its sender, whose pid may have been reused since.
+    private let pidfds: Bool
     /// This daemon's own facts: a caller whose mount namespace and root match sees our paths.
     private let own = ProcessFacts.of(pid: 0)
     // Confined to the reactor's thread:
@@ -82,13 +98,28 @@ final class Callers: @unchecked Sendable {
     private struct Entry {
         var facts: ProcessFacts
         var identity: AppIdentity
+        /// Whether the executable's path was checked against the file there (see ``Identified``).
+        var pathChecked: Bool
         var generation: Int
         var lastUsed: UInt64
     }
 
-    init(reactor: Reactor, rules: Rules) {
+    /// What identifying a process found.
+    struct Identified {
+        var facts: ProcessFacts
+        var identity: AppIdentity
+        /// Whether the executable's path was looked up in the daemon's file system and compared with
+        /// the file the process runs. Done for host processes whose path a registration or an own
+        /// tool names (only those paths can matter, and only those are looked up: never a path of
+        /// the caller's choosing, on a file system of the caller's that might not answer).
+        var pathChecked: Bool
+    }
+
+    init(reactor: Reactor, rules: Rules, ownTools: Set<String> = [], pidfds: Bool = false) {
         self.reactor = reactor
         self.rules = rules
+        self.ownTools = ownTools
+        self.pidfds = pidfds
     }
 
     enum Lookup {
@@ -106,10 +137,12 @@ final class Callers: @unchecked Sendable {
     func identity(of sender: Sender, then: @escaping (AppIdentity?) -> Void) -> Lookup {
         let facts = ProcessFacts.of(pid: sender.pid)
         // Read the facts first, then check the sender still runs: the pid then named it throughout.
-        guard sender.pidfd < 0 || cmsso_pidfd_alive(sender.pidfd) == 1 else { return .gone }
+        // A read that should have brought a pidfd and did not (its control data was cut short) is
+        // as good as one from a process that is gone.
+        guard sender.pidfd >= 0 ? cmsso_pidfd_alive(sender.pidfd) == 1 : !pidfds else { return .gone }
         let snapshot = rules.current
         if var entry = cache[sender.pid], entry.facts == facts,
-           entry.generation == snapshot.generation || !needsDigest(entry.identity, snapshot.entitlements) {
+           entry.generation == snapshot.generation || !needsAnotherLook(entry, snapshot.entitlements) {
             entry.lastUsed = cmsso_monotonic_ns()
             cache[sender.pid] = entry
             return .known(entry.identity)
@@ -117,18 +150,23 @@ final class Callers: @unchecked Sendable {
         // A host process whose executable no registration pins is known from /proc alone, which
         // no file system of the caller's can stall: found out here. A sandbox's files, or a
         // binary to hash, are read on a thread of their own.
+        // (A registered path is looked up here too: on the file system its registrant chose.)
         if facts.sharesFileSystem(with: own), let path = Self.readLink("/proc/\(sender.pid)/exe"), !snapshot.entitlements.pins(path),
-           let (known, identity) = Self.identify(pid: sender.pid, pidfd: sender.pidfd, own: own, entitlements: snapshot.entitlements),
-           known == facts {
-            remember(sender.pid, facts: known, identity: identity, generation: snapshot.generation)
-            return .known(identity)
+           let found = Self.identify(pid: sender.pid, pidfd: sender.pidfd, own: own, entitlements: snapshot.entitlements, ownTools: ownTools),
+           found.facts == facts {
+            remember(sender.pid, found, generation: snapshot.generation)
+            return .known(found.identity)
         }
         return resolve(sender, then: then)
     }
 
-    private func needsDigest(_ identity: AppIdentity, _ entitlements: Entitlements) -> Bool {
-        guard identity.digest == nil, identity.onHost, let executable = identity.executable else { return false }
-        return entitlements.pins(executable)
+    /// Whether a process known under older rules must be looked at again under `entitlements`:
+    /// its executable is pinned now and was not hashed, or its path is registered now and was
+    /// never checked against the file there.
+    private func needsAnotherLook(_ entry: Entry, _ entitlements: Entitlements) -> Bool {
+        guard entry.identity.onHost, let executable = entry.identity.executable else { return false }
+        if entry.identity.digest == nil, entitlements.pins(executable) { return true }
+        return !entry.pathChecked && (entitlements.registers(executable) || ownTools.contains(executable))
     }
 
     private func resolve(_ sender: Sender, then: @escaping (AppIdentity?) -> Void) -> Lookup {
@@ -142,10 +180,11 @@ final class Callers: @unchecked Sendable {
         let pidfd = sender.pidfd >= 0 ? dup(sender.pidfd) : -1
         waiting[pid] = [then]
         workers += 1
-        let (rules, own, reactor) = (self.rules, self.own, self.reactor)
+        let (rules, own, reactor, ownTools) = (self.rules, self.own, self.reactor, self.ownTools)
         let started = Thread.detach {
-            let generation = rules.current.generation
-            let resolved = Self.identify(pid: pid, pidfd: pidfd, own: own, entitlements: rules.entitlements)
+            let snapshot = rules.current
+            let generation = snapshot.generation
+            let resolved = Self.identify(pid: pid, pidfd: pidfd, own: own, entitlements: snapshot.entitlements, ownTools: ownTools)
             if pidfd >= 0 { close(pidfd) }
             reactor.execute { [self] in finish(pid, resolved, generation) }
         }
@@ -158,15 +197,16 @@ final class Callers: @unchecked Sendable {
         return .pending
     }
 
-    private func finish(_ pid: Int32, _ resolved: (ProcessFacts, AppIdentity)?, _ generation: Int) {
+    private func finish(_ pid: Int32, _ resolved: Identified?, _ generation: Int) {
         workers -= 1
-        if let (facts, identity) = resolved { remember(pid, facts: facts, identity: identity, generation: generation) }
-        for then in waiting.removeValue(forKey: pid) ?? [] { then(resolved?.1) }
+        if let resolved { remember(pid, resolved, generation: generation) }
+        for then in waiting.removeValue(forKey: pid) ?? [] { then(resolved?.identity) }
     }
 
-    private func remember(_ pid: Int32, facts: ProcessFacts, identity: AppIdentity, generation: Int) {
+    private func remember(_ pid: Int32, _ found: Identified, generation: Int) {
         if cache.count >= Self.maximumEntries { forgetOldest() }
-        cache[pid] = Entry(facts: facts, identity: identity, generation: generation, lastUsed: cmsso_monotonic_ns())
+        cache[pid] = Entry(facts: found.facts, identity: found.identity, pathChecked: found.pathChecked, generation: generation,
+                           lastUsed: cmsso_monotonic_ns())
     }
 
     private func forgetOldest() {
@@ -182,21 +222,43 @@ final class Callers: @unchecked Sendable {
     // MARK: Identifying a process (on a worker thread)
 
     /// Everything the broker needs to know about `pid`, or nil when it ended meanwhile.
-    static func identify(pid: Int32, pidfd: Int32, own: ProcessFacts, entitlements: Entitlements) -> (ProcessFacts, AppIdentity)? {
+    static func identify(pid: Int32, pidfd: Int32, own: ProcessFacts, entitlements: Entitlements,
+                         ownTools: Set<String> = []) -> Identified? {
         let facts = ProcessFacts.of(pid: pid)
         let executable = readLink("/proc/\(pid)/exe")
-        let onHost = facts.sharesFileSystem(with: own)
-        var identity = AppIdentity(executable: executable, onHost: onHost, unit: unit(pid: pid))
-        if !onHost {
+        let sharesFileSystem = facts.sharesFileSystem(with: own)
+        var identity = AppIdentity(executable: executable, onHost: sharesFileSystem, unit: unit(pid: pid))
+        var pathChecked = false
+        if !sharesFileSystem {
             // Only a process that really is in a namespace of its own has a sandbox to speak of.
             identity.flatpak = readSmall("/proc/\(pid)/root/.flatpak-info", capacity: 64 * 1024).flatMap(flatpakID(info:))
-        } else if let executable, entitlements.pins(executable), let file = facts.executable {
-            identity.digest = digest(pid: pid, file: file)
+        } else if let executable, entitlements.registers(executable) || ownTools.contains(executable) {
+            // The kernel names a file by its path in the mount namespace it was opened from: run
+            // through /proc/PID/root of a process in a namespace of its own (or from a detached
+            // mount), a file mounted over one of our paths there is named by that path here.
+            pathChecked = true
+            if let file = facts.executable, isFile(executable, file) {
+                if entitlements.pins(executable) { identity.digest = digest(pid: pid, file: file) }
+            } else {
+                identity.onHost = false // the path does not name what runs: it means nothing
+            }
         }
         // Read after the facts: had the pid been reused meanwhile, they describe another process.
         if pidfd >= 0, cmsso_pidfd_alive(pidfd) != 1 { return nil }
         guard ProcessFacts.of(pid: pid) == facts else { return nil } // it exec'd while we looked
-        return (facts, identity)
+        return Identified(facts: facts, identity: identity, pathChecked: pathChecked)
+    }
+
+    /// Whether `path`, looked up in the daemon's file system, is the file `running` (a process's
+    /// executable, from statx of /proc/PID/exe).
+    static func isFile(_ path: String, _ running: ProcessFacts.FileIdentity) -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return false }
+        // glibc's dev_t to the (major << 32 | minor) of statx.
+        let device = UInt64(info.st_dev)
+        let major = UInt64(UInt32(truncatingIfNeeded: device >> 8) & 0xfff | UInt32(truncatingIfNeeded: device >> 32) & ~0xfff)
+        let minor = UInt64(UInt32(truncatingIfNeeded: device) & 0xff | UInt32(truncatingIfNeeded: device >> 12) & ~0xff)
+        return UInt64(info.st_ino) == running.inode && major << 32 | minor == running.device
     }
 
     static func readLink(_ path: String) -> String? {

@@ -23,7 +23,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     private var input: [UInt8] = []
     /// Who sent the bytes of the partial frame in `input`, and whether more than one process did.
-    private var inputSender: (pid: Int32, uid: UInt32)?
+    /// (`process`: see ``Sender/process``; the pid alone could be another process's by now.)
+    private var inputSender: (pid: Int32, uid: UInt32, process: UInt64)?
     private var inputMixed = false
     private var frameStarted: UInt64 = 0
     private var holdsLargeFrame = false
@@ -84,10 +85,11 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             return closeAfterWriting()
         }
         lastActivity = cmsso_monotonic_ns()
-        if !input.isEmpty, let previous = inputSender, previous != (sender.pid, sender.uid) { inputMixed = true }
+        let process = sender.process
+        if !input.isEmpty, let previous = inputSender, previous != (sender.pid, sender.uid, process) { inputMixed = true }
         if input.isEmpty { inputMixed = false }
         input.append(contentsOf: server.scratch[..<count])
-        inputSender = (sender.pid, sender.uid)
+        inputSender = (sender.pid, sender.uid, process)
 
         var calls: [Decoded] = []
         var start = 0

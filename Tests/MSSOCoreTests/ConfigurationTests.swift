@@ -128,6 +128,37 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(AdminFiles.problem(with: "/tmp"), "/tmp is not the administrator's (/tmp can be written by others than root), so it is ignored; fix it with `chmod go-w /tmp`")
     }
 
+    func testAnAdminPathThatCannotBeResolvedIsNotTheAdministrators() throws {
+        // Links whose real path is longer than PATH_MAX: open(2) follows them, realpath(3) fails.
+        let text = "[groups.a]\nissuer = \"https://evil.example\"\nclient_id = \"c\"\n[policy]\nuser_apps = false\n"
+        let top = try adminDirectory(text: text)
+        defer { try? FileManager.default.removeItem(atPath: top) }
+        var near = top
+        for index in 0..<20 {
+            near += "/" + String(repeating: "d", count: 250)
+            XCTAssertEqual(mkdir(near, 0o755), 0)
+            if index % 10 == 9 {
+                let link = top + "/link\(index)"
+                XCTAssertEqual(symlink(near, link), 0)
+                near = link
+            }
+        }
+        XCTAssertTrue(FileManager.default.createFile(atPath: near + "/config.toml", contents: Data(text.utf8)))
+        XCTAssertNotNil(FileManager.default.contents(atPath: near + "/config.toml"), "open(2) reaches it")
+        XCTAssertNil(AdminFiles.realPath(near + "/config.toml"), "realpath(3) does not")
+        XCTAssertEqual(AdminFiles.problem(with: near + "/config.toml"),
+                       "\(near)/config.toml: its real path cannot be worked out (File name too long), so it is not taken as the administrator's; name the directory by its real path")
+        guard case .refused = AdminFiles.read(near + "/config.toml", maximumSize: 1024) else { return XCTFail("read as the admin's") }
+        let configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": near, "HOME": "/nonexistent"])
+        XCTAssertTrue(configuration.groups.isEmpty)
+        XCTAssertTrue(configuration.policy.userApps)
+        XCTAssertEqual(AdminFiles.problem(with: top + "/nothing-here"), nil, "a missing file is nothing to trust or refuse")
+        XCTAssertEqual(AdminFiles.read(top + "/nothing-here", maximumSize: 1024), .missing)
+        guard getuid() == 0 else { return }
+        XCTAssertEqual(AdminFiles.read(top + "/config.toml", maximumSize: 1024), .contents(Data(text.utf8)), "root's own file is read")
+        XCTAssertEqual(AdminFiles.read(top + "/config.toml", maximumSize: 10), .contents(nil), "past the cap: not read")
+    }
+
     func testAbsurdDurationsAreRefused() {
         XCTAssertThrowsError(try Configuration.parse("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nsession_timeout = \"99999999d\"\nsession_max = \"99999999d\"",
                                                      file: "/c.toml")) { error in

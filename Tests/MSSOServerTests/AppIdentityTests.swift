@@ -1,5 +1,6 @@
 import CMSSOSystem
 import Foundation
+import Logging
 import MSSOCore
 import MSSOProtocol
 @testable import MSSOServer
@@ -21,7 +22,8 @@ final class AppIdentityTests: XCTestCase {
 
     func testOurOwnProcessIsIdentifiedFromTheKernelAsAHostProcess() throws {
         let own = ProcessFacts.of(pid: 0)
-        let (facts, identity) = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: own, entitlements: Entitlements(registrations: [])))
+        let found = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: own, entitlements: Entitlements(registrations: [])))
+        let (facts, identity) = (found.facts, found.identity)
         XCTAssertEqual(identity.executable, try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
         XCTAssertTrue(identity.onHost, "same mount namespace and root as the daemon")
         XCTAssertNil(identity.flatpak, "a host process has no sandbox identity, whatever files it can write")
@@ -33,10 +35,40 @@ final class AppIdentityTests: XCTestCase {
         let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
         let pinned = Entitlements(registrations: [AppRegistration(name: "me", executable: me, sha256: String(repeating: "0", count: 64),
                                                                   flatpak: nil, groups: ["g"], source: "-", admin: true)])
-        let (_, identity) = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: ProcessFacts.of(pid: 0), entitlements: pinned))
+        let identity = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: ProcessFacts.of(pid: 0), entitlements: pinned)).identity
         XCTAssertEqual(identity.digest?.count, 64)
         XCTAssertTrue(pinned.matches(identity).isEmpty, "a digest that differs from the pin matches nothing")
         XCTAssertEqual(pinned.pinMismatch(identity)?.actual, identity.digest)
+    }
+
+    func testARegisteredPathCountsOnlyForTheFileAtThatPath() throws {
+        let me = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        let running = try XCTUnwrap(ProcessFacts.of(pid: getpid()).executable)
+        XCTAssertTrue(Callers.isFile(me, running), "our own executable is the file at its path")
+        XCTAssertFalse(Callers.isFile("/bin/sh", running), "another file")
+        XCTAssertFalse(Callers.isFile(me + " (deleted)", running), "no file there")
+        let registered = Entitlements(registrations: [AppRegistration(name: "me", executable: me, sha256: nil, flatpak: nil,
+                                                                      groups: ["g"], source: "-", admin: true)])
+        let found = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: ProcessFacts.of(pid: 0), entitlements: registered))
+        XCTAssertTrue(found.pathChecked, "a registered path is checked")
+        XCTAssertTrue(found.identity.onHost)
+        XCTAssertEqual(registered.matches(found.identity).map(\.name), ["me"])
+        let unregistered = try XCTUnwrap(Callers.identify(pid: getpid(), pidfd: -1, own: ProcessFacts.of(pid: 0),
+                                                          entitlements: Entitlements(registrations: [])))
+        XCTAssertFalse(unregistered.pathChecked, "a path nothing names is not looked up")
+    }
+
+    func testAReadWithoutTheSendersPidfdIsFromNobodyWhenTheKernelGivesPidfds() throws {
+        let rules = Rules(configuration: Configuration(groups: []), entitlements: Entitlements(registrations: []),
+                          logger: Logger(label: "test"))
+        let me = Sender(uid: getuid(), gid: getgid(), pid: getpid(), pidfd: -1)
+        guard case .gone = Callers(reactor: try Reactor(), rules: rules, pidfds: true).identity(of: me, then: { _ in }) else {
+            return XCTFail("the pid alone was trusted though the kernel should have pinned it with a pidfd")
+        }
+        guard case .known(let identity) = Callers(reactor: try Reactor(), rules: rules, pidfds: false).identity(of: me, then: { _ in }) else {
+            return XCTFail("a kernel without pidfds: the pid is all there is")
+        }
+        XCTAssertEqual(identity.executable, try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
     }
 
     func testAnExitedProcessHasNoIdentity() throws {

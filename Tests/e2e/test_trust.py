@@ -1,0 +1,1052 @@
+"""Attacks on who the broker takes a caller to be, against the real mssod, kernel, keyring and IdP.
+
+Every call is judged by the process that sent its bytes (SCM_CREDENTIALS + SCM_PIDFD): a socket
+kept across an exec, inherited or passed speaks for whoever writes to it. A registration by path
+holds only for a process that sees the daemon's file system and runs the very file at that path;
+a Flatpak id is read only from a process in a sandbox of its own; admin files count only when root
+owns them (and everything above them). Each test says the attack and what must happen; each has a
+control showing the same set-up is served when it is legitimate, so that it can fail.
+
+The attackers are small Python scripts run by a *copy* of the interpreter (another file, so
+another app as far as the kernel is concerned); the registered app is another copy.
+"""
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from faults import copy_secret
+from harness import BIN, GROUP, SECRETS, Broker, Desktop, as_uid, wait_for
+
+USER = 1000
+# The system's interpreter (the harness's PYTHON may be a private one under /root): attackers and
+# apps are copies of it; copies find its standard library in /usr/lib whoever runs them.
+INTERPRETER = Path("/usr/bin/python3").resolve()
+URL = "https://api.example.com/items"
+ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+# The wire protocol in a few lines, prepended to every attacker script (run with `python -c`).
+WIRE = r'''
+import array, json, os, socket, struct, sys, time
+
+def connect(path, hello=True):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(path)
+    if hello:
+        reply = call(s, "hello", {"version": 1, "client": "trust-test"})
+        assert reply.get("type") == "reply", reply
+    return s
+
+_serial = [0]
+
+def frame(method, args):
+    _serial[0] += 1
+    body = json.dumps({"type": "call", "serial": _serial[0], "method": method, "args": args}).encode()
+    return struct.pack(">I", len(body)) + body
+
+def read_exact(s, n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+def receive(s):
+    while True:
+        try:
+            head = read_exact(s, 4)
+        except ConnectionResetError:
+            head = None
+        if head is None:
+            return {"type": "closed"}
+        message = json.loads(read_exact(s, struct.unpack(">I", head)[0]))
+        if message.get("type") != "signal":
+            return message
+
+def call(s, method, args):
+    s.sendall(frame(method, args))
+    return receive(s)
+
+def sign_frame(group):
+    return frame("sign", {"group": group, "method": "GET", "url": "https://api.example.com/items"})
+
+def sign(s, group):
+    s.sendall(sign_frame(group))
+    return receive(s)
+
+def me():
+    return {"pid": os.getpid(), "exe": os.readlink("/proc/self/exe"), "inode": os.stat("/proc/self/exe").st_ino}
+
+def say(value):
+    print(json.dumps(value), flush=True)
+'''
+
+# argv: socket group. Connects, says hello, signs once.
+SIGN_ONCE = WIRE + r'''
+s = connect(sys.argv[1])
+say({"me": me(), "reply": sign(s, sys.argv[2])})
+'''
+
+
+# MARK: helpers
+
+def is_token(reply):
+    return reply.get("type") == "reply" and "headers" in reply.get("result", {})
+
+
+def remember_tokens(value):
+    """Every header value a script printed is a secret the daemon's logs must never hold."""
+    if isinstance(value, dict):
+        if value.get("type") == "reply":
+            for _, header in value.get("result", {}).get("headers", []):
+                SECRETS.add(header.split(" ", 1)[-1])
+        for item in value.values():
+            remember_tokens(item)
+    elif isinstance(value, list):
+        for item in value:
+            remember_tokens(item)
+
+
+def last_json(stdout):
+    value = json.loads(stdout.strip().splitlines()[-1])
+    remember_tokens(value)
+    return value
+
+
+def run_script(interpreter, script, *args, prefix=(), timeout=60):
+    """Runs `script` with `interpreter` (a path, or an argv prefix) and returns its last JSON line."""
+    argv = [*prefix, *(interpreter if isinstance(interpreter, list) else [str(interpreter)]), "-c", script, *map(str, args)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=ENV)
+    assert done.returncode == 0 and done.stdout.strip(), f"{argv[:4]}…: {done.stderr}"
+    return last_json(done.stdout)
+
+
+def python_copy(directory, name, uid=None):
+    """A copy of the Python interpreter: the same code, another executable file."""
+    directory = Path(directory)
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    target = directory / name
+    shutil.copy2(INTERPRETER, target)
+    target.chmod(0o755)
+    if uid is not None:
+        os.chown(directory, uid, uid)
+        os.chown(target, uid, uid)
+    return target
+
+
+def register_flatpak(broker, name, app_id, groups):
+    directory = broker.admin_dir / "apps.d"
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.toml").write_text(f'[apps.{name}]\nflatpak = "{app_id}"\ngroups = {json.dumps(groups)}\n')
+
+
+def assert_refused(reply, error="NotEntitled", *phrases):
+    assert not is_token(reply), f"a token was handed out: {reply.get('type')}"
+    assert reply.get("type") == "error" and reply.get("error") == error, reply
+    for phrase in phrases:
+        assert phrase in reply["message"], reply["message"]
+
+
+def served(reply):
+    assert is_token(reply), reply
+    return True
+
+
+@pytest.fixture
+def bare(desktop, idp):
+    """A broker (as root, like the rest of the suite) with nothing registered, logged in by msso."""
+    daemon = Broker(desktop, idp, register=False)
+    assert daemon.login().returncode == 0, "the msso command manages every group"
+    yield daemon
+    os.kill(daemon.process.pid, signal.SIGCONT)  # in case a test stopped it
+    daemon.stop()
+
+
+@pytest.fixture
+def user_desktop():
+    session = Desktop(uid=USER)
+    yield session
+    session.cleanup()
+
+
+@pytest.fixture
+def user_broker(user_desktop, idp):
+    """mssod as uid 1000 (as a real user's would run), nothing registered, logged in."""
+    secret = copy_secret(idp, user_desktop)
+    daemon = Broker(user_desktop, idp, groups={GROUP: {"client_secret_file": str(secret)}}, register=False)
+    assert daemon.login().returncode == 0
+    yield daemon
+    os.kill(daemon.process.pid, signal.SIGCONT)
+    daemon.stop()
+
+
+def user_bin(user_desktop):
+    directory = user_desktop.home / "bin"
+    directory.mkdir(mode=0o755, exist_ok=True)
+    user_desktop.chown(directory)
+    return directory
+
+
+class Attacker:
+    """A long-running attacker script whose stdin and stdout the test drives line by line."""
+
+    def __init__(self, argv, prefix=()):
+        self.process = subprocess.Popen([*prefix, *map(str, argv)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, env=ENV)
+        self.pending = b""
+
+    def line(self, timeout=30):
+        """The next JSON line it printed (read unbuffered: its processes write lines of their own)."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.process.stdout], [], [], max(0, deadline - time.monotonic()))
+            assert ready, f"the attacker said nothing in {timeout} s"
+            chunk = os.read(self.process.stdout.fileno(), 65536)
+            assert chunk, f"the attacker ended: {self.process.stderr.read().decode()}"
+            self.pending += chunk
+        text, self.pending = self.pending.split(b"\n", 1)
+        value = json.loads(text)
+        remember_tokens(value)
+        return value
+
+    def tell(self, word):
+        self.process.stdin.write(word.encode() + b"\n")
+        self.process.stdin.flush()
+
+    def end(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=10)
+
+
+# MARK: 1. exec after connect, with an accomplice keeping the socket
+
+# argv: socket group registered tries. Says hello as itself, forks an accomplice that keeps the
+# socket, then execs the registered program (which keeps the socket too); the accomplice signs.
+EXEC_WITH_ACCOMPLICE = WIRE + r'''
+path, group, registered, tries = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+s = connect(path)
+hello_as = me()
+os.set_inheritable(s.fileno(), True)  # the registered program holds the socket as well
+done_r, done_w = os.pipe()            # done_w is closed by the exec: the accomplice's cue
+if os.fork() == 0:
+    os.close(done_w)
+    os.read(done_r, 1)
+    parent = os.getppid()
+    while os.readlink(f"/proc/{parent}/exe") != registered:
+        time.sleep(0.01)
+    held = os.readlink(f"/proc/{parent}/fd/{s.fileno()}") == os.readlink(f"/proc/self/fd/{s.fileno()}")
+    replies = [sign(s, group) for _ in range(tries)]
+    say({"hello_as": hello_as, "accomplice": me(), "parent": parent, "parent_exe": os.readlink(f"/proc/{parent}/exe"),
+         "parent_holds_socket": held, "replies": replies})
+    os._exit(0)
+os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
+'''
+
+
+def test_exec_after_connect_with_an_accomplice_keeping_the_socket(bare, tmp_path):
+    """Attack: an unregistered process connects and says hello, forks an accomplice that keeps the
+    socket, then execs a registered program (which keeps the socket too); the accomplice signs 30
+    times. Expected: 0 tokens; every reply is NotEntitled naming the accomplice's own executable."""
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    bare.register("registered", [registered], [GROUP])
+    control = run_script(registered, SIGN_ONCE, bare.socket, GROUP)
+    assert served(control["reply"]), "control: the registered program itself is served"
+
+    process = subprocess.Popen([attacker, "-c", EXEC_WITH_ACCOMPLICE, bare.socket, GROUP, registered, "30"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        assert ready, "the accomplice reported nothing"
+        result = last_json(process.stdout.readline())
+    finally:
+        process.kill()
+        process.wait()
+    assert result["hello_as"]["exe"] == str(attacker)
+    assert result["parent_exe"] == str(registered) and result["parent"] == result["hello_as"]["pid"], \
+        "the process that said hello really became the registered program"
+    assert result["parent_holds_socket"], "and still holds the socket"
+    replies = result["replies"]
+    assert len(replies) == 30
+    assert sum(map(is_token, replies)) == 0, "no token for the accomplice"
+    for reply in replies:
+        assert_refused(reply, "NotEntitled", f"{attacker} is not registered for access group \"{GROUP}\"")
+
+
+# MARK: 2. a socket passed with SCM_RIGHTS
+
+# argv: socket group receiver-interpreter receiver-script. The registered program signs, passes its
+# connection to an unregistered program over a socketpair, lets it sign, then signs again itself.
+PASS_SOCKET = WIRE + r'''
+path, group, receiver, receiving = sys.argv[1:5]
+s = connect(path)
+first = sign(s, group)
+mine, theirs = socket.socketpair()
+child = __import__("subprocess").Popen([receiver, "-c", receiving, str(theirs.fileno()), group], pass_fds=[theirs.fileno()])
+theirs.close()
+socket.send_fds(mine, [b"x"], [s.fileno()])
+received = json.loads(mine.makefile().readline())
+child.wait()
+_serial[0] = 200
+after = sign(s, group)
+say({"me": me(), "first": first, "receiver": received, "after": after})
+'''
+
+# argv: channel-fd group. Receives a connection over the channel, signs on it, reports back.
+RECEIVE_SOCKET = WIRE + r'''
+channel = socket.socket(fileno=int(sys.argv[1]))
+_, fds, _, _ = socket.recv_fds(channel, 1, 1)
+s = socket.socket(fileno=fds[0])
+s.settimeout(30)
+_serial[0] = 100
+channel.sendall(json.dumps({"me": me(), "reply": sign(s, sys.argv[2])}).encode() + b"\n")
+'''
+
+
+def test_a_socket_passed_to_an_unregistered_process_speaks_for_that_process(bare, tmp_path):
+    """Attack: a registered program hands its connection (SCM_RIGHTS) to an unregistered one, which
+    signs on it. Expected: the receiver is judged as itself (NotEntitled); the registered sender's
+    own calls on that same connection, before and after, are still served."""
+    registered = python_copy(tmp_path, "registered-app")
+    receiver = python_copy(tmp_path, "receiver")
+    bare.register("registered", [registered], [GROUP])
+    result = run_script(registered, PASS_SOCKET, bare.socket, GROUP, receiver, RECEIVE_SOCKET)
+    assert served(result["first"]), "control: the registered program is served"
+    assert result["receiver"]["me"]["exe"] == str(receiver)
+    assert_refused(result["receiver"]["reply"], "NotEntitled", f"{receiver} is not registered")
+    assert served(result["after"]), "the sender's own calls on the same socket still work"
+
+
+# MARK: 3. a bind mount over a registered path, in a mount namespace of one's own
+
+def test_a_bind_mount_over_a_registered_path_in_a_new_mount_namespace_is_refused(bare, tmp_path):
+    """Attack (root, `unshare -m`): bind-mount an unregistered program over the registered path in a
+    mount namespace of its own, exec it by that path and sign. Expected: NotEntitled (a path seen
+    from another mount namespace means nothing). Control: the registered program, run on the host
+    by the same path, is served."""
+    registered = python_copy(tmp_path, "registered-app")
+    impostor = python_copy(tmp_path, "impostor")
+    bare.register("registered", [registered], [GROUP])
+    control = run_script(registered, SIGN_ONCE, bare.socket, GROUP)
+    assert served(control["reply"])
+    result = run_script(["unshare", "-m", "--propagation", "private", "--", "sh", "-c",
+                         'mount --bind "$0" "$1" && exec "$@"', impostor, registered], SIGN_ONCE, bare.socket, GROUP)
+    assert result["me"]["exe"] == str(registered) and result["me"]["inode"] == impostor.stat().st_ino, \
+        "the impostor ran under the registered path"
+    assert_refused(result["reply"], "NotEntitled", "mount namespace of its own")
+
+
+def test_an_unprivileged_bind_mount_over_a_registered_path_is_refused(user_broker, user_desktop):
+    """Attack (uid 1000, `unshare -Urm`, against the user's own daemon): the same bind mount from an
+    unprivileged user namespace. Expected: NotEntitled. Control: the registered program is served."""
+    directory = user_bin(user_desktop)
+    registered = python_copy(directory, "registered-app", uid=USER)
+    impostor = python_copy(directory, "impostor", uid=USER)
+    user_broker.register("registered", [registered], [GROUP])
+    control = run_script(registered, SIGN_ONCE, user_broker.socket, GROUP, prefix=as_uid(USER))
+    assert served(control["reply"])
+    result = run_script(["unshare", "-Urm", "--", "sh", "-c", 'mount --bind "$0" "$1" && exec "$@"', impostor, registered],
+                        SIGN_ONCE, user_broker.socket, GROUP, prefix=as_uid(USER))
+    assert result["me"]["exe"] == str(registered) and result["me"]["inode"] == impostor.stat().st_ino
+    assert_refused(result["reply"], "NotEntitled")
+
+
+def test_a_host_process_running_a_file_from_another_mount_namespace_is_refused(user_broker, user_desktop):
+    """Attack (uid 1000): a helper in a user+mount namespace of its own bind-mounts an unregistered
+    program over the registered path; a process on the host then execs that file through
+    /proc/HELPER/root/<registered path>. It stays in the daemon's mount namespace and root, and the
+    kernel names its executable by the registered path, but it runs another file. Expected:
+    NotEntitled (a registration by path holds only for the very file at that path). Control: the
+    registered program is served."""
+    directory = user_bin(user_desktop)
+    registered = python_copy(directory, "registered-app", uid=USER)
+    impostor = python_copy(directory, "impostor", uid=USER)
+    user_broker.register("registered", [registered], [GROUP])
+    control = run_script(registered, SIGN_ONCE, user_broker.socket, GROUP, prefix=as_uid(USER))
+    assert served(control["reply"])
+    helper = subprocess.Popen([*as_uid(USER), "unshare", "-Urm", "--", "sh", "-c",
+                               'mount --bind "$0" "$1" && echo mounted && exec sleep 120', impostor, registered],
+                              stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        assert helper.stdout.readline().strip() == "mounted"
+        through = f"/proc/{helper.pid}/root{registered}"
+        result = run_script(through, SIGN_ONCE, user_broker.socket, GROUP, prefix=as_uid(USER))
+    finally:
+        helper.kill()
+        helper.wait()
+    own_namespace = os.readlink(f"/proc/{user_broker.process.pid}/ns/mnt")
+    assert result["me"]["exe"] == str(registered), "the kernel names it by the registered path"
+    assert result["me"]["inode"] == impostor.stat().st_ino != registered.stat().st_ino, "but it runs the impostor"
+    assert own_namespace == os.readlink("/proc/self/ns/mnt"), "from the daemon's own mount namespace"
+    assert_refused(result["reply"], "NotEntitled", f"{registered} runs in a mount namespace of its own, or is another file")
+
+
+# MARK: 4. a Flatpak-style sandbox (bubblewrap)
+
+def bwrap(info, broker, *, flatpak_info=True):
+    """A bubblewrap sandbox as Flatpak makes one: its own mount and pid namespaces, /usr read-only,
+    a read-only /.flatpak-info, the broker's socket directory bound in."""
+    argv = ["bwrap", "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--new-session",
+            "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+            "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--bind", str(broker.socket.parent), "/run/msso"]
+    if flatpak_info:
+        argv += ["--ro-bind", str(info), "/.flatpak-info"]
+    return argv + ["--", "/usr/bin/python3"]
+
+
+def flatpak_info(directory, app_id):
+    info = Path(directory) / f"{app_id}.flatpak-info"
+    info.write_text(f"[Application]\nname={app_id}\nruntime=runtime/org.example.Platform/x86_64/1\n\n"
+                    f"[Instance]\ninstance-id=1234\n")
+    return info
+
+
+def test_a_flatpak_sandbox_is_known_by_its_app_id_and_only_in_a_sandbox(bare, tmp_path):
+    """A real bubblewrap sandbox with a read-only /.flatpak-info naming com.example.Sandboxed.
+    Expected: registered by `flatpak = "com.example.Sandboxed"` it is served; the same sandbox
+    naming another id is refused; the same program run on the host (FLATPAK_ID set, no sandbox) is
+    not taken as the Flatpak app; a sandbox without /.flatpak-info is refused too."""
+    register_flatpak(bare, "sandboxed", "com.example.Sandboxed", [GROUP])
+    sandboxed = run_script(bwrap(flatpak_info(tmp_path, "com.example.Sandboxed"), bare), SIGN_ONCE, "/run/msso/broker.sock", GROUP)
+    assert sandboxed["me"]["pid"] <= 3, "it ran in a pid namespace of its own"
+    assert served(sandboxed["reply"]), "the registered Flatpak id is served"
+
+    other = run_script(bwrap(flatpak_info(tmp_path, "com.example.Other"), bare), SIGN_ONCE, "/run/msso/broker.sock", GROUP)
+    assert_refused(other["reply"], "NotEntitled", "Flatpak app com.example.Other is not registered")
+
+    no_info = run_script(bwrap(None, bare, flatpak_info=False), SIGN_ONCE, "/run/msso/broker.sock", GROUP)
+    assert_refused(no_info["reply"], "NotEntitled")
+
+    done = subprocess.run(["/usr/bin/python3", "-c", SIGN_ONCE, bare.socket, GROUP], capture_output=True, text=True,
+                          timeout=60, env=dict(ENV, FLATPAK_ID="com.example.Sandboxed"))
+    host = last_json(done.stdout)
+    assert_refused(host["reply"], "NotEntitled", f"{INTERPRETER} is not registered")
+
+
+# MARK: 5. a forged systemd scope name
+
+SCOPE = "app-flatpak-com.example.Sandboxed-1234.scope"
+
+
+def cgroup_root():
+    """The cgroup v2 hierarchy, if this machine lets root make cgroups in it."""
+    for candidate in (Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup")):
+        if (candidate / "cgroup.procs").exists() and os.access(candidate, os.W_OK):
+            return candidate
+    return None
+
+
+def test_a_forged_flatpak_scope_name_is_no_identity(bare):
+    """Attack: a host process in a cgroup named like a Flatpak app's scope
+    (app-flatpak-com.example.Sandboxed-1234.scope), with FLATPAK_ID set, while that id is
+    registered. systemd-run --user needs a user manager, which this machine lacks, so the test
+    makes the cgroup by hand in cgroupfs and moves the processes into it. Expected: the daemon sees
+    the scope (msso apps shows it as the caller's unit) but the app is refused (NotEntitled)."""
+    root = cgroup_root()
+    if root is None:
+        pytest.skip("no writable cgroup v2 hierarchy here, and no systemd user manager")
+    register_flatpak(bare, "sandboxed", "com.example.Sandboxed", [GROUP])
+    scope = root / SCOPE
+    scope.mkdir(exist_ok=True)
+    try:
+        def inside(argv):
+            return subprocess.run(["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(scope), *map(str, argv)],
+                                  capture_output=True, text=True, timeout=60, env=dict(bare.env, FLATPAK_ID="com.example.Sandboxed"))
+        apps = inside([BIN / "msso", "apps", "--json"])
+        assert apps.returncode == 0, apps.stderr
+        assert json.loads(apps.stdout)["caller"]["unit"] == SCOPE, "the daemon saw the forged scope"
+        done = inside(["/usr/bin/python3", "-c", SIGN_ONCE, bare.socket, GROUP])
+        result = last_json(done.stdout)
+        assert_refused(result["reply"], "NotEntitled", f"{INTERPRETER} is not registered")
+    finally:
+        wait_for(lambda: not (scope / "cgroup.procs").read_text().strip(), what="the scope to empty")
+        scope.rmdir()
+
+
+# MARK: 6. a pinned binary rewritten in place
+
+def harmless_byte(binary):
+    """The offset of a byte the program never reads: the file name in its .gnu_debuglink section."""
+    sections = subprocess.run(["readelf", "-SW", str(binary)], capture_output=True, text=True, check=True).stdout
+    for line in sections.splitlines():
+        if ".gnu_debuglink" in line:
+            fields = line.split("]", 1)[1].split()
+            return int(fields[3], 16)  # Name Type Address Off …
+    pytest.skip(f"{binary} has no .gnu_debuglink section to alter")
+
+
+def test_a_pinned_binary_rewritten_in_place_with_its_old_mtime_is_refused(bare, tmp_path):
+    """Attack: a pinned binary is rewritten in place (same inode, same size) and its old mtime put
+    back with utime, so that a digest cached by (inode, size, mtime) would still match. Expected:
+    refused (NotEntitled, the sentence shows both digests), and the audit row's detail holds the
+    pinned and the running digest."""
+    import hashlib
+    pinned = python_copy(tmp_path, "pinned-app")
+    digest = hashlib.sha256(pinned.read_bytes()).hexdigest()
+    bare.register("pinned", [pinned], [GROUP], sha256=digest)
+    assert served(run_script(pinned, SIGN_ONCE, bare.socket, GROUP)["reply"]), "control: the pinned binary is served"
+
+    before = pinned.stat()
+    offset = harmless_byte(pinned)
+    with open(pinned, "r+b") as binary:
+        binary.seek(offset)
+        old = binary.read(1)
+        binary.seek(offset)
+        binary.write(bytes([old[0] ^ 0x20]))
+    os.utime(pinned, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = pinned.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    running = hashlib.sha256(pinned.read_bytes()).hexdigest()
+    assert running != digest
+
+    result = run_script(pinned, SIGN_ONCE, bare.socket, GROUP)
+    assert_refused(result["reply"], "NotEntitled", "is not the binary registered", digest, running)
+    time.sleep(0.3)  # the audit log is written in batches every 100 ms
+    rows = json.loads(bare.msso("audit", "--json").stdout)
+    row = next(r for r in rows if r["pid"] == result["me"]["pid"] and r["verb"] == "sign")
+    assert row["outcome"] == "error" and row["error"] == "NotEntitled"
+    assert row["detail"] == f"pinned sha256 {digest}, running {running}", row
+
+
+# MARK: 7. admin files a non-root user owns or can write
+
+def user_config(broker, text):
+    broker.user_dir.mkdir(parents=True, exist_ok=True)
+    (broker.user_dir / "config.toml").write_text(text)
+    broker.desktop.chown(broker.desktop.home / ".config", recursive=True)
+
+
+def group_table(name, issuer, secret):
+    return (f'[groups."{name}"]\nissuer = "{issuer}"\nclient_id = "msso"\nclient_secret_file = "{secret}"\n'
+            f'scopes = ["openid", "app1"]\n')
+
+
+@pytest.mark.parametrize("tampering", ["owned by the user", "writable by others"])
+def test_admin_files_a_non_root_user_owns_or_can_write_are_ignored(user_desktop, idp, tampering):
+    """Attack: the daemon's admin directory (MSSO_SYSTEM_DIR) is owned by the user, or is root's
+    but world-writable (no sticky bit). Its config.toml sets [policy] user_apps = false and an
+    admin-only group; its apps.d registers a program. Expected: all of it ignored: the group is
+    not there, user registrations stay on, the program is refused, and mssod's log names each file
+    and the fix (`chown root:root` / `chmod go-w`). Control: once the directory is root's again
+    (and not writable by others), the same files are in force."""
+    secret = copy_secret(idp, user_desktop)
+    directory = user_bin(user_desktop)
+    admins = python_copy(directory, "admins-app", uid=USER)
+    mine = python_copy(directory, "my-app", uid=USER)
+    broker = Broker(user_desktop, idp, groups={"com.example.admin-only": {"client_secret_file": str(secret)}},
+                    register=False, start=False)
+    broker.config.write_text(broker.config.read_text() + "\n[policy]\nuser_apps = false\n")
+    broker.register("admins", [admins], [GROUP])
+    user_config(broker, group_table(GROUP, idp.issuer, secret))
+    broker.register("mine", [mine], [GROUP], admin=False)
+    admin_dir = broker.admin_dir
+    if tampering == "owned by the user":
+        for path in [admin_dir, *admin_dir.rglob("*")]:
+            os.chown(path, USER, USER)
+        culprit, fix = admin_dir / "config.toml", f"chown root:root {admin_dir / 'config.toml'}"
+        apps_culprit, apps_fix = admin_dir / "apps.d", f"chown root:root {admin_dir / 'apps.d'}"
+    else:
+        admin_dir.chmod(0o777)
+        culprit, fix = admin_dir, f"chmod go-w {admin_dir}"
+        apps_culprit, apps_fix = admin_dir, f"chmod go-w {admin_dir}"
+    broker.start()
+    try:
+        assert broker.login(group=GROUP).returncode == 0
+        status = json.loads(broker.msso("status", "--json").stdout)
+        assert [g["group"] for g in status["groups"]] == [GROUP], "the admin-only group is not there"
+        apps = json.loads(broker.msso("apps", "--json").stdout)
+        assert apps["userApps"] is True, "[policy] of an untrusted file is ignored"
+        assert [r["name"] for r in apps["registrations"]] == ["mine-0"]
+        assert_refused(run_script(admins, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"], "NotEntitled")
+        assert served(run_script(mine, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"])
+        log = broker.log.read_text()
+        config_warning = f"{admin_dir}/config.toml is not the administrator's ({culprit} "
+        assert config_warning in log and fix in log, log
+        assert f"{admin_dir}/apps.d is not the administrator's ({apps_culprit} " in log and apps_fix in log, log
+    finally:
+        broker.stop()
+
+    # Control: root's again, only root can write: the same files count.
+    for path in [admin_dir, *admin_dir.rglob("*")]:
+        os.chown(path, 0, 0)
+    admin_dir.chmod(0o755)
+    broker.start()
+    try:
+        status = json.loads(broker.msso("status", "--json").stdout)
+        assert sorted(g["group"] for g in status["groups"]) == sorted([GROUP, "com.example.admin-only"])
+        assert json.loads(broker.msso("apps", "--json").stdout)["userApps"] is False
+        assert served(run_script(admins, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"])
+    finally:
+        broker.stop()
+
+
+def test_an_admin_path_too_long_to_resolve_is_not_the_administrators(user_desktop, idp):
+    """Attack: MSSO_SYSTEM_DIR names a chain of the user's own symbolic links whose resolved path is
+    longer than PATH_MAX, so realpath(3) fails on it while open(2) still follows it. Expected: the
+    files there are not the administrator's: their group is not there, their registration refused,
+    and the log says why. (It was read as the admin's: "nothing there" stood for "cannot tell".)"""
+    secret = copy_secret(idp, user_desktop)
+    directory = user_bin(user_desktop)
+    program = python_copy(directory, "program", uid=USER)
+    deep = user_desktop.home / "deep"
+    links, near = [], deep  # `near`: a short way to the deepest directory made so far
+    deep.mkdir()
+    for index in range(20):
+        near = near / ("d" * 250)
+        near.mkdir()
+        if index % 10 == 9:  # a link to it, so that no path the test writes gets long
+            link = user_desktop.home / f"link{index}"
+            link.symlink_to(near)
+            links.append(link)
+            near = link
+    forged = links[-1]
+    assert len(os.path.realpath(forged)) > 4096, "its real path is longer than PATH_MAX"
+    (forged / "apps.d").mkdir()
+    (forged / "config.toml").write_text(group_table("com.example.forged", "http://127.0.0.1:9/evil", secret))
+    (forged / "apps.d" / "forged.toml").write_text(f'[apps.forged]\nexecutable = "{program}"\ngroups = ["{GROUP}"]\n')
+    subprocess.run(["chown", "-R", "-h", f"{USER}:{USER}", str(deep), *map(str, links)], check=True)
+
+    broker = Broker(user_desktop, idp, groups={}, register=False, start=False)
+    user_config(broker, group_table(GROUP, idp.issuer, secret))
+    broker.admin_dir = forged
+    broker.start()
+    try:
+        assert broker.login(group=GROUP).returncode == 0
+        status = json.loads(broker.msso("status", "--json").stdout)
+        assert [g["group"] for g in status["groups"]] == [GROUP], "the forged group is not the admin's"
+        assert_refused(run_script(program, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"], "NotEntitled")
+        log = broker.log.read_text()
+        assert f"{forged}/config.toml" in log and "not taken as the administrator's" in log, log
+    finally:
+        broker.stop()
+
+
+def test_symbolic_links_do_not_make_the_users_files_the_administrators(user_desktop, idp):
+    """Attack: the root-owned admin apps.d holds a root-owned link to a registration file the user
+    owns; and, separately, MSSO_SYSTEM_DIR is a link (the user's) to a directory the user owns.
+    Expected: both are judged by what they resolve to: ignored with a warning naming the file and
+    the fix, and the program they register is refused. Control: the same registration in a real
+    root-owned file is served."""
+    secret = copy_secret(idp, user_desktop)
+    directory = user_bin(user_desktop)
+    program = python_copy(directory, "program", uid=USER)
+    theirs = user_desktop.home / "registration.toml"
+    theirs.write_text(f'[apps.linked]\nexecutable = "{program}"\ngroups = ["{GROUP}"]\n')
+    user_desktop.chown(theirs)
+    broker = Broker(user_desktop, idp, groups={GROUP: {"client_secret_file": str(secret)}}, register=False, start=False)
+    (broker.admin_dir / "apps.d").mkdir()
+    (broker.admin_dir / "apps.d" / "linked.toml").symlink_to(theirs)
+    broker.start()
+    try:
+        assert broker.login().returncode == 0
+        assert_refused(run_script(program, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"], "NotEntitled")
+        assert (f"{broker.admin_dir}/apps.d/linked.toml is not the administrator's ({theirs} belongs to uid {USER}, not root)"
+                in broker.log.read_text())
+        # Control: the same text in a file that really is root's.
+        (broker.admin_dir / "apps.d" / "linked.toml").unlink()
+        (broker.admin_dir / "apps.d" / "root.toml").write_text(theirs.read_text())
+        assert served(run_script(program, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"])
+    finally:
+        broker.stop()
+
+    fake = user_desktop.home / "fake-admin"
+    shutil.copytree(broker.admin_dir, fake)
+    subprocess.run(["chown", "-R", f"{USER}:{USER}", str(fake)], check=True)
+    link = user_desktop.home / "admin-link"
+    link.symlink_to(fake)
+    os.lchown(link, USER, USER)
+    user_config(broker, group_table(GROUP, idp.issuer, secret))
+    real_admin = broker.admin_dir
+    broker.admin_dir = link
+    broker.start()
+    try:
+        assert_refused(run_script(program, SIGN_ONCE, broker.socket, GROUP, prefix=as_uid(USER))["reply"], "NotEntitled")
+        log = broker.log.read_text()
+        assert f"{link}/config.toml is not the administrator's ({fake}/config.toml belongs to uid {USER}" in log, log
+        assert f"chown root:root {fake}/config.toml" in log
+    finally:
+        broker.stop()
+        broker.admin_dir = real_admin
+
+
+# MARK: 8. a user's config.toml redefining an admin group
+
+def test_a_users_config_cannot_redefine_an_admin_group(user_desktop, idp):
+    """Attack: the user's config.toml redefines the admin's group with another issuer (one that would
+    then receive the login password root's PAM module hands over), and adds a group of its own.
+    Expected: the admin's issuer stays in force (`msso status --json` shows it), the log says the
+    user's table is ignored, root's password login goes to the admin's group and IdP, and root may
+    not give the password to the user's own group."""
+    secret = copy_secret(idp, user_desktop)
+    broker = Broker(user_desktop, idp, groups={GROUP: {"client_secret_file": str(secret)}}, register=False, start=False)
+    user_config(broker, group_table(GROUP, "http://127.0.0.1:9/evil", secret)
+                + "\n" + group_table("com.example.mine", idp.issuer, secret))
+    broker.start()
+    try:
+        status = {g["group"]: g for g in json.loads(broker.msso("status", "--json").stdout)["groups"]}
+        assert status[GROUP]["issuer"] == idp.issuer, status
+        assert "com.example.mine" in status, "a user may add groups"
+        assert (f"group \"{GROUP}\" is the administrator's; a user's file cannot redefine it, so this table is ignored"
+                in broker.log.read_text())
+        login = broker.msso("login", "--group", GROUP, "--username", "alice", "--password-stdin", input="alice-pass\n", prefix=[])
+        assert login.returncode == 0, login.stderr
+        assert json.loads(broker.msso("check", "--json", "--group", GROUP).stdout)["state"] == "valid"
+        theirs = broker.msso("login", "--group", "com.example.mine", "--username", "alice", "--password-stdin",
+                             input="alice-pass\n", prefix=[])
+        assert theirs.returncode == 7 and "given only to groups the administrator defined" in theirs.stderr, theirs.stderr
+    finally:
+        broker.stop()
+
+
+# MARK: Beyond the list: other routes to someone else's token
+
+# argv: socket group other-interpreter this-script [fd first-result]. The registered program signs,
+# then execs the unregistered one on the same pid, handing it the socket (and this script).
+EXEC_AWAY = WIRE + r'''
+path, group, other, code = sys.argv[1:5]
+if len(sys.argv) > 5:  # after the exec: the unregistered program, on the same pid and socket
+    s = socket.socket(fileno=int(sys.argv[5]))
+    s.settimeout(30)
+    _serial[0] = 100
+    say({"before": json.loads(sys.argv[6]), "after": sign(s, group), "me": me()})
+    sys.exit()
+s = connect(path)
+first = {"me": me(), "reply": sign(s, group)}
+os.set_inheritable(s.fileno(), True)
+os.execv(other, [other, "-c", code, path, group, other, code, str(s.fileno()), json.dumps(first)])
+'''
+
+
+def test_the_identity_cache_does_not_outlive_an_exec(bare, tmp_path):
+    """Attack: a registered program, known to the daemon (cached by pid), execs an unregistered one
+    on the same pid, which keeps the socket and signs. Expected: the registered program was served,
+    the unregistered one on the same pid is refused."""
+    registered = python_copy(tmp_path, "registered-app")
+    other = python_copy(tmp_path, "unregistered")
+    bare.register("registered", [registered], [GROUP])
+    result = run_script(registered, EXEC_AWAY, bare.socket, GROUP, other, EXEC_AWAY)
+    assert served(result["before"]["reply"])
+    assert result["me"]["pid"] == result["before"]["me"]["pid"] and result["me"]["exe"] == str(other)
+    assert_refused(result["after"], "NotEntitled", f"{other} is not registered")
+
+
+# argv: socket group registered-interpreter own-call-hex. Writes the first part of a sign frame; a registered
+# program sharing the socket writes the rest, then a whole call of its own.
+SPLIT_FRAME = WIRE + r'''
+path, group, registered = sys.argv[1], sys.argv[2], sys.argv[3]
+s = connect(path)
+whole = sign_frame(group)          # serial 2
+cut = len(whole) // 2
+s.sendall(whole[:cut])
+time.sleep(0.2)                    # the daemon has read the first part
+FINISH = """
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+s.sendall(bytes.fromhex(sys.argv[2]))
+"""
+os.set_inheritable(s.fileno(), True)
+__import__("subprocess").run([registered, "-c", FINISH, str(s.fileno()), whole[cut:].hex() + sys.argv[4]], close_fds=False, check=True)
+replies = [receive(s), receive(s)]
+say({"replies": replies})
+'''
+
+
+def test_a_frame_written_by_two_processes_is_refused(bare, tmp_path):
+    """Attack: an unregistered process writes the first half of a sign call; a registered program
+    sharing the socket writes the second half (then a whole call of its own). Expected: the mixed
+    frame is refused (Forbidden, "more than one process"); the registered program's own whole call
+    is served."""
+    import struct
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    bare.register("registered", [registered], [GROUP])
+    body = json.dumps({"type": "call", "serial": 7, "method": "sign",
+                       "args": {"group": GROUP, "method": "GET", "url": URL}}).encode()
+    own_call = (struct.pack(">I", len(body)) + body).hex()
+    result = run_script(attacker, SPLIT_FRAME, bare.socket, GROUP, registered, own_call)
+    by_serial = {reply.get("serial"): reply for reply in result["replies"]}
+    assert 2 not in by_serial, "the mixed call is answered as nobody's"
+    assert_refused(by_serial[0], "Forbidden", "written by more than one process")
+    assert served(by_serial[7]), "the registered program's own whole call is served"
+
+
+# argv: socket group registered own-call-hex. Says hello; forks a writer that writes the first
+# half of a sign call and exits; once it is reaped, starts the registered program as the same pid
+# (root sets ns_last_pid) with the socket, and has it write the second half and a call of its own.
+SPLIT_ACROSS_PID_REUSE = WIRE + r'''
+import subprocess
+path, group, registered, own = sys.argv[1:5]
+s = connect(path)
+whole = sign_frame(group)          # serial 2
+cut = len(whole) // 2
+writer = os.fork()
+if writer == 0:
+    s.sendall(whole[:cut])
+    os._exit(0)
+os.waitpid(writer, 0)
+time.sleep(0.2)                    # the daemon has read the first half
+FINISH = """
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+s.sendall(bytes.fromhex(sys.argv[2]))
+"""
+for _ in range(50):
+    with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+        last.write(str(writer - 1))
+    child = subprocess.Popen([registered, "-c", FINISH, str(s.fileno()), whole[cut:].hex() + own], pass_fds=[s.fileno()])
+    if child.pid == writer:
+        break
+    child.kill()
+    child.wait()
+else:
+    say({"error": f"pid {writer} could not be had again"})
+    sys.exit()
+child.wait()
+say({"writer": writer, "finisher": child.pid, "replies": [receive(s), receive(s)]})
+'''
+
+
+def test_a_frame_written_by_two_processes_that_had_the_same_pid_is_refused(bare, tmp_path):
+    """Attack: an unregistered process writes the first half of a sign call and exits; its pid is
+    handed to a registered program (root sets ns_last_pid) that inherits the socket and writes the
+    second half (standing in for any registered program that echoes what it is given). Two
+    processes, one pid. Expected: the frame is refused (Forbidden, "more than one process"), and
+    the registered program's own whole call after it is served."""
+    import struct
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    bare.register("registered", [registered], [GROUP])
+    body = json.dumps({"type": "call", "serial": 7, "method": "sign",
+                       "args": {"group": GROUP, "method": "GET", "url": URL}}).encode()
+    result = run_script(attacker, SPLIT_ACROSS_PID_REUSE, bare.socket, GROUP, registered, (struct.pack(">I", len(body)) + body).hex())
+    assert "error" not in result, result
+    assert result["writer"] == result["finisher"], "one pid, two processes"
+    by_serial = {reply.get("serial"): reply for reply in result["replies"]}
+    assert 2 not in by_serial, f"the mixed call was answered as the registered program: {by_serial[2].get('type')}"
+    assert_refused(by_serial[0], "Forbidden", "written by more than one process")
+    assert served(by_serial[7])
+
+
+def test_a_call_before_hello_is_refused(bare, tmp_path):
+    """Attack: a registered program sends sign before hello. Expected: BadRequest, no token."""
+    registered = python_copy(tmp_path, "registered-app")
+    bare.register("registered", [registered], [GROUP])
+    script = WIRE + 's = connect(sys.argv[1], hello=False)\nsay({"reply": sign(s, sys.argv[2])})\n'
+    assert_refused(run_script(registered, script, bare.socket, GROUP)["reply"], "BadRequest", "the first call must be hello")
+
+
+def test_a_running_registered_binary_replaced_on_disk_is_refused(bare, tmp_path):
+    """A registered program's file is replaced (deleted, a new one put at its path, as an upgrade
+    does) while it runs. Expected: the old process, whose executable the kernel now names
+    "PATH (deleted)", is refused; a process of the new file at the path is served."""
+    registered = python_copy(tmp_path, "registered-app")
+    bare.register("registered", [registered], [GROUP])
+    script = WIRE + r'''
+s = connect(sys.argv[1])
+say({"me": me(), "reply": sign(s, sys.argv[2])})
+sys.stdin.readline()
+say({"me": me(), "reply": sign(s, sys.argv[2])})
+'''
+    old = Attacker([registered, "-c", script, bare.socket, GROUP])
+    try:
+        assert served(old.line()["reply"])
+        registered.unlink()
+        shutil.copy2(INTERPRETER, registered)
+        old.tell("again")
+        result = old.line()
+    finally:
+        old.end()
+    assert result["me"]["exe"] == f"{registered} (deleted)"
+    assert_refused(result["reply"], "NotEntitled")
+    assert served(run_script(registered, SIGN_ONCE, bare.socket, GROUP)["reply"])
+
+
+# argv: socket group. Says hello, forks a sender that waits for "go" (on a pipe from the parent),
+# then writes a sign call with 22 descriptors attached (enough to crowd SCM_PIDFD out of the
+# daemon's control buffer) and exits. The parent reaps it, then reads the answer on "read".
+SEND_AND_EXIT = WIRE + r'''
+path, group = sys.argv[1], sys.argv[2]
+s = connect(path)
+cue_r, cue_w = os.pipe()
+sender = os.fork()
+if sender == 0:
+    os.read(cue_r, 1)
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(22)]
+    try:
+        s.sendmsg([sign_frame(group)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        passed = "sent"
+    except OSError as error:
+        passed = error.strerror
+        s.sendall(sign_frame(group))
+    os.write(1, (json.dumps({"descriptors": passed}) + "\n").encode())
+    os._exit(0)
+say({"sender": sender})
+sys.stdin.readline()
+os.write(cue_w, b"x")
+os.waitpid(sender, 0)  # reaped: its pid is free for the next process
+say({"sender_reaped": True})
+sys.stdin.readline()
+say({"reply": receive(s)})
+'''
+
+
+def take_pid(pid, argv, attempts=50):
+    """Starts argv as process `pid` (root writes ns_last_pid, as CRIU does), or returns None."""
+    for _ in range(attempts):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as last:
+            last.write(str(pid - 1))
+        process = subprocess.Popen(argv, env=ENV)
+        if process.pid == pid:
+            return process
+        process.kill()
+        process.wait()
+    return None
+
+
+def test_a_sender_gone_before_its_call_is_read_is_refused_even_when_its_pid_is_reused(bare, tmp_path):
+    """Attack: with the daemon stopped, an unregistered process writes a sign call (trying to attach
+    22 descriptors, which would crowd the kernel's pidfd of the sender out of the daemon's buffer)
+    and exits; its pid is handed to a registered program (root sets ns_last_pid); the daemon then
+    resumes and reads the call. Expected: the kernel refuses descriptors sent to the broker
+    (EPERM), and the call is refused as coming from a process that is gone, never served as the
+    registered program now holding the pid."""
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    bare.register("registered", [registered], [GROUP])
+    assert served(run_script(registered, SIGN_ONCE, bare.socket, GROUP)["reply"])
+    mssod = bare.process.pid
+    script = Attacker([attacker, "-c", SEND_AND_EXIT, bare.socket, GROUP])
+    holder = None
+    try:
+        sender = script.line()["sender"]
+        os.kill(mssod, signal.SIGSTOP)
+        try:
+            script.tell("go")
+            descriptors = script.line()["descriptors"]
+            assert script.line()["sender_reaped"]
+            holder = take_pid(sender, [registered, "-c", "import time; time.sleep(120)"])
+            assert holder is not None, f"could not start the registered program as pid {sender}"
+            wait_for(lambda: os.readlink(f"/proc/{sender}/exe") == str(registered), what="the registered program")
+        finally:
+            os.kill(mssod, signal.SIGCONT)
+        script.tell("read")
+        reply = script.line()["reply"]
+    finally:
+        script.end()
+        if holder:
+            holder.kill()
+            holder.wait()
+    assert_refused(reply, "Forbidden", "is gone")
+    assert descriptors == "Operation not permitted", "descriptors are not accepted by the broker's socket"
+
+
+# argv: socket group registered. Says hello; on "go" (the daemon is stopped), forks a reader that
+# keeps the socket, writes a sign call, and execs the registered program at once. The reader reads
+# the answer on "read".
+SEND_THEN_EXEC = WIRE + r'''
+path, group, registered = sys.argv[1], sys.argv[2], sys.argv[3]
+s = connect(path)
+os.set_inheritable(s.fileno(), True)
+say({"pid": os.getpid()})
+sys.stdin.readline()
+cue_r, cue_w = os.pipe()  # cue_w closes at the exec
+if os.fork() == 0:
+    os.close(cue_w)
+    os.read(cue_r, 1)
+    sys.stdin.readline()
+    say({"reply": receive(s)})
+    os._exit(0)
+s.sendall(sign_frame(group))
+os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open: a call written before an exec is judged by the program exec'd "
+                                       "(the kernel attaches the sender's pid, not what it ran); see docs/SECURITY.md")
+def test_a_call_written_just_before_an_exec_is_not_served_as_the_program_execd(bare, tmp_path):
+    """Attack: an unregistered process writes a sign call and at once execs a registered program
+    (the accomplice it forked reads the answer); the daemon reads the call only after the exec
+    (here it is stopped meanwhile; a busy daemon, or one whose reading of the connection is paused
+    by unread replies, gives the same order). Expected (not met yet): no token."""
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    bare.register("registered", [registered], [GROUP])
+    mssod = bare.process.pid
+    script = Attacker([attacker, "-c", SEND_THEN_EXEC, bare.socket, GROUP, registered])
+    try:
+        pid = script.line()["pid"]
+        os.kill(mssod, signal.SIGSTOP)
+        try:
+            script.tell("go")
+            wait_for(lambda: os.readlink(f"/proc/{pid}/exe") == str(registered), what="the exec")
+        finally:
+            os.kill(mssod, signal.SIGCONT)
+        script.tell("read")
+        reply = script.line()["reply"]
+    finally:
+        script.end()
+    assert not is_token(reply), "the attacker's call was served as the registered program"
+
+
+# argv: socket group registered. Says hello; pipelines pings without reading the replies until the
+# daemon stops reading the connection (what it wrote stays unread: SIOCOUTQ); writes a sign call;
+# execs the registered program. Its forked accomplice then reads every reply.
+SEND_THEN_EXEC_UNDER_BACKPRESSURE = WIRE + r'''
+import fcntl, termios
+path, group, registered = sys.argv[1:4]
+s = connect(path)
+def unread():
+    count = array.array("i", [0])
+    fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, count)
+    return count[0]
+pings = 0
+while unread() == 0:
+    s.sendall(frame("ping", {"data": "x" * 8000}))
+    pings += 1
+    time.sleep(0.02)
+os.set_inheritable(s.fileno(), True)
+cue_r, cue_w = os.pipe()  # cue_w closes at the exec
+if os.fork() == 0:
+    os.close(cue_w)
+    os.read(cue_r, 1)
+    while os.readlink(f"/proc/{os.getppid()}/exe") != registered:
+        time.sleep(0.01)
+    replies = [receive(s) for _ in range(pings + 1)]
+    say({"pings": pings, "reply": next(r for r in replies if r.get("serial") == pings + 2)})
+    os._exit(0)
+s.sendall(sign_frame(group))
+os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="open: as above, with no signal: unread replies pause the daemon's reading")
+def test_a_call_written_just_before_an_exec_is_not_served_even_under_backpressure(bare, tmp_path):
+    """Attack: the same, without stopping the daemon: the attacker leaves its replies unread until
+    the daemon stops reading the connection (past its high-water mark), writes a sign call, and
+    execs the registered program; its accomplice then reads, the daemon reads on and judges the
+    call. Expected (not met yet): no token."""
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    bare.register("registered", [registered], [GROUP])
+    process = subprocess.Popen([attacker, "-c", SEND_THEN_EXEC_UNDER_BACKPRESSURE, bare.socket, GROUP, registered],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        assert ready, "the accomplice reported nothing"
+        result = last_json(process.stdout.readline())
+    finally:
+        process.kill()
+        process.wait()
+    assert result["pings"] > 1
+    assert not is_token(result["reply"]), "the attacker's call was served as the registered program"
