@@ -616,3 +616,21 @@ def test_a_frame_finished_by_another_process_is_refused(logged_in):
     signed = client.call("sign", {"method": "GET", "url": URL})
     assert signed["type"] == "reply", signed
     SECRETS.add(signed["result"]["headers"][0][1].split(" ", 1)[1])
+
+
+# -- 7. a reply longer than its call -------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="open: ReplyWriter escapes \\b and \\f as six-byte \\u escapes, so an echo can "
+                                       "outgrow the cap, and the over-cap error is sent with serial 0")
+def test_a_ping_whose_echo_would_outgrow_the_frame_cap_is_answered_with_its_serial(logged_in):
+    """Attack: a `ping` whose data is 30,000 backspaces written `\\b` (two bytes each, 60 KB: within
+    the cap). The daemon writes them back as `\\u0008` (six bytes each): 180 KB, over the cap.
+    Expected: the call is answered with its own serial (its echo, or an error saying why), so a
+    pipelining client is not left waiting for an answer that never comes. Today: an `Internal`
+    error with serial 0, and serial 9 is never answered."""
+    client = RawClient(logged_in.socket)
+    client.send_raw(frame(b'{"type":"call","serial":9,"method":"ping","args":{"data":"' + b"\\b" * 30000 + b'"}}'))
+    answer = client.receive()
+    print(f"\na ping of 30,000 backspaces: {answer if answer['type'] == 'error' else 'its echo'}")
+    assert answer["serial"] == 9, answer
+    assert_served(logged_in)
