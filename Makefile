@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
 
-.PHONY: demo test setup build unit e2e bench release install clean
+.PHONY: demo test setup build unit e2e bench fuzz release install clean
 
 demo: setup build
 	./examples/demo.sh
@@ -31,6 +31,11 @@ e2e:
 
 bench: setup
 	./scripts/bench
+
+# Not part of `make test`: a million malformed frames at a real mssod (a few minutes), then checks
+# that it is alive, answers, logs in and signs, and stayed within its memory bound.
+fuzz: setup build
+	./scripts/fuzz
 
 release:
 	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib --product mssod

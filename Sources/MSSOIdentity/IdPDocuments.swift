@@ -45,8 +45,14 @@ struct IdPEndpoints: Sendable {
         revocation = try endpoint(document.revocation_endpoint, "revocation_endpoint")
     }
 
+    /// `localhost`, `::1`, or an IPv4 literal in 127.0.0.0/8 (four decimal parts, the first 127).
+    /// A name that merely begins with "127." (`127.attacker.example`) is any host on the internet.
     static func isLoopback(_ host: String) -> Bool {
-        ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host) || host.hasPrefix("127.")
+        if ["localhost", "::1", "[::1]"].contains(host) { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { part in
+            (1...3).contains(part.utf8.count) && part.utf8.allSatisfy { (48...57).contains($0) } && Int(part)! <= 255
+        }
     }
 }
 

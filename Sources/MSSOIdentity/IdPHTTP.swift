@@ -74,9 +74,14 @@ final class IdPHTTP: Sendable {
             request.tlsConfiguration = tls
         }
         let client = (proxy.applies(to: url) ? proxied : nil) ?? direct
+        let milliseconds = Int64(min(max(timeout, 0.001), 86400) * 1000)
+        let deadline = ContinuousClock.now + .milliseconds(milliseconds)
         do {
-            let response = try await client.execute(request, timeout: .milliseconds(Int64(timeout * 1000)))
-            let body = try await response.body.collect(upTo: Self.maximumBody)
+            let response = try await client.execute(request, timeout: .milliseconds(milliseconds))
+            // AsyncHTTPClient's deadline ends with the response head: the body gets one of its own,
+            // the rest of the same time, so that an IdP dribbling its answer cannot hold a login
+            // or a refresh past the timeout.
+            let body = try await Self.collect(response.body, until: deadline)
             return Answer(status: Int(response.status.code), body: body,
                           retryAfter: response.headers.first(name: "Retry-After").flatMap(Self.retryAfter),
                           dpopNonce: response.headers.first(name: "DPoP-Nonce"),
@@ -90,6 +95,20 @@ final class IdPHTTP: Sendable {
             throw .unreachable("cancelled")
         } catch {
             throw .unreachable(String(describing: type(of: error)))
+        }
+    }
+
+    /// A response body, at most ``maximumBody`` bytes, read before `deadline` (else `deadlineExceeded`).
+    static func collect(_ body: HTTPClientResponse.Body, until deadline: ContinuousClock.Instant) async throws -> ByteBuffer {
+        try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
+            group.addTask { try await body.collect(upTo: Self.maximumBody) }
+            group.addTask {
+                try await Task.sleep(until: deadline, clock: .continuous)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard let first = try await group.next(), let buffer = first else { throw HTTPClientError.deadlineExceeded }
+            return buffer
         }
     }
 

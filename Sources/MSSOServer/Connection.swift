@@ -71,9 +71,16 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         }
     }
 
+    /// Bytes of unfinished frames a connection may hold without a large-frame slot.
+    static let smallFrameRoom = 4096
+
     private func receive() {
+        // Without a slot, read no more than fits in the small room: bytes already read would be
+        // held whether or not a slot comes, so the cap on large frames must bound the read itself.
+        let room = holdsLargeFrame ? server.scratch.count : Self.smallFrameRoom - input.count
+        guard room > 0 else { return updateInterest() } // waits for a slot (tried again on every tick)
         var credentials = cmsso_credentials()
-        let count = server.scratch.withUnsafeMutableBytes { cmsso_receive(fd, $0.baseAddress, $0.count, &credentials) }
+        let count = server.scratch.withUnsafeMutableBytes { cmsso_receive(fd, $0.baseAddress, min(room, $0.count), &credentials) }
         if count == -Int(EAGAIN) || count == -Int(EINTR) { return }
         guard count > 0 else { return close() } // end of stream, or an error
         var sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid, pidfd: credentials.pidfd)
@@ -117,14 +124,15 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         if input.isEmpty {
             inputSender = nil
             frameStarted = 0
-            if input.capacity > 4096 { input = [] }
-            releaseLargeFrame()
+            if input.capacity > Self.smallFrameRoom { input = [] }
         } else if frameStarted == 0 || start > 0 {
             frameStarted = cmsso_monotonic_ns()
         }
-        if input.count > 4096 && !holdsLargeFrame {
-            holdsLargeFrame = server.claimLargeFrame()
+        if input.count < Self.smallFrameRoom, holdsLargeFrame {
+            releaseLargeFrame()
+            if input.capacity > 2 * Self.smallFrameRoom { input = Array(input) }
         }
+        claimLargeFrameIfNeeded()
         handle(calls, from: sender)
         updateInterest()
     }
@@ -370,9 +378,10 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     /// flight than the cap, the peer reading its answers, and a large frame only with a slot.
     func updateInterest() {
         guard !closed else { return }
+        claimLargeFrameIfNeeded() // a connection waiting for a slot gets one as soon as one is free
         var wanted: UInt32 = 0
         let canRead = !closing && held == nil && inFlight < server.limits.callsInFlight
-            && pendingOutput < server.limits.outputHighWater && (input.count <= 4096 || holdsLargeFrame)
+            && pendingOutput < server.limits.outputHighWater && (input.count < Self.smallFrameRoom || holdsLargeFrame)
         if canRead { wanted |= CMSSO_READABLE }
         if pendingOutput > 0 { wanted |= CMSSO_WRITABLE }
         guard wanted != interest else { return }
@@ -420,6 +429,13 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         for task in cancelOnClose.values { task.cancel() }
         cancelOnClose = [:]
         server.closed(self)
+    }
+
+    /// An unfinished frame that fills the small room needs a large-frame slot to be read further.
+    private func claimLargeFrameIfNeeded() {
+        if input.count >= Self.smallFrameRoom, !holdsLargeFrame, !closed {
+            holdsLargeFrame = server.claimLargeFrame()
+        }
     }
 
     private func releaseLargeFrame() {

@@ -35,6 +35,26 @@ final class IdPDocumentTests: XCTestCase {
         XCTAssertNoThrow(try IdPEndpoints(discovery: loopback, group: local))
     }
 
+    func testOnlyALoopbackAddressMayBePlainHttp() throws {
+        let local = GroupConfig(name: "g", issuer: "http://127.0.0.1:4599/api/oidc", clientID: "msso")
+        // Names that only look like loopback addresses are hosts anywhere: refused over http.
+        for endpoint in ["http://127.attacker.example/token", "http://127.0.0.1.attacker.example/token",
+                         "http://127.0.0.256/token", "http://127.0.0/token", "http://127.0.0.1./token",
+                         "http://0.0.0.0:4599/token", "http://localhost.attacker.example/token"] {
+            let document = discovery(["issuer": local.issuer, "token_endpoint": endpoint])
+            XCTAssertThrowsError(try IdPEndpoints(discovery: document, group: local), endpoint) { error in
+                XCTAssertTrue("\(error)".contains("not https"), "\(error)")
+            }
+        }
+        for endpoint in ["http://127.0.0.1:4599/token", "http://127.1.2.3/token", "http://localhost:4599/token",
+                         "http://[::1]:4599/token"] {
+            let document = discovery(["issuer": local.issuer, "token_endpoint": endpoint])
+            XCTAssertNoThrow(try IdPEndpoints(discovery: document, group: local), endpoint)
+        }
+        XCTAssertTrue(ProxySettings(environment: ["https_proxy": "http://proxy.corp:3128"])
+            .applies(to: URL(string: "https://127.attacker.example/x")!), "not loopback: proxied like any host")
+    }
+
     func testHostileNumbersAreBroughtIntoRange() throws {
         func device(_ interval: String, _ expires: String = "600") throws -> DeviceAuthorization {
             try JSONDecoder().decode(DeviceAuthorization.self, from: Data("""
