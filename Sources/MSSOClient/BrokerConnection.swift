@@ -42,7 +42,11 @@ public final class BrokerConnection: @unchecked Sendable {
         serial = serial == UInt32.max ? 1 : serial + 1
         let mine = serial
         let limit = deadline(in: untilAnswered ? nil : timeout)
-        try socket.write(try WireCodec.encode(Call(serial: mine, method: M.name, args: arguments)), deadline: limit)
+        do {
+            try socket.write(try WireCodec.encode(Call(serial: mine, method: M.name, args: arguments)), deadline: limit)
+        } catch {
+            throw farewell() ?? error
+        }
         while true {
             let answer = try WireCodec.decode(Answer<M.Result>.self, from: try socket.readFrame(deadline: limit, tick: tick))
             switch answer.type {
@@ -57,6 +61,16 @@ public final class BrokerConnection: @unchecked Sendable {
                 continue // an answer to nothing of ours: not possible on a connection used one call at a time
             }
         }
+    }
+
+    /// Why the broker closed the connection, if it said so before closing (e.g. `Busy` when it is
+    /// at its connection cap): a write found the connection closed, but its last frame may be
+    /// waiting to be read.
+    private func farewell() -> BrokerError? {
+        guard let payload = try? socket.readFrame(deadline: deadline(in: 0.2)),
+              let answer = try? WireCodec.decode(Answer<Methods.Ping.Result>.self, from: payload),
+              answer.type == .error, let name = answer.error else { return nil }
+        return BrokerError(name, answer.message ?? "the broker closed the connection")
     }
 
     /// Whatever the broker sends, read in one pass: a command's whole life is a few frames, and

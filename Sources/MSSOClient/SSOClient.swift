@@ -176,6 +176,9 @@ public final class SSOClient: Sendable {
             if let ended { return continuation.resume(throwing: ended) }
             do throws(BrokerError) {
                 try socket.write(frame, deadline: deadline(in: timeout))
+            } catch where error == BrokerSocket.lost {
+                // The broker closed the connection: the reader sees the end, with the reason the
+                // broker gave before closing (e.g. Busy at its connection cap), and fails this call.
             } catch {
                 fail(serial, error)
             }

@@ -296,7 +296,8 @@ public final class OpenIDProvider: IdentityProvider {
     private func refusal(_ error: OAuthError, group: GroupConfig, doing what: String) -> BrokerError {
         switch error.code {
         case "" where error.status == 400 || error.status == 401:
-            fallthrough // a bare 400/401 from the token endpoint is how glewlwyd refuses a client
+            // How glewlwyd refuses a client, and also some requests it finds malformed: say both.
+            return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused to \(what) with a bare HTTP \(error.status) (no OAuth error code); most often client_id or the client secret in the config is wrong, else the IdP's log says which part of the request it refused")
         case "invalid_client", "unauthorized_client":
             return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused client \"\(group.clientID)\" (\(error.code.isEmpty ? "HTTP \(error.status)" : error.code)) when asked to \(what); check client_id and the client secret in the config")
         case "invalid_scope":

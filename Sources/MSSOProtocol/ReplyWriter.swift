@@ -24,7 +24,7 @@ public struct ReplyWriter {
             writer.raw("]")
         }
         writer.raw("]}}")
-        return writer.frame()
+        return writer.frame(serial: serial)
     }
 
     /// `{"type":"reply","serial":N,"result":{"data":…}}`
@@ -35,7 +35,7 @@ public struct ReplyWriter {
         writer.raw(",\"result\":{\"data\":")
         writer.string(data)
         writer.raw("}}")
-        return writer.frame()
+        return writer.frame(serial: serial)
     }
 
     /// `{"type":"error","serial":N,"error":NAME,"message":…}`
@@ -48,7 +48,7 @@ public struct ReplyWriter {
         writer.raw(",\"message\":")
         writer.string(error.message)
         writer.raw("}")
-        return writer.frame()
+        return writer.frame(serial: serial)
     }
 
     mutating func raw(_ text: StaticString) {
@@ -59,7 +59,8 @@ public struct ReplyWriter {
         bytes.append(contentsOf: String(value).utf8)
     }
 
-    /// A JSON string (RFC 8259): quotes, backslashes and control characters escaped.
+    /// A JSON string (RFC 8259): quotes, backslashes and control characters escaped, each in the
+    /// shortest form JSON has, so an echoed string is never longer than the caller wrote it.
     mutating func string(_ text: String) {
         bytes.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
@@ -69,6 +70,8 @@ public struct ReplyWriter {
             case 0x0A: bytes.append(contentsOf: [92, 110])
             case 0x0D: bytes.append(contentsOf: [92, 114])
             case 0x09: bytes.append(contentsOf: [92, 116])
+            case 0x08: bytes.append(contentsOf: [92, 98])
+            case 0x0C: bytes.append(contentsOf: [92, 102])
             case 0..<0x20:
                 let hex: [UInt8] = Array("0123456789abcdef".utf8)
                 bytes.append(contentsOf: [92, 117, 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
@@ -78,11 +81,12 @@ public struct ReplyWriter {
         bytes.append(UInt8(ascii: "\""))
     }
 
-    /// The bytes with their length prefix, or an `Internal` error frame if over the cap.
-    mutating func frame() -> [UInt8] {
+    /// The bytes with their length prefix, or an `Internal` error for the call `serial` if over the
+    /// cap (an error frame is short: its message is ours).
+    mutating func frame(serial: UInt32) -> [UInt8] {
         let length = bytes.count - Framing.headerSize
         guard length <= Framing.maximumPayload else {
-            return ReplyWriter.error(serial: 0, BrokerError(.internal, "a reply of \(length) bytes would exceed the frame limit"))
+            return ReplyWriter.error(serial: serial, BrokerError(.internal, "a reply of \(length) bytes would exceed the frame limit"))
         }
         bytes[0] = UInt8(truncatingIfNeeded: length >> 24)
         bytes[1] = UInt8(truncatingIfNeeded: length >> 16)

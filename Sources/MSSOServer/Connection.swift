@@ -73,11 +73,16 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     /// Bytes of unfinished frames a connection may hold without a large-frame slot.
     static let smallFrameRoom = 4096
+    /// Bytes read from a connection per round of the reactor: the unit of fairness. A peer that
+    /// pipelines thousands of calls gets about ten answered per round, as does every other
+    /// connection; the rest wait in the kernel's buffer, where epoll reports them again.
+    static let fairShare = 512
 
     private func receive() {
         // Without a slot, read no more than fits in the small room: bytes already read would be
         // held whether or not a slot comes, so the cap on large frames must bound the read itself.
-        let room = holdsLargeFrame ? server.scratch.count : Self.smallFrameRoom - input.count
+        let room = min(holdsLargeFrame ? server.scratch.count : Self.smallFrameRoom - input.count,
+                       max(Self.fairShare, Framing.headerSize + expectedFrameLength - input.count))
         guard room > 0 else { return updateInterest() } // waits for a slot (tried again on every tick)
         var credentials = cmsso_credentials()
         let count = server.scratch.withUnsafeMutableBytes { cmsso_receive(fd, $0.baseAddress, min(room, $0.count), &credentials) }
@@ -336,6 +341,13 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     // MARK: Writing
 
     private var pendingOutput: Int { output.count - outputSent }
+
+    /// The whole length of the frame begun in `input` (0 before its header is in): a large
+    /// frame, once it has a slot, is read in as few reads as it takes.
+    private var expectedFrameLength: Int {
+        guard input.count >= Framing.headerSize else { return 0 }
+        return Int(input[0]) << 24 | Int(input[1]) << 16 | Int(input[2]) << 8 | Int(input[3])
+    }
 
     func send(_ frame: [UInt8]) {
         guard !closed else { return }

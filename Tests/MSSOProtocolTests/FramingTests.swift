@@ -54,6 +54,18 @@ final class FramingTests: XCTestCase {
         guard case .frame(let errorPayload) = parse(error) else { return XCTFail() }
         XCTAssertEqual(try WireCodec.decode(ErrorReply.self, from: error[errorPayload]).brokerError, BrokerError(.expired, "line\nbreak"))
     }
+
+    func testAnEchoIsNeverLongerThanItsCallWroteIt() throws {
+        // Each control character in JSON's shortest escape: \b and \f are two bytes, not six.
+        let echo = ReplyWriter.pingReply(serial: 4, data: "\u{8}\u{c}\u{1}")
+        XCTAssertTrue(String(decoding: echo.dropFirst(4), as: UTF8.self).contains(#""data":"\b\f\u0001""#))
+        // Over the cap, the answer still names the call.
+        let huge = ReplyWriter.pingReply(serial: 5, data: String(repeating: "\u{1}", count: Framing.maximumPayload / 4))
+        guard case .frame(let payload) = parse(huge) else { return XCTFail() }
+        let error = try WireCodec.decode(ErrorReply.self, from: huge[payload])
+        XCTAssertEqual(error.serial, 5)
+        XCTAssertEqual(error.brokerError.name, .internal)
+    }
 }
 
 final class WireCodecTests: XCTestCase {
