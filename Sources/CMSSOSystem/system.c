@@ -212,18 +212,7 @@ static int statx_path(const char *path, struct statx *result) {
 void cmsso_process_facts_of(int pid, cmsso_process_facts *facts) {
     char path[64];
     struct statx result;
-    memset(facts, 0, sizeof *facts);
-    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/exe", pid); else strcpy(path, "/proc/self/exe");
-    if (statx_path(path, &result)) {
-        facts->exe_ok = 1;
-        facts->exe_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
-        facts->exe_inode = result.stx_ino;
-        facts->exe_ctime_sec = result.stx_ctime.tv_sec;
-        facts->exe_ctime_nsec = result.stx_ctime.tv_nsec;
-        facts->exe_mtime_sec = result.stx_mtime.tv_sec;
-        facts->exe_mtime_nsec = result.stx_mtime.tv_nsec;
-        facts->exe_size = (int64_t)result.stx_size;
-    }
+    cmsso_process_executable_of(pid, facts);
     if (pid > 0) snprintf(path, sizeof path, "/proc/%d/ns/mnt", pid); else strcpy(path, "/proc/self/ns/mnt");
     if (statx_path(path, &result)) {
         facts->namespace_ok = 1;
@@ -235,6 +224,23 @@ void cmsso_process_facts_of(int pid, cmsso_process_facts *facts) {
         facts->root_ok = 1;
         facts->root_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
         facts->root_inode = result.stx_ino;
+    }
+}
+
+void cmsso_process_executable_of(int pid, cmsso_process_facts *facts) {
+    char path[64];
+    struct statx result;
+    memset(facts, 0, sizeof *facts);
+    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/exe", pid); else strcpy(path, "/proc/self/exe");
+    if (statx_path(path, &result)) {
+        facts->exe_ok = 1;
+        facts->exe_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
+        facts->exe_inode = result.stx_ino;
+        facts->exe_ctime_sec = result.stx_ctime.tv_sec;
+        facts->exe_ctime_nsec = result.stx_ctime.tv_nsec;
+        facts->exe_mtime_sec = result.stx_mtime.tv_sec;
+        facts->exe_mtime_nsec = result.stx_mtime.tv_nsec;
+        facts->exe_size = (int64_t)result.stx_size;
     }
 }
 

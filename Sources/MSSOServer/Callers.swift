@@ -15,10 +15,12 @@ struct Sender {
     /// The kernel's number for the very process that sent the bytes (its pidfd's inode, unique for
     /// the system's lifetime on Linux >= 6.9; 0 when unknown). A pid can name another process once
     /// its first one is gone; this cannot.
-    var process: UInt64 {
-        guard pidfd >= 0 else { return 0 }
+    let process: UInt64
+
+    init(uid: UInt32, gid: UInt32, pid: Int32, pidfd: Int32) {
+        (self.uid, self.gid, self.pid, self.pidfd) = (uid, gid, pid, pidfd)
         var info = stat()
-        return fstat(pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
+        process = pidfd >= 0 && fstat(pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
     }
 
     /// Closes the pidfd; call once the sender is no longer needed.
@@ -42,7 +44,22 @@ struct ProcessFacts: Equatable {
     static func of(pid: Int32) -> ProcessFacts {
         var facts = cmsso_process_facts()
         cmsso_process_facts_of(pid, &facts)
-        return ProcessFacts(
+        return ProcessFacts(facts)
+    }
+
+    /// The executable's part only (one statx instead of three).
+    static func executable(pid: Int32) -> FileIdentity? {
+        var facts = cmsso_process_facts()
+        cmsso_process_executable_of(pid, &facts)
+        return ProcessFacts(facts).executable
+    }
+
+    private init(executable: FileIdentity?, mountNamespace: (device: UInt64, inode: UInt64)?, root: (device: UInt64, inode: UInt64)?) {
+        (self.executable, self.mountNamespace, self.root) = (executable, mountNamespace, root)
+    }
+
+    private init(_ facts: cmsso_process_facts) {
+        self.init(
             executable: facts.exe_ok == 0 ? nil : FileIdentity(
                 device: facts.exe_device, inode: facts.exe_inode, size: facts.exe_size,
                 modified: facts.exe_mtime_sec * 1_000_000_000 + facts.exe_mtime_nsec,
@@ -96,6 +113,8 @@ final class Callers: @unchecked Sendable {
     static let resolutionTimeoutNanoseconds: UInt64 = 5_000_000_000
 
     private struct Entry {
+        /// The process (see ``Sender/process``; 0 when the kernel gives no pidfds).
+        var process: UInt64
         var facts: ProcessFacts
         var identity: AppIdentity
         /// Whether the executable's path was checked against the file there (see ``Identified``).
@@ -124,7 +143,7 @@ final class Callers: @unchecked Sendable {
 
     enum Lookup {
         /// Known, and unchanged since.
-        case known(AppIdentity)
+        case known(AppIdentity, executable: ProcessFacts.FileIdentity?)
         /// Being found out: the callback runs on the reactor's thread (nil: it could not be).
         case pending
         /// The sender is gone (it exited, or its pid now names another process).
@@ -135,17 +154,29 @@ final class Callers: @unchecked Sendable {
 
     /// The identity of the process that sent a call.
     func identity(of sender: Sender, then: @escaping (AppIdentity?) -> Void) -> Lookup {
+        let snapshot = rules.current
+        // The very process seen before (by its pidfd, which no other process can have): only an
+        // exec changes the code it runs, and an exec changes its executable. (A new mount namespace
+        // or root is the process's own doing, by its own code; a later exec shows.) So one statx
+        // per call, where a stranger takes three and a readlink.
+        if sender.process != 0, var entry = cache[sender.pid], entry.process == sender.process,
+           entry.generation == snapshot.generation || !needsAnotherLook(entry, snapshot.entitlements),
+           let executable = ProcessFacts.executable(pid: sender.pid), executable == entry.facts.executable,
+           cmsso_pidfd_alive(sender.pidfd) == 1 {
+            entry.lastUsed = cmsso_monotonic_ns()
+            cache[sender.pid] = entry
+            return .known(entry.identity, executable: executable)
+        }
         let facts = ProcessFacts.of(pid: sender.pid)
         // Read the facts first, then check the sender still runs: the pid then named it throughout.
         // A read that should have brought a pidfd and did not (its control data was cut short) is
         // as good as one from a process that is gone.
         guard sender.pidfd >= 0 ? cmsso_pidfd_alive(sender.pidfd) == 1 : !pidfds else { return .gone }
-        let snapshot = rules.current
-        if var entry = cache[sender.pid], entry.facts == facts,
+        if var entry = cache[sender.pid], entry.facts == facts, entry.process == sender.process,
            entry.generation == snapshot.generation || !needsAnotherLook(entry, snapshot.entitlements) {
             entry.lastUsed = cmsso_monotonic_ns()
             cache[sender.pid] = entry
-            return .known(entry.identity)
+            return .known(entry.identity, executable: facts.executable)
         }
         // A host process whose executable no registration pins is known from /proc alone, which
         // no file system of the caller's can stall: found out here. A sandbox's files, or a
@@ -154,8 +185,8 @@ final class Callers: @unchecked Sendable {
         if facts.sharesFileSystem(with: own), let path = Self.readLink("/proc/\(sender.pid)/exe"), !snapshot.entitlements.pins(path),
            let found = Self.identify(pid: sender.pid, pidfd: sender.pidfd, own: own, entitlements: snapshot.entitlements, ownTools: ownTools),
            found.facts == facts {
-            remember(sender.pid, found, generation: snapshot.generation)
-            return .known(found.identity)
+            remember(sender.pid, sender.process, found, generation: snapshot.generation)
+            return .known(found.identity, executable: facts.executable)
         }
         return resolve(sender, then: then)
     }
@@ -170,7 +201,7 @@ final class Callers: @unchecked Sendable {
     }
 
     private func resolve(_ sender: Sender, then: @escaping (AppIdentity?) -> Void) -> Lookup {
-        let pid = sender.pid
+        let (pid, process) = (sender.pid, sender.process)
         if let queued = waiting[pid] {
             guard queued.count < 64 else { return .busy }
             waiting[pid]!.append(then)
@@ -186,7 +217,7 @@ final class Callers: @unchecked Sendable {
             let generation = snapshot.generation
             let resolved = Self.identify(pid: pid, pidfd: pidfd, own: own, entitlements: snapshot.entitlements, ownTools: ownTools)
             if pidfd >= 0 { close(pidfd) }
-            reactor.execute { [self] in finish(pid, resolved, generation) }
+            reactor.execute { [self] in finish(pid, process, resolved, generation) }
         }
         if !started {
             if pidfd >= 0 { close(pidfd) }
@@ -197,15 +228,15 @@ final class Callers: @unchecked Sendable {
         return .pending
     }
 
-    private func finish(_ pid: Int32, _ resolved: Identified?, _ generation: Int) {
+    private func finish(_ pid: Int32, _ process: UInt64, _ resolved: Identified?, _ generation: Int) {
         workers -= 1
-        if let resolved { remember(pid, resolved, generation: generation) }
+        if let resolved { remember(pid, process, resolved, generation: generation) }
         for then in waiting.removeValue(forKey: pid) ?? [] { then(resolved?.identity) }
     }
 
-    private func remember(_ pid: Int32, _ found: Identified, generation: Int) {
+    private func remember(_ pid: Int32, _ process: UInt64, _ found: Identified, generation: Int) {
         if cache.count >= Self.maximumEntries { forgetOldest() }
-        cache[pid] = Entry(facts: found.facts, identity: found.identity, pathChecked: found.pathChecked, generation: generation,
+        cache[pid] = Entry(process: process, facts: found.facts, identity: found.identity, pathChecked: found.pathChecked, generation: generation,
                            lastUsed: cmsso_monotonic_ns())
     }
 

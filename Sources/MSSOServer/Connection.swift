@@ -210,7 +210,12 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         var app: AppIdentity?
         if role != .root {
             switch server.callers.identity(of: sender, then: { [weak self] identity in self?.identified(identity) }) {
-            case .known(let identity): app = identity
+            case .known(let identity, let executable):
+                if let refusal = remember(sender, running: executable) {
+                    send(ReplyWriter.error(serial: serial, refusal))
+                    return .done
+                }
+                app = identity
             case .pending: return .wait
             case .gone:
                 send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "the process that sent this call is gone (it exited, or its pid is now another process's), so it cannot be served")))
@@ -244,6 +249,34 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         greeted = true
         let peer = PeerDescription(uid: caller.uid, pid: caller.pid, executable: caller.app.executable)
         send(WireCodec.frame(Reply(serial: serial, result: Methods.Hello.Result(version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: peer)), serial: serial))
+    }
+
+    /// The program each process that wrote on this connection ran when the daemon last read
+    /// from it, by process (see ``Sender/process``; the pid when the kernel gives no pidfds).
+    private var programs: [UInt64: ProcessFacts.FileIdentity?] = [:]
+    /// Processes a connection may be written by (a suite's app and a few helpers need far fewer).
+    static let maximumWriters = 64
+
+    /// Refuses a call from a process that ran another program when it last wrote here: it
+    /// exec'd since, and the kernel names the sender of bytes by its process, not by the program
+    /// that wrote them, so this call may have been written before the exec by the program it
+    /// replaced. The connection stays refused to that process; a program that wants the broker
+    /// after an exec opens a connection of its own (sockets are close-on-exec as a rule).
+    private func remember(_ sender: Sender, running executable: ProcessFacts.FileIdentity?) -> BrokerError? {
+        let process = sender.process != 0 ? sender.process : UInt64(UInt32(bitPattern: sender.pid))
+        if let previous = programs[process] {
+            // The same file, by device and inode (a file changed in place is the identity's
+            // business: a pin, or a path that no longer names it).
+            guard previous?.device == executable?.device && previous?.inode == executable?.inode else {
+                return BrokerError(.forbidden, "this process ran another program when it last wrote on this connection (it exec'd since), so a call read now may have been written by that program; open a new connection")
+            }
+            return nil
+        }
+        guard programs.count < Self.maximumWriters else {
+            return BrokerError(.busy, "\(Self.maximumWriters) processes have written on this connection already; open a connection of your own")
+        }
+        programs[process] = executable
+        return nil
     }
 
     /// The sender of the held calls is identified (or could not be): carry on with them.

@@ -103,6 +103,8 @@ typedef struct {
 
 /// `pid` 0 means this process.
 void cmsso_process_facts_of(int pid, cmsso_process_facts *facts);
+/* The executable's part of the facts only (one statx): enough, per call, for a process already known. */
+void cmsso_process_executable_of(int pid, cmsso_process_facts *facts);
 
 /// Reads at most `capacity` bytes of a regular file, never following a final symbolic link and
 /// never waiting on a FIFO. Returns the bytes read (the file may be longer) or -errno; -EFBIG
