@@ -12,6 +12,17 @@ public struct IncomingCall: Decodable, Sendable {
 
     enum CodingKeys: String, CodingKey { case type, serial, method, args }
 
+    /// Reads a call frame's payload: the plain form of the hot calls by ``QuickCall``, anything
+    /// else by `JSONDecoder`.
+    public static func read(_ payload: UnsafeRawBufferPointer) throws(BrokerError) -> IncomingCall {
+        if let call = QuickCall.parse(payload) { return call }
+        return try WireCodec.decode(IncomingCall.self, from: payload)
+    }
+
+    init(type: MessageType?, serial: UInt32?, method: String?, arguments: Result<CallArguments, BrokerError>) {
+        (self.type, self.serial, self.method, self.arguments) = (type, serial, method, arguments)
+    }
+
     public init(from decoder: Decoder) throws {
         let fields = try decoder.container(keyedBy: CodingKeys.self) // fails only if not a JSON object
         type = try? fields.decode(MessageType.self, forKey: .type)

@@ -63,6 +63,14 @@ public struct ReplyWriter {
     /// shortest form JSON has, so an echoed string is never longer than the caller wrote it.
     mutating func string(_ text: String) {
         bytes.append(UInt8(ascii: "\""))
+        // Most strings (tokens, header names) need no escape: copied whole.
+        var plain = text
+        let copied = plain.withUTF8 { utf8 -> Bool in
+            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
+            bytes.append(contentsOf: utf8)
+            return true
+        }
+        if copied { return bytes.append(UInt8(ascii: "\"")) }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])

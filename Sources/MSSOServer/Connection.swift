@@ -143,10 +143,10 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     }
 
     static func decode(_ payload: ArraySlice<UInt8>) -> Decoded {
-        do {
-            return .call(try WireCodec.decode(IncomingCall.self, from: payload))
-        } catch {
-            return .malformed(0, error)
+        let read = payload.withUnsafeBytes { bytes in Result { () throws(BrokerError) in try IncomingCall.read(bytes) } }
+        switch read {
+        case .success(let call): return .call(call)
+        case .failure(let error): return .malformed(0, error)
         }
     }
 

@@ -65,7 +65,7 @@ final class AppIdentityTests: XCTestCase {
         guard case .gone = Callers(reactor: try Reactor(), rules: rules, pidfds: true).identity(of: me, then: { _ in }) else {
             return XCTFail("the pid alone was trusted though the kernel should have pinned it with a pidfd")
         }
-        guard case .known(let identity) = Callers(reactor: try Reactor(), rules: rules, pidfds: false).identity(of: me, then: { _ in }) else {
+        guard case .known(let identity, _) = Callers(reactor: try Reactor(), rules: rules, pidfds: false).identity(of: me, then: { _ in }) else {
             return XCTFail("a kernel without pidfds: the pid is all there is")
         }
         XCTAssertEqual(identity.executable, try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))

@@ -48,6 +48,14 @@ final class MessageSignatureTests: XCTestCase {
         XCTAssertThrowsError(try MessageSignature.base(request, components: ["content-type"], parameters: .init()))
     }
 
+    func testFieldValuesAreTrimmedAndCombined() throws {
+        let request = MessageSignature.Request(method: "GET", url: URL(string: "https://a.example/")!,
+                                               headers: [("X-A", " \tone two\t "), ("x-a", "three"), ("X-B", " \t "), ("X-C", "é ")])
+        let base = try MessageSignature.base(request, components: ["x-a", "x-b", "x-c"], parameters: .init())
+        XCTAssertEqual(Array(base.split(separator: "\n", omittingEmptySubsequences: false).prefix(3)),
+                       [#""x-a": one two, three"#, #""x-b": "#, #""x-c": é"#])
+    }
+
     func testParametersAndContentDigest() throws {
         let digest = MessageSignature.contentDigest(sha256: Data(SHA256.hash(data: Data(#"{"hello": "world"}"#.utf8))))
         XCTAssertEqual(digest, "sha-256=:X48E9qOokqqrvdts8nOJRJN3OWDUoyWxBf7kbu9DBPE=:") // RFC 9530 appendix B.1
