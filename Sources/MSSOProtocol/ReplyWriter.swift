@@ -59,6 +59,10 @@ public struct ReplyWriter {
         bytes.append(contentsOf: String(value).utf8)
     }
 
+    mutating func number(_ value: Int) {
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
     /// A JSON string (RFC 8259): quotes, backslashes and control characters escaped, each in the
     /// shortest form JSON has, so an echoed string is never longer than the caller wrote it.
     mutating func string(_ text: String) {

@@ -1,0 +1,297 @@
+/// The commands' side of the hot calls (`hello`, `check`, `sign`, `token`), written and read by
+/// hand. A command is a fresh process each time, and the first use of Codable in a process costs
+/// more than the whole exchange with the broker (the runtime instantiates the generic coders' and
+/// containers' metadata and scans conformances: about 40 % of `msso check`'s CPU). Anything these
+/// readers do not recognise goes to `JSONDecoder`, so a reply means the same whichever reads it
+/// (tests check the two agree).
+public protocol QuickCodable {
+    /// The call's arguments as JSON object members, or nil to let `JSONEncoder` write them.
+    static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]?
+}
+
+/// A value the quick writer can write.
+public enum QuickValue {
+    case string(String)
+    case number(Int)
+    case bool(Bool)
+    case pairs([Header])
+}
+
+/// A JSON value, read by ``JSONValue/parse(_:)``: a strict RFC 8259 reader for small replies.
+public enum JSONValue: Equatable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let members) = self { return members[key] }
+        return nil
+    }
+
+    public var string: String? { if case .string(let value) = self { return value }; return nil }
+    public var number: Double? { if case .number(let value) = self { return value }; return nil }
+
+    /// The value, or nil when the bytes are not one JSON value (or nest deeper than 32, or repeat a
+    /// key: then `JSONDecoder` decides).
+    public static func parse(_ bytes: UnsafeRawBufferPointer) -> JSONValue? {
+        var reader = JSONReader(bytes: bytes)
+        guard let value = reader.value(depth: 0) else { return nil }
+        reader.space()
+        return reader.at == bytes.count ? value : nil
+    }
+}
+
+private struct JSONReader {
+    let bytes: UnsafeRawBufferPointer
+    var at = 0
+
+    mutating func value(depth: Int) -> JSONValue? {
+        guard depth < 32 else { return nil }
+        space()
+        guard at < bytes.count else { return nil }
+        switch bytes[at] {
+        case UInt8(ascii: "{"):
+            at += 1
+            var members: [String: JSONValue] = [:]
+            space()
+            if peek(UInt8(ascii: "}")) { return .object(members) }
+            repeat {
+                space()
+                guard let key = string(), take(UInt8(ascii: ":")), members[key] == nil,
+                      let member = value(depth: depth + 1) else { return nil }
+                members[key] = member
+            } while take(UInt8(ascii: ","))
+            return take(UInt8(ascii: "}")) ? .object(members) : nil
+        case UInt8(ascii: "["):
+            at += 1
+            var elements: [JSONValue] = []
+            space()
+            if peek(UInt8(ascii: "]")) { return .array(elements) }
+            repeat {
+                guard let element = value(depth: depth + 1) else { return nil }
+                elements.append(element)
+            } while take(UInt8(ascii: ","))
+            return take(UInt8(ascii: "]")) ? .array(elements) : nil
+        case UInt8(ascii: "\""): return string().map(JSONValue.string)
+        case UInt8(ascii: "t"): return word("true") ? .bool(true) : nil
+        case UInt8(ascii: "f"): return word("false") ? .bool(false) : nil
+        case UInt8(ascii: "n"): return word("null") ? .null : nil
+        default: return number()
+        }
+    }
+
+    /// A string; escapes other than the simple ones (`\uXXXX`) and bytes that are not ASCII give
+    /// up (JSONDecoder then reads it).
+    mutating func string() -> String? {
+        guard take(UInt8(ascii: "\"")) else { return nil }
+        var out: [UInt8] = []
+        while at < bytes.count {
+            let byte = bytes[at]
+            at += 1
+            switch byte {
+            case UInt8(ascii: "\""): return String(decoding: out, as: UTF8.self)
+            case UInt8(ascii: "\\"):
+                guard at < bytes.count else { return nil }
+                let escaped = bytes[at]
+                at += 1
+                switch escaped {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
+                case UInt8(ascii: "n"): out.append(0x0A)
+                case UInt8(ascii: "r"): out.append(0x0D)
+                case UInt8(ascii: "t"): out.append(0x09)
+                case UInt8(ascii: "b"): out.append(0x08)
+                case UInt8(ascii: "f"): out.append(0x0C)
+                default: return nil
+                }
+            case 0x20..<0x7F: out.append(byte)
+            default: return nil
+            }
+        }
+        return nil
+    }
+
+    /// A number as JSON writes it: `-`? digits (no leading zero), fraction?, exponent?.
+    mutating func number() -> JSONValue? {
+        let start = at
+        if peekByte == UInt8(ascii: "-") { at += 1 }
+        guard let first = peekByte, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first) else { return nil }
+        digits()
+        if first == UInt8(ascii: "0"), at - start > (bytes[start] == UInt8(ascii: "-") ? 2 : 1) { return nil }
+        if peekByte == UInt8(ascii: ".") {
+            at += 1
+            guard digits() > 0 else { return nil }
+        }
+        if peekByte == UInt8(ascii: "e") || peekByte == UInt8(ascii: "E") {
+            at += 1
+            if peekByte == UInt8(ascii: "+") || peekByte == UInt8(ascii: "-") { at += 1 }
+            guard digits() > 0 else { return nil }
+        }
+        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
+        guard let value = Double(text), value.isFinite else { return nil }
+        return .number(value)
+    }
+
+    @discardableResult
+    mutating func digits() -> Int {
+        let start = at
+        while let byte = peekByte, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) { at += 1 }
+        return at - start
+    }
+
+    var peekByte: UInt8? { at < bytes.count ? bytes[at] : nil }
+
+    mutating func word(_ text: StaticString) -> Bool {
+        let count = text.utf8CodeUnitCount
+        guard at + count <= bytes.count else { return false }
+        for index in 0..<count where bytes[at + index] != text.utf8Start[index] { return false }
+        at += count
+        return true
+    }
+
+    mutating func take(_ byte: UInt8) -> Bool {
+        space()
+        guard at < bytes.count, bytes[at] == byte else { return false }
+        at += 1
+        return true
+    }
+
+    mutating func peek(_ byte: UInt8) -> Bool {
+        guard at < bytes.count, bytes[at] == byte else { return false }
+        at += 1
+        return true
+    }
+
+    mutating func space() {
+        while at < bytes.count, bytes[at] == 0x20 || bytes[at] == 0x0A || bytes[at] == 0x0D || bytes[at] == 0x09 { at += 1 }
+    }
+}
+
+extension ReplyWriter {
+    /// `{"type":"call","serial":N,"method":M,"args":{…}}`, framed.
+    public static func call(serial: UInt32, method: String, arguments: [(String, QuickValue)]) -> [UInt8] {
+        var writer = ReplyWriter(capacity: 128)
+        writer.raw("{\"type\":\"call\",\"serial\":")
+        writer.number(serial)
+        writer.raw(",\"method\":")
+        writer.string(method)
+        writer.raw(",\"args\":{")
+        for (index, (key, value)) in arguments.enumerated() {
+            if index > 0 { writer.raw(",") }
+            writer.string(key)
+            writer.raw(":")
+            switch value {
+            case .string(let text): writer.string(text)
+            case .number(let number): writer.number(number)
+            case .bool(let flag): flag ? writer.raw("true") : writer.raw("false")
+            case .pairs(let headers):
+                writer.raw("[")
+                for (position, header) in headers.enumerated() {
+                    if position > 0 { writer.raw(",") }
+                    writer.raw("[")
+                    writer.string(header.name)
+                    writer.raw(",")
+                    writer.string(header.value)
+                    writer.raw("]")
+                }
+                writer.raw("]")
+            }
+        }
+        writer.raw("}}")
+        return writer.frame(serial: serial)
+    }
+}
+
+// MARK: The hot calls' arguments
+
+extension Methods.Hello.Arguments: QuickCodable {
+    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+        [("version", .number(arguments.version))] + (arguments.client.map { [("client", .string($0))] } ?? [])
+    }
+}
+
+extension GroupArguments: QuickCodable {
+    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+        arguments.group.map { [("group", .string($0))] } ?? []
+    }
+}
+
+extension Methods.Token.Arguments: QuickCodable {
+    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+        (arguments.group.map { [("group", .string($0))] } ?? []) + (arguments.renew.map { [("renew", .bool($0))] } ?? [])
+    }
+}
+
+extension SignRequest: QuickCodable {
+    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+        var members: [(String, QuickValue)] = [("method", .string(arguments.method)), ("url", .string(arguments.url))]
+        if let group = arguments.group { members.append(("group", .string(group))) }
+        if let headers = arguments.headers { members.append(("headers", .pairs(headers))) }
+        if let body = arguments.bodySHA256 { members.append(("bodySHA256", .string(body))) }
+        if let nonce = arguments.dpopNonce { members.append(("dpopNonce", .string(nonce))) }
+        return members
+    }
+}
+
+// MARK: The hot calls' results
+
+/// A result the commands read without `JSONDecoder` when its JSON is plain.
+public protocol QuickDecodable {
+    init?(quick value: JSONValue)
+}
+
+extension Methods.Hello.Result: QuickDecodable {
+    public init?(quick value: JSONValue) {
+        guard let version = value["version"]?.number, let exact = Int(exactly: version), let daemon = value["daemon"]?.string,
+              let peer = value["peer"], let uid = peer["uid"]?.number.flatMap({ UInt32(exactly: $0) }),
+              let pid = peer["pid"]?.number.flatMap({ Int32(exactly: $0) }) else { return nil }
+        let executable = peer["executable"]
+        guard executable == nil || executable == .null || executable?.string != nil else { return nil }
+        self.init(version: exact, daemon: daemon, peer: PeerDescription(uid: uid, pid: pid, executable: executable?.string))
+    }
+}
+
+extension SessionStatus: QuickDecodable {
+    public init?(quick value: JSONValue) {
+        guard let group = value["group"]?.string, let state = value["state"]?.string.flatMap(State.init(rawValue:)) else { return nil }
+        func text(_ key: String) -> String?? {
+            switch value[key] { case nil, .null?: return .some(nil); case .string(let s)?: return s; default: return nil }
+        }
+        func time(_ key: String) -> Double?? {
+            switch value[key] { case nil, .null?: return .some(nil); case .number(let n)?: return n; default: return nil }
+        }
+        guard let issuer = text("issuer"), let username = text("username"), let loggedInAt = time("loggedInAt"),
+              let sessionExpiresAt = time("sessionExpiresAt"), let sessionMaxAt = time("sessionMaxAt"),
+              let accessTokenExpiresAt = time("accessTokenExpiresAt") else { return nil }
+        var admin: Bool?
+        switch value["admin"] {
+        case nil, .null?: admin = nil
+        case .bool(let flag)?: admin = flag
+        default: return nil
+        }
+        self.init(group: group, state: state, issuer: issuer, username: username, loggedInAt: loggedInAt,
+                  sessionExpiresAt: sessionExpiresAt, sessionMaxAt: sessionMaxAt, accessTokenExpiresAt: accessTokenExpiresAt, admin: admin)
+    }
+}
+
+extension SignResponse: QuickDecodable {
+    public init?(quick value: JSONValue) {
+        guard case .array(let list)? = value["headers"] else { return nil }
+        var headers: [Header] = []
+        for item in list {
+            guard case .array(let pair) = item, pair.count == 2, let name = pair[0].string, let text = pair[1].string else { return nil }
+            headers.append(Header(name, text))
+        }
+        self.init(headers: headers)
+    }
+}
+
+extension Methods.Token.Result: QuickDecodable {
+    public init?(quick value: JSONValue) {
+        guard let token = value["accessToken"]?.string, let expiresAt = value["expiresAt"]?.number,
+              let header = value["header"]?.string else { return nil }
+        self.init(accessToken: token, expiresAt: expiresAt, header: header)
+    }
+}
