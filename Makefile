@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
 
-.PHONY: demo test setup build unit e2e bench fuzz release generator docs install clean
+.PHONY: demo test setup build unit e2e bench fuzz release generator docs install deb clean
 
 demo: setup build
 	./examples/demo.sh
@@ -70,6 +70,10 @@ install: setup release docs
 	cd $(RELEASE)/docs/share && find . -type f -exec install -D -m 0644 {} $(abspath $(DESTDIR)$(PREFIX))/share/{} \;
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/msso README.md docs/*.md
 
+# The Debian package, checked by lintian: .build-deb/msso_VERSION_ARCH.deb (see scripts/deb).
+deb: setup release generator
+	./scripts/deb
+
 clean:
-	rm -rf .build $(RELEASE)
+	rm -rf .build $(RELEASE) .build-deb
 	$(MAKE) -C pam clean
