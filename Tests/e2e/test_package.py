@@ -279,6 +279,8 @@ def test_removal_and_purge_leave_nothing_behind(installed, scratch):
     files = subprocess.run(["dpkg", "-L", "msso"], check=True, capture_output=True, text=True).stdout.split("\n")
     files = [f for f in files if f and f != "/."]
     assert "/usr/share/pam-configs/msso" in files
+    enabled = Path("/etc/systemd/user/sockets.target.wants/msso.socket")
+    assert enabled.is_symlink() and os.readlink(enabled) == "/usr/lib/systemd/user/msso.socket", "postinst enabled it"
     scratch.run("pam-auth-update", "--enable", "msso")  # as an administrator would have
     assert session_lines(scratch.path("/etc/pam.d/common-session").read_text())
 
