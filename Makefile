@@ -9,7 +9,7 @@ PREFIX ?= /usr/local
 RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
 
-.PHONY: demo test setup build unit e2e bench fuzz release install clean
+.PHONY: demo test setup build unit e2e bench fuzz release generator docs install deb clean
 
 demo: setup build
 	./examples/demo.sh
@@ -43,16 +43,37 @@ release:
 		swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product $$product || exit 1; \
 	done
 
-# mssod, msso, msso-logout and git-credential-msso, the PAM module, and the systemd user units
+# swift-argument-parser's generate-manual, built beside the commands with the same flags (so
+# nothing else is rebuilt).
+GENERATOR = $(RELEASE)/clients/release/generate-manual
+generator:
+	swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product generate-manual
+
+# Man pages and completions for PREFIX, in $(RELEASE)/docs/share (see scripts/docs).
+docs: release generator
+	rm -rf $(RELEASE)/docs
+	./scripts/docs --out $(RELEASE)/docs --generator $(GENERATOR) --prefix $(PREFIX) \
+		mssod=$(RELEASE)/daemon/release/mssod msso=$(RELEASE)/clients/release/msso \
+		msso-logout=$(RELEASE)/clients/release/msso-logout
+
+# mssod, msso, msso-logout and git-credential-msso, the PAM module, the systemd user units
 # (`systemctl --user enable --now msso.socket` then makes the broker start at the first connection
-# of a session).
-install: setup release
+# of a session), man pages and bash, zsh and fish completions.
+install: setup release docs
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod \
 		$(addprefix $(RELEASE)/clients/release/,$(CLIENTS))
 	$(MAKE) -C pam install PREFIX=$(PREFIX)
-	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/lib/systemd/user dist/systemd/msso.socket dist/systemd/msso.service
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
+	for unit in msso.socket msso.service; do \
+		sed 's|/usr/local/|$(PREFIX)/|g' dist/systemd/$$unit > $(DESTDIR)$(PREFIX)/lib/systemd/user/$$unit || exit 1; \
+	done
+	cd $(RELEASE)/docs/share && find . -type f -exec install -D -m 0644 {} $(abspath $(DESTDIR)$(PREFIX))/share/{} \;
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/msso README.md docs/*.md
 
+# The Debian package, checked by lintian: .build-deb/msso_VERSION_ARCH.deb (see scripts/deb).
+deb: setup release generator
+	./scripts/deb
+
 clean:
-	rm -rf .build $(RELEASE)
+	rm -rf .build $(RELEASE) .build-deb
 	$(MAKE) -C pam clean
