@@ -35,6 +35,9 @@ let package = Package(
         // Broker logic: sessions, the two clocks, config, dispatch. Storage and IdP behind protocols.
         .target(name: "MSSOCore", dependencies: [
             "MSSOProtocol", "MSSOSigning",
+            // PBKDF2 for the lock's passphrase hash.
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
         ]),
         // The Secret Service store (libsecret).
