@@ -2,7 +2,7 @@ import FoundationEssentials
 import MSSOCore
 import MSSOProtocol
 
-/// The desktop verbs' part of dispatch: `lock`, `unlock`, and the lock in `status`.
+/// The desktop verbs' part of dispatch: `lock`, `unlock`, `diagnose`, and the lock in `status`.
 extension Dispatcher {
     /// `status`'s result, saying whether the broker is locked.
     func statusResult(_ groups: [SessionStatus]) async -> Methods.Status.Result {
@@ -18,5 +18,18 @@ extension Dispatcher {
         guard caller.role == .app, caller.usableGroups(rules.configuration).isEmpty else { return }
         let name = caller.app.executable ?? caller.app.flatpak ?? "this program"
         throw BrokerError(.forbidden, "\(name) is not registered for any access group, so it may not \(method) msso; use `msso \(method)`")
+    }
+
+    /// `diagnose`: the broker's checks, and how the caller is registered.
+    func diagnosis(_ caller: Caller) async -> Diagnosis {
+        let configuration = rules.configuration
+        let found = await broker.diagnose(environment: ProcessInfo.processInfo.environment)
+        let app = caller.app
+        let description = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
+                                            apps: caller.registrations.map(\.name),
+                                            groups: caller.usableGroups(configuration).sorted())
+        return Diagnosis(keyring: found.keyring, configuration: found.configuration, configurationChanged: found.changed,
+                         configurationWarnings: found.warnings, groups: configuration.groups.keys.sorted(),
+                         discovery: found.discovery, caller: description, locked: await broker.lockState.locked)
     }
 }

@@ -182,6 +182,8 @@ final class Dispatcher: Sendable {
         case .unlock(let args):
             try authorizeLocking(caller, Methods.Unlock.name)
             return reply(try await broker.unlock(passphrase: args.passphrase))
+        case .diagnose:
+            return reply(await diagnosis(caller))
         }
     }
 

@@ -16,6 +16,12 @@ final class AccessPolicyTests: XCTestCase {
         assertForbidden(Methods.Unlock.name, .root)
     }
 
+    func testDiagnoseIsForTheUsersToolsOnly() {
+        assertForbidden(Methods.Diagnose.name, .app)
+        assertForbidden(Methods.Diagnose.name, .root)
+        XCTAssertNoThrow(try policy.authorize(Methods.Diagnose.name, role: .ownTool))
+    }
+
     func testTheUsersToolsAndAppsReachLockAndUnlock() throws {
         for role in [AccessPolicy.Role.ownTool, .app] {
             XCTAssertNoThrow(try policy.authorize(Methods.Lock.name, role: role))
