@@ -35,12 +35,19 @@ let package = Package(
         // Broker logic: sessions, the two clocks, config, dispatch. Storage and IdP behind protocols.
         .target(name: "MSSOCore", dependencies: [
             "MSSOProtocol", "MSSOSigning",
+            // PBKDF2 for the lock's passphrase hash.
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
         ]),
         // The Secret Service store (libsecret).
         .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1",
                        providers: [.apt(["libsecret-1-dev"])]),
         .target(name: "MSSOKeyring", dependencies: ["CLibSecret", "MSSOCore"]),
+        // Desktop notifications (freedesktop Notifications over GDBus, which libsecret already loads).
+        .systemLibrary(name: "CDesktopBus", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
+        .target(name: "MSSODesktop", dependencies: ["CDesktopBus", "MSSOCore", "MSSOProtocol",
+                                                    .product(name: "Logging", package: "swift-log")]),
         // The audit log: who asked for what, in SQLite (libsqlite3).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOProtocol", .product(name: "Logging", package: "swift-log")]),
@@ -66,7 +73,7 @@ let package = Package(
         // recvmsg with credentials, pidfds, statx, epoll: system calls Swift cannot make directly.
         .target(name: "CMSSOSystem"),
         .executableTarget(name: "mssod", dependencies: [
-            "CMSSOSystem", "MSSOServer", "MSSOCore", "MSSOKeyring", "MSSOIdentity", "MSSOAudit",
+            "CMSSOSystem", "MSSOServer", "MSSOCore", "MSSOKeyring", "MSSOIdentity", "MSSOAudit", "MSSODesktop",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),

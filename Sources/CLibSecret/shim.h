@@ -155,6 +155,26 @@ static inline msso_secret_result msso_secret_delete(const SecretSchema *schema, 
     return result;
 }
 
+/// Whether the default collection, where msso stores, is there and unlocked (`msso doctor`):
+/// OK, LOCKED, or UNAVAILABLE with a message. Reads no item and never prompts.
+static inline msso_secret_result msso_secret_probe(GCancellable *cancellable, char **message) {
+    msso_secret_result result = MSSO_SECRET_OK;
+    SecretService *service = msso_secret_service(cancellable, &result, message);
+    if (!service) return result;
+    GError *error = NULL;
+    SecretCollection *collection = secret_collection_for_alias_sync(service, SECRET_COLLECTION_DEFAULT,
+                                                                    SECRET_COLLECTION_NONE, cancellable, &error);
+    g_object_unref(service);
+    if (!collection) {
+        if (error) return msso_secret_fail(error, message);
+        *message = g_strdup("the Secret Service has no default keyring");
+        return MSSO_SECRET_UNAVAILABLE;
+    }
+    result = secret_collection_get_locked(collection) ? MSSO_SECRET_LOCKED : MSSO_SECRET_OK;
+    g_object_unref(collection);
+    return result;
+}
+
 /// Wipes and frees a string the shim returned.
 static inline void msso_secret_free(char *text) {
     if (!text) return;

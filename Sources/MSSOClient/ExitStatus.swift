@@ -11,6 +11,7 @@ public enum ExitStatus: Int32, Sendable {
     case idpUnavailable = 5
     case refused = 6
     case forbidden = 7
+    case locked = 8
     case usage = 64
     case internalError = 70
     case config = 78
@@ -24,6 +25,7 @@ public enum ExitStatus: Int32, Sendable {
         case .idpUnavailable: self = .idpUnavailable
         case .invalidCredentials, .loginDenied: self = .refused
         case .forbidden, .notEntitled: self = .forbidden
+        case .locked: self = .locked
         case .badRequest, .unknownGroup, .unknownMethod, .unsupportedVersion: self = .usage
         case .configInvalid: self = .config
         default: self = .internalError
@@ -40,6 +42,7 @@ public enum ExitStatus: Int32, Sendable {
           5   the identity provider is unreachable
           6   the identity provider refused the login
           7   forbidden, or the app is not registered for the group
+          8   msso is locked (`msso lock`): run `msso unlock`; also a wrong passphrase for unlock
           64  usage error (bad arguments, unknown group)
           70  internal error
           78  invalid configuration

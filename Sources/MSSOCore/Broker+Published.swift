@@ -17,11 +17,12 @@ struct Published: Sendable {
 extension Broker {
     /// Publishes the group's state for ``signWithoutWaiting(_:group:)``. Called after every change
     /// to its credential or key, before the verb that made the change replies: so once `logout`
-    /// has replied, no sign can read the old token.
+    /// has replied, no sign can read the old token. While the broker is locked nothing is
+    /// published (``lock(passphrase:)`` withdraws what was).
     func publish(_ name: String) {
         let state = groups[name]
         let entry: Published.Group?
-        if let state, state.loaded, !state.corrupt, !state.unsaved, let credential = state.credential {
+        if !lock.isLocked, let state, state.loaded, !state.corrupt, !state.unsaved, let credential = state.credential {
             entry = Published.Group(credential: credential, key: signingKeys[name])
         } else {
             entry = nil

@@ -32,6 +32,8 @@ public actor Broker {
     /// At most this many device or browser logins wait at once (each holds an IdP poll or a
     /// loopback listener).
     public static let maximumInteractiveLogins = 4
+    /// `msso lock`: see ``BrokerLock``.
+    var lock = BrokerLock()
 
     /// What `sign` needs, as of the last change: read without the actor.
     nonisolated let published = Mutex(Published())
@@ -84,6 +86,7 @@ public actor Broker {
     /// refresh token of the session it replaces, if any, is revoked.
     public func login(_ args: LoginArguments, prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
+        try requireUnlocked()
         let interactive = args.flow != .password
         if interactive {
             guard interactiveLogins < Self.maximumInteractiveLogins else {
@@ -144,6 +147,7 @@ public actor Broker {
     /// Slides the session window to now + timeout, never past the cap set at login.
     public func extend(_ name: String?) async throws -> SessionStatus {
         let config = try group(name)
+        try requireUnlocked()
         let (credential, moved) = try await exclusively(config.name) { () async throws -> (Credential, Bool) in
             var credential = try requireValid(try await loadedCredentialLocked(config.name), config.name)
             let end = min(now() + config.sessionTimeout, credential.sessionMaxAt)
@@ -180,13 +184,13 @@ public actor Broker {
     public func status(_ name: String?) async throws -> [SessionStatus] {
         let configs = name == nil ? configuration.groups.values.sorted { $0.name < $1.name } : [try group(name)]
         var out: [SessionStatus] = []
-        for config in configs { out.append(try await status(of: config)) }
+        for config in configs { out.append(markingLock(try await status(of: config))) }
         return out
     }
 
     /// The state of one group (the only configured one when `name` is nil).
     public func check(_ name: String?) async throws -> SessionStatus {
-        try await status(of: try group(name))
+        markingLock(try await status(of: try group(name)))
     }
 
     /// The headers that authenticate `request`, refreshing the access token first when it is
@@ -194,9 +198,11 @@ public actor Broker {
     public func sign(_ request: SignRequest) async throws -> SignResponse {
         let config = try group(request.group)
         let url = try request.validatedURL()
+        try requireUnlocked()
         var credential = try requireValid(try await credential(config.name), config.name)
         if credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
             credential = try await refreshed(config, credential)
+            try requireUnlocked() // locked while the refresh ran
         }
         let key = config.signing.needsKey ? try await signingKey(config) : nil
         var nonce: String?
@@ -221,11 +227,13 @@ public actor Broker {
         if config.signing.token == .dpop {
             throw BrokerError(.forbidden, "the tokens of \"\(config.name)\" are bound to msso's key (sign = \"dpop\"), so no other program can use them; have msso sign each request (`msso sign`)")
         }
+        try requireUnlocked()
         var credential = try requireValid(try await credential(config.name), config.name)
         let renewing = renew && now() - (groups[config.name]?.renewedAt ?? 0) >= 10
         if renewing { groups[config.name]?.renewedAt = now() }
         if renewing || credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
             credential = try await refreshed(config, credential)
+            try requireUnlocked() // locked while the refresh ran
         }
         let header: String
         switch config.signing.token {
@@ -240,6 +248,7 @@ public actor Broker {
     public func key(_ name: String?, rotate: Bool) async throws -> KeyDescription {
         let config = try group(name)
         if rotate {
+            try requireUnlocked()
             guard let keys else { throw BrokerError(.internal, "this broker has no key store") }
             let fresh = SigningKey.generate(config.keyKind)
             try await exclusively(config.name) {

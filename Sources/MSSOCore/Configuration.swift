@@ -204,6 +204,9 @@ public struct Configuration: Equatable, Sendable {
                         throw fail(value.line, key, "expected \"p-256\" or \"ed25519\", got \"\(text)\"")
                     }
                     group.keyKind = kind
+                case "notifications":
+                    guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
+                    group.notifications = on
                 default:
                     throw fail(value.line, key, "unknown key in group \"\(name)\"")
                 }

@@ -95,6 +95,9 @@ public struct GroupConfig: Equatable, Sendable {
     /// Whether the administrator defined the group (in a root-owned file). Only such a group is
     /// given a password at session start: its issuer is one the user could not have chosen.
     public var admin = true
+    /// Whether mssod shows desktop notifications for the group (`Expiring`, `Expired`) when a
+    /// notification server is on the session bus.
+    public var notifications = true
 
     public init(name: String, issuer: String, clientID: String) {
         self.name = name

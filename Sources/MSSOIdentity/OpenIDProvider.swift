@@ -272,15 +272,20 @@ public final class OpenIDProvider: IdentityProvider {
     private func discover(_ group: GroupConfig) async throws(BrokerError) -> IdPEndpoints {
         let now = Date().timeIntervalSince1970
         if let known = discoveries.withLock({ $0[group.issuer] }), now - known.fetched < Self.discoveryLifetime { return known.endpoints }
+        let endpoints = try await fetchDiscovery(group)
+        discoveries.withLock { $0[group.issuer] = (endpoints, now) }
+        return endpoints
+    }
+
+    /// The group's discovery document, fetched now and checked (no cache).
+    func fetchDiscovery(_ group: GroupConfig) async throws(BrokerError) -> IdPEndpoints {
         let url = URL(string: group.issuer.hasSuffix("/") ? group.issuer + ".well-known/openid-configuration"
                                                         : group.issuer + "/.well-known/openid-configuration")!
         let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil)
         guard answer.status == 200 else {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" has no usable OpenID configuration at \(url.absoluteString) (HTTP \(answer.status)); check `issuer` in the config")
         }
-        let endpoints = try IdPEndpoints(discovery: Data(answer.body.readableBytesView), group: group)
-        discoveries.withLock { $0[group.issuer] = (endpoints, now) }
-        return endpoints
+        return try IdPEndpoints(discovery: Data(answer.body.readableBytesView), group: group)
     }
 
     // MARK: Helpers

@@ -72,7 +72,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
     }
 
     /// Runs one shim call on the keyring queue with a cancellable that fires after `timeout`.
-    private func call(
+    func call(
         _ body: @escaping @Sendable (UnsafeMutablePointer<GCancellable>?, inout UnsafeMutablePointer<CChar>?) -> (msso_secret_result, String?)
     ) async -> (msso_secret_result, String?, String?) {
         let queued = Date()
@@ -111,7 +111,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         return (result, secret, text)
     }
 
-    private func check(_ result: msso_secret_result, _ message: String?, doing what: String) throws(BrokerError) {
+    func check(_ result: msso_secret_result, _ message: String?, doing what: String) throws(BrokerError) {
         switch result {
         case MSSO_SECRET_OK, MSSO_SECRET_ABSENT:
             return

@@ -25,6 +25,9 @@ public struct ErrorName: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let keyringLocked = ErrorName(rawValue: "KeyringLocked")
     /// No Secret Service answered on the session bus (or it did not answer in time).
     public static let keyringUnavailable = ErrorName(rawValue: "KeyringUnavailable")
+    /// The broker is locked (`msso lock`): nothing signs or hands out a token until `msso unlock`.
+    /// Also the answer to a wrong or paused `unlock`, and to `lock` when already locked.
+    public static let locked = ErrorName(rawValue: "Locked")
     /// The identity provider could not be reached, or answered with an unexpected error.
     public static let idpUnavailable = ErrorName(rawValue: "IdPUnavailable")
     /// The identity provider refused the username or password.

@@ -61,10 +61,13 @@ public enum CallArguments: Sendable {
     case apps(Methods.Apps.Arguments)
     case audit(Methods.Audit.Arguments)
     case keys(Methods.Keys.Arguments)
+    case lock(Methods.Lock.Arguments)
+    case unlock(Methods.Unlock.Arguments)
+    case diagnose(Methods.Diagnose.Arguments)
 
     /// The method names, as on the wire.
     public enum Kind: String, Sendable, CaseIterable {
-        case hello, ping, login, extend, logout, status, check, sign, token, subscribe, apps, audit, keys
+        case hello, ping, login, extend, logout, status, check, sign, token, subscribe, apps, audit, keys, lock, unlock, diagnose
     }
 
     init(_ kind: Kind, from decoder: Decoder) throws {
@@ -82,6 +85,9 @@ public enum CallArguments: Sendable {
         case .apps: self = .apps(try .init(from: decoder))
         case .audit: self = .audit(try .init(from: decoder))
         case .keys: self = .keys(try .init(from: decoder))
+        case .lock: self = .lock(try .init(from: decoder))
+        case .unlock: self = .unlock(try .init(from: decoder))
+        case .diagnose: self = .diagnose(try .init(from: decoder))
         }
     }
 }

@@ -109,7 +109,15 @@ public enum Methods {
         public typealias Arguments = GroupArguments
         public struct Result: Codable, Sendable, Equatable {
             public var groups: [SessionStatus]
-            public init(groups: [SessionStatus]) { self.groups = groups }
+            /// True while the broker is locked (`lock`); absent otherwise.
+            public var locked: Bool?
+            /// When the lock took effect.
+            public var lockedAt: Double?
+            public init(groups: [SessionStatus], locked: Bool? = nil, lockedAt: Double? = nil) {
+                self.groups = groups
+                self.locked = locked
+                self.lockedAt = lockedAt
+            }
         }
     }
 

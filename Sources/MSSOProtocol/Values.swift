@@ -88,6 +88,9 @@ public struct SessionStatus: Codable, Sendable, Equatable {
     /// Whether the administrator defined the group (so the session-start module may give it the
     /// login password); false for a group of the user's own configuration.
     public var admin: Bool?
+    /// True while the broker is locked (`lock`): the session may be valid, but nothing signs
+    /// until `unlock`. Absent otherwise.
+    public var locked: Bool?
 
     public init(group: String, state: State, issuer: String? = nil, username: String? = nil,
                 loggedInAt: Double? = nil, sessionExpiresAt: Double? = nil, sessionMaxAt: Double? = nil,

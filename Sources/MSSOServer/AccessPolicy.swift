@@ -41,7 +41,7 @@ public struct AccessPolicy: Sendable {
     static let forRoot: Set<String> = [Methods.Hello.name, Methods.Ping.name, Methods.Status.name, Methods.Check.name,
                                        Methods.Login.name, Methods.Logout.name]
     /// Rotating keys is management; reading a public key is not, but apps have no use for it.
-    static let forOwnToolsOnly: Set<String> = [Methods.Apps.name, Methods.Audit.name, Methods.Keys.name]
+    static let forOwnToolsOnly: Set<String> = [Methods.Apps.name, Methods.Audit.name, Methods.Keys.name, Methods.Diagnose.name]
 
     /// Throws `Forbidden` when the caller's role may not call `method` at all.
     public func authorize(_ method: String, role: Role) throws(BrokerError) {

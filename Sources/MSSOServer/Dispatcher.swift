@@ -149,10 +149,10 @@ final class Dispatcher: Sendable {
         case .status(let args):
             if args.group != nil || role != .app {
                 let name = try args.group.map { try resolve($0, Methods.Status.name, caller, into: &group).name }
-                return reply(Methods.Status.Result(groups: try await broker.status(name)))
+                return reply(await statusResult(try await broker.status(name)))
             }
             let mine = caller.usableGroups(rules.configuration)
-            return reply(Methods.Status.Result(groups: try await broker.status(nil).filter { mine.contains($0.group) }))
+            return reply(await statusResult(try await broker.status(nil).filter { mine.contains($0.group) }))
         case .check(let args):
             return reply(try await broker.check(try resolve(args.group, Methods.Check.name, caller, into: &group).name))
         case .subscribe(let args):
@@ -176,6 +176,14 @@ final class Dispatcher: Sendable {
         case .keys(let args):
             let name = try resolve(args.group, Methods.Keys.name, caller, into: &group).name
             return reply(try await broker.key(name, rotate: args.rotate ?? false))
+        case .lock(let args):
+            try authorizeLocking(caller, Methods.Lock.name)
+            return reply(try await broker.lock(passphrase: args.passphrase))
+        case .unlock(let args):
+            try authorizeLocking(caller, Methods.Unlock.name)
+            return reply(try await broker.unlock(passphrase: args.passphrase))
+        case .diagnose:
+            return reply(await diagnosis(caller))
         }
     }
 

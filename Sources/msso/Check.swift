@@ -7,7 +7,7 @@ struct Check: ParsableCommand {
         abstract: "Tell, by exit status, whether the group's SSO session is valid.",
         discussion: """
             Exit status: 0 valid, 1 expired, 2 not logged in, 3 broker unreachable, 4 keyring \
-            locked or unavailable (the full table is in `msso --help`).
+            locked or unavailable, 8 valid but msso is locked (the full table is in `msso --help`).
             """)
 
     @OptionGroup var options: CommonOptions
@@ -22,6 +22,7 @@ struct Check: ParsableCommand {
             let status = try broker.call(Methods.Check.self, GroupArguments(group: options.group))
             if options.json { Output.json(status) } else if !quiet { print(Output.line(status)) }
             switch status.state {
+            case .valid where status.locked == true: throw ExitCode(ExitStatus.locked.rawValue)
             case .valid: return
             case .expired: throw ExitCode(ExitStatus.expired.rawValue)
             case .notLoggedIn: throw ExitCode(ExitStatus.notLoggedIn.rawValue)

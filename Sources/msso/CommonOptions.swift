@@ -106,6 +106,11 @@ enum Output {
 
     /// One line describing a group's session, in the user's words.
     static func line(_ status: SessionStatus) -> String {
+        let text = sessionLine(status)
+        return status.locked == true ? text + " (msso is locked: run `msso unlock`)" : text
+    }
+
+    private static func sessionLine(_ status: SessionStatus) -> String {
         switch status.state {
         case .valid:
             let user = status.username.map { " as \($0)" } ?? ""

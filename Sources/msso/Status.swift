@@ -3,16 +3,22 @@ import MSSOClient
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "status",abstract: "Show the SSO session of every group (or one).")
+        commandName: "status", abstract: "Show the SSO session of every group (or one).")
 
     @OptionGroup var options: CommonOptions
 
     func run() throws {
         try options.run { broker in
-            let groups = try broker.call(Methods.Status.self, GroupArguments(group: options.group)).groups
+            let result = try broker.call(Methods.Status.self, GroupArguments(group: options.group))
+            let groups = result.groups
             if options.json {
-                Output.json(Methods.Status.Result(groups: groups))
-            } else if groups.isEmpty {
+                Output.json(result)
+                return
+            }
+            if result.locked == true {
+                print("msso is locked since \(Output.when(result.lockedAt)): nothing signs until `msso unlock`.")
+            }
+            if groups.isEmpty {
                 print("No access group is configured.")
             } else {
                 groups.forEach { print(Output.line($0)) }

@@ -4,6 +4,7 @@ import Glibc
 import Logging
 import MSSOAudit
 import MSSOCore
+import MSSODesktop
 import MSSOIdentity
 import MSSOKeyring
 import MSSOProtocol
@@ -41,6 +42,9 @@ struct Daemon: AsyncParsableCommand {
 
     @Option(help: "Seconds after which a connection with nothing going on is closed (subscribers are exempt).")
     var idleTimeout: Double = 600
+
+    @Flag(inversion: .prefixedNo, help: "Show desktop notifications (Expiring, Expired) when a notification server is on the session bus.")
+    var notifications = true
 
     @Option(help: "Connections at once.")
     var maxConnections = 1024
@@ -104,8 +108,10 @@ struct Daemon: AsyncParsableCommand {
                 logger.error("configuration not reloaded: \(error)")
             }
         }
+        let notifier = notifications ? await DesktopNotifier.start(broker: broker, logger: logger, environment: environment) : nil
         await broker.preload()
         await signals.termination()
+        withExtendedLifetime(notifier) {}
         logger.info("shutting down")
         await server.close()
         await broker.shutdown()

@@ -1,0 +1,60 @@
+import FoundationEssentials
+import MSSOProtocol
+
+/// A store that can say whether it is usable without reading an item or prompting the user:
+/// for `msso doctor`.
+public protocol KeyringProbe: Sendable {
+    /// Nil when the keyring is there and unlocked; else `KeyringLocked` or `KeyringUnavailable`
+    /// with a sentence saying what to do. Bounded in time like every store call.
+    func probe() async -> BrokerError?
+}
+
+/// An identity provider whose discovery can be fetched afresh, bypassing any cache: for `msso doctor`.
+public protocol DiscoveryProbe: Sendable {
+    /// Nil when the group's discovery document answers and is valid; else why not.
+    func probeDiscovery(_ group: GroupConfig) async -> BrokerError?
+}
+
+extension Broker {
+    /// The daemon's checks for `msso doctor`, except the caller's registrations (the server's):
+    /// the keyring; the configuration files read again now (with `environment`, the daemon's);
+    /// each group's discovery, all groups at once, each timed.
+    public func diagnose(environment: [String: String]) async -> (keyring: Finding, configuration: Finding, changed: Bool,
+                                                                  warnings: [String], discovery: [DiscoveryCheck]) {
+        let inForce = configuration
+        async let keyring = (store as? any KeyringProbe)?.probe()
+        var configuration = Finding.fine
+        var changed = false
+        var warnings: [String] = []
+        do {
+            let fresh = try Configuration.load(environment: environment)
+            changed = fresh.groups != inForce.groups || fresh.policy != inForce.policy
+            warnings = fresh.warnings
+        } catch let error as ConfigError {
+            configuration = Finding(BrokerError(.configInvalid, "\(error); fix it, then reload mssod (`systemctl --user reload msso`, or send it SIGHUP): until then it keeps the configuration it read before"))
+        } catch {
+            configuration = Finding(BrokerError(.configInvalid, "the configuration could not be read: \(error)"))
+        }
+        let probe = identity as? any DiscoveryProbe
+        let clock = ContinuousClock()
+        let discovery = await withTaskGroup(of: DiscoveryCheck.self) { tasks in
+            for config in inForce.groups.values {
+                tasks.addTask {
+                    let start = clock.now
+                    let failure = await probe?.probeDiscovery(config)
+                        ?? (probe == nil ? BrokerError(.internal, "this broker cannot probe identity providers") : nil)
+                    let elapsed = start.duration(to: clock.now)
+                    let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                    return DiscoveryCheck(group: config.name, issuer: config.issuer, seconds: seconds, failure: failure)
+                }
+            }
+            var checks: [DiscoveryCheck] = []
+            for await check in tasks { checks.append(check) }
+            return checks.sorted { $0.group < $1.group }
+        }
+        let keyringFailure = await keyring
+        let keyringFinding = keyringFailure.map(Finding.init) ?? (store is any KeyringProbe ? .fine
+            : Finding(BrokerError(.internal, "this broker's store cannot be probed")))
+        return (keyringFinding, configuration, changed, warnings, discovery)
+    }
+}

@@ -1,0 +1,178 @@
+import CDesktopBus
+import Dispatch
+import FoundationEssentials
+import Glibc
+import Logging
+import MSSOCore
+import MSSOProtocol
+
+/// Desktop notifications (freedesktop Notifications, on the session bus) for what the user must
+/// act on: `Expiring` ("SSO for G ends in N min", action **Extend**) and `Expired` (including a
+/// refresh the IdP refused: "Log in again", action **Log in**, a browser login when there is a
+/// display and `xdg-open`, else a device login whose code is shown in the same notification).
+///
+/// It is a subscriber like any app's connection. One notification per group, replaced (never
+/// stacked), closed when the session is extended, logged in or out. Nothing is shown, and
+/// nothing fails, when no notification server answers. The text holds group names, times,
+/// and a device login's address and code: never a token.
+public final class DesktopNotifier: SignalSink, @unchecked Sendable {
+    enum Action: String { case extend, login }
+
+    private let bus: OpaquePointer
+    private let broker: Broker
+    private let logger: Logger
+    private let browser: Bool
+    /// Confines `shown` and `loggingIn`, and runs the (blocking, bounded) bus calls.
+    private let queue = DispatchQueue(label: "msso.notifications")
+    private var shown: [String: (id: UInt32, action: Action)] = [:]
+    private var loggingIn: Set<String> = []
+
+    /// How long a bus call may take: a hung notification server must not hold anything up.
+    static let callTimeout: Int32 = 2000
+
+    private init(bus: OpaquePointer, broker: Broker, logger: Logger, browser: Bool) {
+        self.bus = bus
+        self.broker = broker
+        self.logger = logger
+        self.browser = browser
+    }
+
+    /// Starts listening for the notification server's actions and subscribes to every configured
+    /// group; nil when there is no session bus.
+    public static func start(broker: Broker, logger: Logger, environment: [String: String]) async -> DesktopNotifier? {
+        guard let bus = msso_bus_session() else {
+            logger.info("no session bus: no desktop notifications")
+            return nil
+        }
+        let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
+        let notifier = DesktopNotifier(bus: bus, broker: broker, logger: logger, browser: display && access("/usr/bin/xdg-open", X_OK) == 0)
+        var thread = pthread_t()
+        let started = pthread_create(&thread, nil, { context in
+            let notifier = Unmanaged<DesktopNotifier>.fromOpaque(context!).takeRetainedValue()
+            msso_listen_for_actions(notifier.bus, { id, action, context in
+                guard let action, let context else { return }
+                Unmanaged<DesktopNotifier>.fromOpaque(context).takeUnretainedValue().invoked(id, String(cString: action))
+            }, Unmanaged.passUnretained(notifier).toOpaque())
+            return nil
+        }, Unmanaged.passRetained(notifier).toOpaque())
+        guard started == 0 else { return nil }
+        pthread_detach(thread)
+        _ = try? await broker.subscribe(notifier, groups: nil)
+        return notifier
+    }
+
+    // MARK: Signals in
+
+    public func deliver(_ signal: Signal) {
+        guard let config = broker.configuration.groups[signal.group], config.notifications else { return }
+        let group = signal.group
+        switch signal.signal {
+        case .expiring:
+            let left = max(1, Int((((signal.status?.sessionExpiresAt ?? 0) - Date().timeIntervalSince1970) / 60).rounded(.up)))
+            show(group, summary: "SSO for \(group) ends in \(left) min",
+                 body: "Extend it to keep your apps signed in.", action: .extend, label: "Extend")
+        case .expired:
+            show(group, summary: "Log in again", body: "Your SSO session for \(group) has ended.", action: .login, label: "Log in")
+        case .extended, .loggedIn, .loggedOut:
+            queue.async { [self] in
+                guard let current = shown.removeValue(forKey: group) else { return }
+                msso_notify_close(bus, current.id, Self.callTimeout)
+            }
+        case .devicePrompt, .browserPrompt:
+            break
+        }
+    }
+
+    // MARK: Notifications out
+
+    /// Shows the group's notification, replacing the one it has. `action` is offered as a button
+    /// and as the default (a click on the notification).
+    private func show(_ group: String, summary: String, body: String, action: Action?, label: String = "") {
+        queue.async { [self] in
+            let replaces = shown[group]?.id ?? 0
+            let keys = action.map { [$0.rawValue, label, "default", label] } ?? []
+            var pointers = keys.map { strdup($0) } + [nil]
+            defer { pointers.forEach { free($0) } }
+            let id = pointers.withUnsafeMutableBufferPointer { buffer in
+                buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) {
+                    msso_notify(bus, replaces, summary, body, $0, 0, Self.callTimeout)
+                }
+            }
+            guard id != 0 else {
+                logger.debug("no notification server answered", metadata: ["group": "\(group)"])
+                return
+            }
+            shown[group] = (id, action ?? .login)
+            if action == nil { shown[group] = (id, .login) } // a prompt: clicking it starts nothing new
+        }
+    }
+
+    // MARK: Actions in
+
+    /// The server says the user chose `action` on notification `id` (on the listener's thread).
+    private func invoked(_ id: UInt32, _ key: String) {
+        queue.async { [self] in
+            guard let (group, entry) = shown.first(where: { $0.value.id == id }) else { return }
+            let action = key == "default" ? entry.action : Action(rawValue: key)
+            switch action {
+            case .extend?:
+                Task { await self.extend(group) }
+            case .login?:
+                guard loggingIn.insert(group).inserted else { return }
+                Task {
+                    await self.login(group)
+                    self.queue.async { self.loggingIn.remove(group) }
+                }
+            case nil:
+                return
+            }
+        }
+    }
+
+    private func extend(_ group: String) async {
+        do {
+            _ = try await broker.extend(group)
+            logger.info("extended from a notification", metadata: ["group": "\(group)"])
+        } catch let error as BrokerError {
+            logger.warning("extend from a notification failed", metadata: ["group": "\(group)", "error": "\(error.name)"])
+            if error.name == .expired {
+                show(group, summary: "Log in again", body: "Your SSO session for \(group) has ended.", action: .login, label: "Log in")
+            }
+        } catch {}
+    }
+
+    private func login(_ group: String) async {
+        let flow: LoginFlow = browser ? .browser : .device
+        do {
+            _ = try await broker.login(LoginArguments(group: group, flow: flow)) { [self] prompt in
+                switch prompt {
+                case .device(let device):
+                    show(group, summary: "Log in to SSO for \(group)",
+                         body: "Open \(device.verificationURIComplete ?? device.verificationURI) and enter the code \(device.userCode).", action: nil)
+                case .browser(let browser):
+                    Self.open(browser.url)
+                }
+            }
+            logger.info("logged in from a notification", metadata: ["group": "\(group)", "flow": "\(flow.rawValue)"])
+        } catch let error as BrokerError {
+            logger.warning("login from a notification failed", metadata: ["group": "\(group)", "error": "\(error.name)"])
+            show(group, summary: "Log in again", body: "The login for \(group) did not finish: \(error.message)", action: .login, label: "Log in")
+        } catch {}
+    }
+
+    /// Opens a URL in the desktop's browser (`xdg-open`, output discarded).
+    private static func open(_ url: String) {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        var pid = pid_t()
+        let argv = ["/usr/bin/xdg-open", url].map { (text: String) in strdup(text) } + [nil]
+        defer { argv.forEach { free($0) } }
+        if posix_spawn(&pid, "/usr/bin/xdg-open", &actions, nil, argv, environ) == 0 {
+            let child = pid
+            DispatchQueue.global().async { _ = waitpid(child, nil, 0) } // reap it
+        }
+    }
+}

@@ -1,0 +1,82 @@
+extension Methods {
+    /// What `msso doctor` asks the daemon: the checks only the daemon can make (its keyring, its
+    /// configuration files read again now, each group's IdP discovery, and the caller's
+    /// registrations). The user's tools only.
+    public enum Diagnose: BrokerMethod {
+        public static let name = "diagnose"
+        public typealias Arguments = Empty
+        public typealias Result = Diagnosis
+    }
+}
+
+/// The outcome of one check: fine, or the error a verb would meet and its sentence.
+public struct Finding: Codable, Sendable, Equatable {
+    public var ok: Bool
+    /// The error name a verb would get (absent when ok).
+    public var error: ErrorName?
+    /// A sentence for the user: what is wrong and what to do (absent when ok).
+    public var message: String?
+
+    public init(ok: Bool, error: ErrorName? = nil, message: String? = nil) {
+        self.ok = ok
+        self.error = error
+        self.message = message
+    }
+
+    public static let fine = Finding(ok: true)
+    public init(_ failure: BrokerError) { self.init(ok: false, error: failure.name, message: failure.message) }
+}
+
+/// One group's OpenID Connect discovery, fetched afresh (not from the daemon's cache).
+public struct DiscoveryCheck: Codable, Sendable, Equatable {
+    public var group: String
+    public var issuer: String
+    public var ok: Bool
+    /// How long the fetch took (or until it failed).
+    public var seconds: Double
+    public var error: ErrorName?
+    public var message: String?
+
+    public init(group: String, issuer: String, seconds: Double, failure: BrokerError?) {
+        self.group = group
+        self.issuer = issuer
+        self.seconds = seconds
+        ok = failure == nil
+        error = failure?.name
+        message = failure?.message
+    }
+}
+
+/// The daemon's side of `msso doctor`.
+public struct Diagnosis: Codable, Sendable, Equatable {
+    /// The Secret Service and its default collection: present and unlocked.
+    public var keyring: Finding
+    /// The configuration files, read again now: whether they parse (``Finding/message`` names the
+    /// file, line and key when not).
+    public var configuration: Finding
+    /// Whether the files, as they read now, differ from the configuration in force (a reload,
+    /// SIGHUP, is needed). False when they do not parse.
+    public var configurationChanged: Bool
+    /// What was ignored while reading (admin files not root's, user groups shadowing the admin's).
+    public var configurationWarnings: [String]
+    /// The configured access groups (in force).
+    public var groups: [String]
+    /// Each group's discovery, in group order.
+    public var discovery: [DiscoveryCheck]
+    /// How the daemon sees the caller; `groups` are those it is registered for (needed for
+    /// `sign` and `token`, even by the user's own tools).
+    public var caller: CallerDescription
+    public var locked: Bool
+
+    public init(keyring: Finding, configuration: Finding, configurationChanged: Bool, configurationWarnings: [String],
+                groups: [String], discovery: [DiscoveryCheck], caller: CallerDescription, locked: Bool) {
+        self.keyring = keyring
+        self.configuration = configuration
+        self.configurationChanged = configurationChanged
+        self.configurationWarnings = configurationWarnings
+        self.groups = groups
+        self.discovery = discovery
+        self.caller = caller
+        self.locked = locked
+    }
+}
