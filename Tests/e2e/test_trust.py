@@ -756,10 +756,14 @@ FINISH = """
 import os, socket, sys
 s = socket.socket(fileno=int(sys.argv[1]))
 s.sendall(bytes.fromhex(sys.argv[2]))
+sys.stdin.read()  # alive until its call is answered: a sender that is gone is refused
 """
 os.set_inheritable(s.fileno(), True)
-__import__("subprocess").run([registered, "-c", FINISH, str(s.fileno()), whole[cut:].hex() + sys.argv[4]], close_fds=False, check=True)
+finisher = __import__("subprocess").Popen([registered, "-c", FINISH, str(s.fileno()), whole[cut:].hex() + sys.argv[4]],
+                                          close_fds=False, stdin=__import__("subprocess").PIPE)
 replies = [receive(s), receive(s)]
+finisher.stdin.close()
+finisher.wait()
 say({"replies": replies})
 '''
 
@@ -802,11 +806,13 @@ FINISH = """
 import os, socket, sys
 s = socket.socket(fileno=int(sys.argv[1]))
 s.sendall(bytes.fromhex(sys.argv[2]))
+sys.stdin.read()  # alive until its call is answered: a sender that is gone is refused
 """
 for _ in range(50):
     with open("/proc/sys/kernel/ns_last_pid", "w") as last:
         last.write(str(writer - 1))
-    child = subprocess.Popen([registered, "-c", FINISH, str(s.fileno()), whole[cut:].hex() + own], pass_fds=[s.fileno()])
+    child = subprocess.Popen([registered, "-c", FINISH, str(s.fileno()), whole[cut:].hex() + own], pass_fds=[s.fileno()],
+                             stdin=subprocess.PIPE)
     if child.pid == writer:
         break
     child.kill()
@@ -814,8 +820,10 @@ for _ in range(50):
 else:
     say({"error": f"pid {writer} could not be had again"})
     sys.exit()
+replies = [receive(s), receive(s)]
+child.stdin.close()
 child.wait()
-say({"writer": writer, "finisher": child.pid, "replies": [receive(s), receive(s)]})
+say({"writer": writer, "finisher": child.pid, "replies": replies})
 '''
 
 
