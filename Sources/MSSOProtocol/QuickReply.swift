@@ -244,7 +244,8 @@ public protocol QuickDecodable {
 
 extension Methods.Hello.Result: QuickDecodable {
     public init?(quick value: JSONValue) {
-        guard let version = value["version"]?.number, let exact = Int(exactly: version), let daemon = value["daemon"]?.string,
+        guard value.hasOnly(["version", "daemon", "peer"]), value["peer"]?.hasOnly(["uid", "pid", "executable"]) == true,
+              let version = value["version"]?.number, let exact = Int(exactly: version), let daemon = value["daemon"]?.string,
               let peer = value["peer"], let uid = peer["uid"]?.number.flatMap({ UInt32(exactly: $0) }),
               let pid = peer["pid"]?.number.flatMap({ Int32(exactly: $0) }) else { return nil }
         let executable = peer["executable"]
@@ -253,8 +254,19 @@ extension Methods.Hello.Result: QuickDecodable {
     }
 }
 
+extension JSONValue {
+    /// Whether this is an object with no key outside `known`. A reader that meets a key it does not
+    /// know (a field added since) gives up, so `JSONDecoder` reads it and nothing is dropped.
+    func hasOnly(_ known: Set<String>) -> Bool {
+        guard case .object(let members) = self else { return false }
+        return members.keys.allSatisfy(known.contains)
+    }
+}
+
 extension SessionStatus: QuickDecodable {
     public init?(quick value: JSONValue) {
+        guard value.hasOnly(["group", "state", "issuer", "username", "loggedInAt", "sessionExpiresAt", "sessionMaxAt",
+                             "accessTokenExpiresAt", "admin", "locked"]) else { return nil }
         guard let group = value["group"]?.string, let state = value["state"]?.string.flatMap(State.init(rawValue:)) else { return nil }
         func text(_ key: String) -> String?? {
             switch value[key] { case nil, .null?: return .some(nil); case .string(let s)?: return s; default: return nil }
@@ -265,20 +277,19 @@ extension SessionStatus: QuickDecodable {
         guard let issuer = text("issuer"), let username = text("username"), let loggedInAt = time("loggedInAt"),
               let sessionExpiresAt = time("sessionExpiresAt"), let sessionMaxAt = time("sessionMaxAt"),
               let accessTokenExpiresAt = time("accessTokenExpiresAt") else { return nil }
-        var admin: Bool?
-        switch value["admin"] {
-        case nil, .null?: admin = nil
-        case .bool(let flag)?: admin = flag
-        default: return nil
+        func flag(_ key: String) -> Bool?? {
+            switch value[key] { case nil, .null?: return .some(nil); case .bool(let b)?: return b; default: return nil }
         }
+        guard let admin = flag("admin"), let locked = flag("locked") else { return nil }
         self.init(group: group, state: state, issuer: issuer, username: username, loggedInAt: loggedInAt,
                   sessionExpiresAt: sessionExpiresAt, sessionMaxAt: sessionMaxAt, accessTokenExpiresAt: accessTokenExpiresAt, admin: admin)
+        self.locked = locked
     }
 }
 
 extension SignResponse: QuickDecodable {
     public init?(quick value: JSONValue) {
-        guard case .array(let list)? = value["headers"] else { return nil }
+        guard value.hasOnly(["headers"]), case .array(let list)? = value["headers"] else { return nil }
         var headers: [Header] = []
         for item in list {
             guard case .array(let pair) = item, pair.count == 2, let name = pair[0].string, let text = pair[1].string else { return nil }
@@ -290,7 +301,7 @@ extension SignResponse: QuickDecodable {
 
 extension Methods.Token.Result: QuickDecodable {
     public init?(quick value: JSONValue) {
-        guard let token = value["accessToken"]?.string, let expiresAt = value["expiresAt"]?.number,
+        guard value.hasOnly(["accessToken", "expiresAt", "header"]), let token = value["accessToken"]?.string, let expiresAt = value["expiresAt"]?.number,
               let header = value["header"]?.string else { return nil }
         self.init(accessToken: token, expiresAt: expiresAt, header: header)
     }

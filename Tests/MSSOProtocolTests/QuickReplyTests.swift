@@ -29,6 +29,8 @@ final class QuickReplyTests: XCTestCase {
     static let replies: [String] = [
         #"{"type":"reply","serial":2,"result":{"group":"com.example.suite","state":"valid","issuer":"http://127.0.0.1:9/api/oidc","username":"alice","loggedInAt":1795000000.25,"sessionExpiresAt":1795001800,"sessionMaxAt":1795043200,"accessTokenExpiresAt":1795000300,"admin":true}}"#,
         #"{"type":"reply","serial":2,"result":{"group":"g","state":"notLoggedIn","admin":false}}"#,
+        #"{"type":"reply","serial":2,"result":{"group":"g","state":"valid","sessionExpiresAt":1795001800,"locked":true}}"#,
+        #"{"type":"reply","serial":2,"result":{"group":"g","state":"valid","fieldOfTomorrow":1}}"#,
         #"{"type":"reply","serial":2,"result":{"headers":[["Authorization","Bearer eyJ0.a-b_c"],["DPoP","x\/y"]]}}"#,
         #"{"type":"reply","serial":2,"result":{"accessToken":"t","expiresAt":1795000300.5,"header":"Bearer"}}"#,
         #"{"type":"error","serial":2,"error":"NotEntitled","message":"\"msso\" is not registered\nfor g"}"#,
@@ -70,6 +72,13 @@ final class QuickReplyTests: XCTestCase {
             }
         }
         XCTAssertGreaterThan(read, 2000)
+    }
+
+    func testAResultWithAFieldItDoesNotKnowIsLeftToJSONDecoder() throws {
+        let known = try XCTUnwrap(Array(#"{"group":"g","state":"valid","locked":true}"#.utf8).withUnsafeBytes { JSONValue.parse($0) })
+        XCTAssertEqual(Methods.Check.quickResult(known)?.locked, true)
+        let newer = try XCTUnwrap(Array(#"{"group":"g","state":"valid","fieldOfTomorrow":1}"#.utf8).withUnsafeBytes { JSONValue.parse($0) })
+        XCTAssertNil(Methods.Check.quickResult(newer))
     }
 }
 
