@@ -32,6 +32,30 @@ public enum AdminFiles {
         case contents(Data?)
     }
 
+    /// A configuration file's text: the administrator's read through ``read(_:maximumSize:)`` (a
+    /// file that is not really the administrator's goes to `warnings`), the user's as it is. Nil
+    /// when there is nothing to read; throws when the file is there but is not UTF-8 text of at
+    /// most `maximumSize` bytes.
+    static func text(of path: String, admin: Bool, maximumSize: Int, warnings: inout [String]) throws -> String? {
+        let data: Data?
+        if admin {
+            switch read(path, maximumSize: maximumSize) {
+            case .missing: return nil
+            case .refused(let problem):
+                warnings.append(problem)
+                return nil
+            case .contents(let bytes): data = bytes
+            }
+        } else {
+            guard FileManager.default.fileExists(atPath: path) else { return nil }
+            data = FileManager.default.contents(atPath: path)
+        }
+        guard let data, data.count <= maximumSize, let text = String(data: data, encoding: .utf8) else {
+            throw ConfigError(file: path, line: nil, key: nil, problem: "cannot be read as UTF-8 text of at most \(maximumSize / 1024) KiB")
+        }
+        return text
+    }
+
     /// Reads `path` if it is the administrator's: through its resolved path, the very one checked,
     /// opened without following a link, and checked again on the open file.
     public static func read(_ path: String, maximumSize: Int) -> Read {

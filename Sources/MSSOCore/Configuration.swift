@@ -77,23 +77,7 @@ public struct Configuration: Equatable, Sendable {
         var policy = Policy()
         var warnings: [String] = []
         for (path, admin) in searchPath(environment: environment) {
-            let data: Data?
-            if admin {
-                switch AdminFiles.read(path, maximumSize: maximumFileSize) {
-                case .missing: continue
-                case .refused(let problem):
-                    warnings.append(problem)
-                    continue
-                case .contents(let bytes): data = bytes
-                }
-            } else {
-                guard FileManager.default.fileExists(atPath: path) else { continue }
-                data = FileManager.default.contents(atPath: path)
-            }
-            guard let data, data.count <= maximumFileSize,
-                  let text = String(data: data, encoding: .utf8) else {
-                throw ConfigError(file: path, line: nil, key: nil, problem: "cannot be read as UTF-8 text of at most \(maximumFileSize / 1024) KiB")
-            }
+            guard let text = try AdminFiles.text(of: path, admin: admin, maximumSize: maximumFileSize, warnings: &warnings) else { continue }
             let (fileGroups, filePolicy) = try parseFile(text, file: path, admin: admin)
             for group in fileGroups {
                 if !admin, let theirs = groups[group.name], theirs.admin {

@@ -101,24 +101,8 @@ public struct Entitlements: Sendable, Equatable {
         var seen = Set<String>()
         for name in names.sorted() where name.hasSuffix(".toml") {
             let path = directory + "/" + name
-            var data: Data?
-            if admin {
-                switch AdminFiles.read(path, maximumSize: maximumFileSize) {
-                case .missing: continue
-                case .refused(let problem):
-                    warnings.append(problem)
-                    continue
-                case .contents(let bytes): data = bytes
-                }
-            } else {
-                data = FileManager.default.contents(atPath: path)
-            }
             do {
-                guard let data, data.count <= maximumFileSize,
-                      let text = String(data: data, encoding: .utf8) else {
-                    throw ConfigError(file: path, line: nil, key: nil,
-                                      problem: "cannot be read as UTF-8 text of at most \(maximumFileSize / 1024) KiB")
-                }
+                guard let text = try AdminFiles.text(of: path, admin: admin, maximumSize: maximumFileSize, warnings: &warnings) else { continue }
                 let parsed = try parse(text, file: path, admin: admin)
                 if let duplicate = parsed.first(where: { seen.contains($0.name) }) {
                     throw ConfigError(file: path, line: nil, key: nil, problem: "app \"\(duplicate.name)\" is already defined in another file")

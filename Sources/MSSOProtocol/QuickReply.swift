@@ -186,17 +186,7 @@ extension ReplyWriter {
             case .string(let text): writer.string(text)
             case .number(let number): writer.number(number)
             case .bool(let flag): flag ? writer.raw("true") : writer.raw("false")
-            case .pairs(let headers):
-                writer.raw("[")
-                for (position, header) in headers.enumerated() {
-                    if position > 0 { writer.raw(",") }
-                    writer.raw("[")
-                    writer.string(header.name)
-                    writer.raw(",")
-                    writer.string(header.value)
-                    writer.raw("]")
-                }
-                writer.raw("]")
+            case .pairs(let headers): writer.headers(headers)
             }
         }
         writer.raw("}}")

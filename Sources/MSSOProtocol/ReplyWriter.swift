@@ -14,16 +14,9 @@ public struct ReplyWriter {
         var writer = ReplyWriter(capacity: 96 + headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 8 })
         writer.raw("{\"type\":\"reply\",\"serial\":")
         writer.number(serial)
-        writer.raw(",\"result\":{\"headers\":[")
-        for (index, header) in headers.enumerated() {
-            if index > 0 { writer.raw(",") }
-            writer.raw("[")
-            writer.string(header.name)
-            writer.raw(",")
-            writer.string(header.value)
-            writer.raw("]")
-        }
-        writer.raw("]}}")
+        writer.raw(",\"result\":{\"headers\":")
+        writer.headers(headers)
+        writer.raw("}}")
         return writer.frame(serial: serial)
     }
 
@@ -53,6 +46,20 @@ public struct ReplyWriter {
 
     mutating func raw(_ text: StaticString) {
         text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    /// `[[name,value],…]`
+    mutating func headers(_ headers: [Header]) {
+        raw("[")
+        for (index, header) in headers.enumerated() {
+            if index > 0 { raw(",") }
+            raw("[")
+            string(header.name)
+            raw(",")
+            string(header.value)
+            raw("]")
+        }
+        raw("]")
     }
 
     mutating func number(_ value: UInt32) {

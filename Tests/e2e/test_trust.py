@@ -989,17 +989,14 @@ os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 '''
 
 
-def test_a_call_written_just_before_an_exec_is_not_served_as_the_program_execd(bare, tmp_path):
-    """Attack: an unregistered process writes a sign call and at once execs a registered program
-    (the accomplice it forked reads the answer); the daemon reads the call only after the exec
-    (here it is stopped meanwhile; a busy daemon, or one whose reading of the connection is paused
-    by unread replies, gives the same order). Expected: no token: the process wrote `hello` on the
-    connection as the attacker, so a call from it as another program is refused."""
+def write_then_exec(bare, tmp_path, script_text):
+    """Runs an exec-race script (argv: socket group registered) as an unregistered program, with
+    the daemon stopped from "go" until the exec is done; returns the reply its accomplice read."""
     registered = python_copy(tmp_path, "registered-app")
     attacker = python_copy(tmp_path, "attacker")
     bare.register("registered", [registered], [GROUP])
     mssod = bare.process.pid
-    script = Attacker([attacker, "-c", SEND_THEN_EXEC, bare.socket, GROUP, registered])
+    script = Attacker([attacker, "-c", script_text, bare.socket, GROUP, registered])
     try:
         pid = script.line()["pid"]
         os.kill(mssod, signal.SIGSTOP)
@@ -1009,9 +1006,18 @@ def test_a_call_written_just_before_an_exec_is_not_served_as_the_program_execd(b
         finally:
             os.kill(mssod, signal.SIGCONT)
         script.tell("read")
-        reply = script.line()["reply"]
+        return script.line()["reply"]
     finally:
         script.end()
+
+
+def test_a_call_written_just_before_an_exec_is_not_served_as_the_program_execd(bare, tmp_path):
+    """Attack: an unregistered process writes a sign call and at once execs a registered program
+    (the accomplice it forked reads the answer); the daemon reads the call only after the exec
+    (here it is stopped meanwhile; a busy daemon, or one whose reading of the connection is paused
+    by unread replies, gives the same order). Expected: no token: the process wrote `hello` on the
+    connection as the attacker, so a call from it as another program is refused."""
+    reply = write_then_exec(bare, tmp_path, SEND_THEN_EXEC)
     assert not is_token(reply), "the attacker's call was served as the registered program"
 
 
@@ -1095,21 +1101,5 @@ def test_a_call_written_just_before_an_exec_by_a_process_never_seen_before(bare,
     """Attack: as above, but the attacker's child says hello, so the daemon has never read a byte
     from the process that writes the sign call and execs the registered program. Expected (not met;
     see docs/SECURITY.md): no token."""
-    registered = python_copy(tmp_path, "registered-app")
-    attacker = python_copy(tmp_path, "attacker")
-    bare.register("registered", [registered], [GROUP])
-    mssod = bare.process.pid
-    script = Attacker([attacker, "-c", SEND_THEN_EXEC_UNSEEN, bare.socket, GROUP, registered])
-    try:
-        pid = script.line()["pid"]
-        os.kill(mssod, signal.SIGSTOP)
-        try:
-            script.tell("go")
-            wait_for(lambda: os.readlink(f"/proc/{pid}/exe") == str(registered), what="the exec")
-        finally:
-            os.kill(mssod, signal.SIGCONT)
-        script.tell("read")
-        reply = script.line()["reply"]
-    finally:
-        script.end()
+    reply = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN)
     assert not is_token(reply), "the attacker's call was served as the registered program"
