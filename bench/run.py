@@ -9,6 +9,9 @@ mssod as a separate process):
 - (b) `ping` and (c) `sign` for each signing profile, from a Python client written from
   docs/PROTOCOL.md (JSON encode, frame, JSON decode: the work any client does) and from a C client
   that does no JSON work of its own (bench/load.c), which shows the server's own cost;
+- (a') the same floor plus the kernel work of per-call identity (`echo --identify`: recvmsg with
+  the sender's credentials and pidfd, its executable statx'ed, the pidfd checked and closed), what
+  every mssod call pays before any broker code runs (docs/SECURITY.md);
 - throughput with 1, 8 and 32 connections (C client);
 - mssod's RSS idle, logged in, and with 1,000 connections;
 - keyring calls (counted on the session bus) and tokens the IdP issued (counted in its database)
@@ -165,7 +168,7 @@ def main():
     # At the log level a user runs it at (the tests' broker logs every call at debug).
     broker = Broker(desktop, idp, groups=groups, args=["--idle-timeout", "3600"], start=False,
                     environment={"MSSO_LOG_LEVEL": "info"})
-    holders = []
+    servers, holders = [], []  # the floors' servers; the processes holding 1,000 connections
     try:
         broker.register("bench", [PYTHON, TOOLS / "load", MSSO, HELPER], list(groups))
         broker.start()
@@ -185,8 +188,11 @@ def main():
         (work / "reply").write_bytes(json.dumps(reply).encode())
         echo_path = work / "echo.sock"
         echo = subprocess.Popen([TOOLS / "echo", echo_path, work / "reply"])
-        holders.append(echo)
+        servers.append(echo)
         harness.wait_for(echo_path.exists, what="the echo server")
+        identify_path = work / "identify.sock"
+        servers.append(subprocess.Popen([TOOLS / "echo", "--identify", identify_path, work / "reply"]))
+        harness.wait_for(identify_path.exists, what="the identifying echo server")
 
         # Every profile signs once first: a key is loaded from the keyring at its first use.
         warm = Client(broker.socket)
@@ -218,20 +224,24 @@ def main():
         call_frame = frame_file(work, "sign", "sign", signed["bearer"])
         ping_frame = frame_file(work, "ping", "ping", {"data": "x"})
         c_floor = c_latency(echo_path, call_frame, calls)
+        c_identify = c_latency(identify_path, call_frame, calls)
         c_ping = c_latency(broker.socket, ping_frame, calls)
         c_sign = c_latency(broker.socket, call_frame, calls)
         print(f"C client ({calls} sequential calls each), p50 / p99 in µs:")
         print(f"  (a) echo floor               {c_floor[0]:7.1f} / {c_floor[1]:7.1f}")
+        print(f"  (a') echo + identity         {c_identify[0]:7.1f} / {c_identify[1]:7.1f}")
         print(f"  (b) ping                     {c_ping[0]:7.1f} / {c_ping[1]:7.1f}")
         print(f"  (c) sign, bearer             {c_sign[0]:7.1f} / {c_sign[1]:7.1f}   the broker's own cost: {c_sign[0] - c_floor[0]:.1f} µs")
 
         print(f"Throughput, C client, one connection per client, {options.seconds:g} s each (calls/s):")
         for clients in (1, 8, 32):
             echo_rate = c_throughput(echo_path, call_frame, clients, options.seconds)
+            identify_rate = c_throughput(identify_path, call_frame, clients, options.seconds)
             sign_rate = c_throughput(broker.socket, call_frame, clients, options.seconds)
-            print(f"  {clients:2d} clients   echo {echo_rate:9.0f}   sign {sign_rate:9.0f}")
+            print(f"  {clients:2d} clients   echo {echo_rate:9.0f}   echo + identity {identify_rate:9.0f}   sign {sign_rate:9.0f}")
             if clients == 32:
-                report("bearer sign throughput, 32 clients", f"{sign_rate:.0f}/s", "≥ 78,000/s (3× 26,000)", sign_rate >= 78_000)
+                report("bearer sign throughput, 32 clients", f"{sign_rate:.0f}/s (echo + identity alone: {identify_rate:.0f}/s)",
+                       "≥ 78,000/s (3× 26,000)", sign_rate >= 78_000)
 
         keyring_calls = keyring.stop()
         issued = tokens_issued(idp) - issued_before
@@ -246,7 +256,7 @@ def main():
             assert holder.stdout.readline().strip() == "250"
         time.sleep(1)
         crowded = rss_kb(pid)
-        for holder in holders[1:]:
+        for holder in holders:
             holder.stdin.close()
             holder.wait()
         print(f"mssod RSS: {idle / 1024:.1f} MB idle, {logged_in / 1024:.1f} MB logged in (4 groups), "
@@ -274,8 +284,8 @@ def main():
             report(f"{name}, whole process, vs true", f"{ms / true[0]:.1f}×", "≤ 4×", ms <= 4 * true[0])
             report(f"{name}, peak RSS", f"{kb / 1024:.1f} MB", "≤ 12 MB", kb <= 12 * 1024)
     finally:
-        for holder in holders:
-            holder.kill()
+        for process in servers + holders:
+            process.kill()
         broker.stop()
         idp.cleanup()
         desktop.cleanup()
