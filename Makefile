@@ -8,8 +8,15 @@ PREFIX ?= /usr/local
 # loader, no shared Swift libraries to map and relocate).
 RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
+# The daemon, linked for a small resident size (docs/ARCHITECTURE.md, "Memory"): by lld, each
+# function in a section of its own, the functions a broker's life runs laid out together
+# (bench/mssod.order, made by `make order`), relative relocations packed (DT_RELR), its symbols not
+# exported, and all of its relocations done before it starts (-z now: the GOT read-only).
+DAEMON_LINK = -Xswiftc -use-ld=lld -Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections \
+	-Xlinker --symbol-ordering-file=$(abspath bench/mssod.order) -Xlinker --no-warn-symbol-ordering \
+	-Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic -Xlinker -z -Xlinker now
 
-.PHONY: demo test setup build unit e2e bench fuzz release generator docs install deb clean
+.PHONY: demo test setup build unit e2e bench order fuzz release generator docs install deb clean
 
 demo: setup build
 	./examples/demo.sh
@@ -32,13 +39,18 @@ e2e:
 bench: setup
 	./scripts/bench
 
+# Not part of `make test`: traces a release mssod through a broker's life and rewrites
+# bench/mssod.order (bench/order.py says why and how); `make release` then links by it.
+order: setup
+	./scripts/bench --order
+
 # Not part of `make test`: a million malformed frames at a real mssod (a few minutes), then checks
 # that it is alive, answers, logs in and signs, and stayed within its memory bound.
 fuzz: setup build
 	./scripts/fuzz
 
 release:
-	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib --product mssod
+	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(DAEMON_LINK) --product mssod
 	for product in $(CLIENTS); do \
 		swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product $$product || exit 1; \
 	done
