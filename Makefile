@@ -10,10 +10,12 @@ RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
 # The daemon, linked for a small resident size (docs/ARCHITECTURE.md, "Memory"): by lld, each
 # function in a section of its own, the functions a broker's life runs laid out together
-# (bench/mssod.order, made by `make order`), relative relocations packed (DT_RELR), its symbols not
-# exported, and all of its relocations done before it starts (-z now: the GOT read-only).
+# (bench/mssod.order, made by `make order`) and the compiler's unnamed ones gathered (bench/mssod.ld),
+# relative relocations packed (DT_RELR), its symbols not exported, and all of its relocations done
+# before it starts (-z now: the GOT read-only).
 DAEMON_LINK = -Xswiftc -use-ld=lld -Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections \
 	-Xlinker --symbol-ordering-file=$(abspath bench/mssod.order) -Xlinker --no-warn-symbol-ordering \
+	-Xlinker -T -Xlinker $(abspath bench/mssod.ld) \
 	-Xlinker -z -Xlinker pack-relative-relocs -Xlinker --no-export-dynamic -Xlinker -z -Xlinker now
 
 .PHONY: demo test setup build unit e2e bench order fuzz release generator docs install deb clean

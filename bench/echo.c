@@ -8,7 +8,11 @@
  * pidfd's inode (fstat), the sender's executable (statx of /proc/PID/exe), the pidfd checked
  * alive, and closed. That floor contains the cost of per-call identity and none of the broker.
  *
- *   echo [--identify] SOCKET REPLY-PAYLOAD-FILE
+ * It serves each client on a thread of its own; with --one-thread, all of them on one thread
+ * waiting in epoll, as mssod's reactor does: what one thread can answer is the ceiling of mssod's
+ * throughput while it answers every call on one.
+ *
+ *   echo [--identify] [--one-thread] SOCKET REPLY-PAYLOAD-FILE
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -16,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -58,35 +63,84 @@ static int identify_sender(int fd, void *buffer, size_t length) {
     return alive ? (int)count : -1;
 }
 
-static int read_all(int fd, void *buffer, size_t length) {
-    char *p = buffer;
-    while (length > 0) {
-        ssize_t n = identify ? identify_sender(fd, p, length) : read(fd, p, length);
-        if (n <= 0) return -1;
-        p += n;
-        length -= (size_t)n;
+/* One client's bytes: what has arrived of its frames. */
+struct peer {
+    int fd;
+    size_t held;
+    char buffer[65536 + 4];
+};
+
+/* Reads as mssod does: as much as has arrived, one recvmsg (with --identify, one identity) per read,
+ * then one reply per whole frame in the buffer. Returns -1 when the peer is done. */
+static int answer(struct peer *peer) {
+    ssize_t count = identify ? identify_sender(peer->fd, peer->buffer + peer->held, sizeof peer->buffer - peer->held)
+                             : read(peer->fd, peer->buffer + peer->held, sizeof peer->buffer - peer->held);
+    if (count <= 0) return -1;
+    peer->held += (size_t)count;
+    size_t start = 0;
+    while (peer->held - start >= 4) {
+        unsigned char *header = (unsigned char *)peer->buffer + start;
+        size_t length = (size_t)header[0] << 24 | (size_t)header[1] << 16 | (size_t)header[2] << 8 | header[3];
+        if (length > sizeof peer->buffer - 4) return -1;
+        if (peer->held - start < 4 + length) break;
+        if (write(peer->fd, reply, reply_length) != (ssize_t)reply_length) return -1;
+        start += 4 + length;
     }
+    memmove(peer->buffer, peer->buffer + start, peer->held - start);
+    peer->held -= start;
     return 0;
 }
 
+static struct peer *accept_peer(int listener) {
+    int fd = accept(listener, NULL, NULL);
+    if (fd < 0) return NULL;
+    struct peer *peer = calloc(1, sizeof *peer);
+    peer->fd = fd;
+    return peer;
+}
+
+static void hang_up(struct peer *peer) {
+    close(peer->fd);
+    free(peer);
+}
+
+/* A thread per client, blocked in its read: the least work between a frame and its reply. */
 static void *serve(void *argument) {
-    int fd = (int)(long)argument;
-    static __thread char payload[65536];
-    unsigned char header[4];
-    while (read_all(fd, header, 4) == 0) {
-        size_t length = (size_t)header[0] << 24 | (size_t)header[1] << 16 | (size_t)header[2] << 8 | header[3];
-        if (length > sizeof payload || read_all(fd, payload, length) != 0) break;
-        if (write(fd, reply, reply_length) != (ssize_t)reply_length) break;
-    }
-    close(fd);
+    struct peer *peer = argument;
+    while (answer(peer) == 0) {}
+    hang_up(peer);
     return NULL;
 }
 
+/* --one-thread: every client on one thread waiting in epoll, as mssod's one reactor is. */
+static void serve_all(int listener) {
+    int epoll = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event event = { .events = EPOLLIN, .data.ptr = NULL };
+    epoll_ctl(epoll, EPOLL_CTL_ADD, listener, &event);
+    for (;;) {
+        struct epoll_event ready[64];
+        int count = epoll_wait(epoll, ready, 64, -1);
+        for (int i = 0; i < count; i++) {
+            struct peer *peer = ready[i].data.ptr;
+            if (peer == NULL) {
+                if ((peer = accept_peer(listener)) == NULL) continue;
+                struct epoll_event readable = { .events = EPOLLIN, .data.ptr = peer };
+                epoll_ctl(epoll, EPOLL_CTL_ADD, peer->fd, &readable);
+            } else if (answer(peer) != 0) {
+                hang_up(peer); /* closing the descriptor takes it out of the epoll set */
+            }
+        }
+    }
+}
+
 int main(int argc, char **argv) {
-    identify = argc == 4 && strcmp(argv[1], "--identify") == 0;
-    argv += identify;
-    argc -= identify;
-    if (argc != 3) { fprintf(stderr, "usage: echo [--identify] SOCKET REPLY-PAYLOAD-FILE\n"); return 64; }
+    int one_thread = 0;
+    for (; argc > 1 && strncmp(argv[1], "--", 2) == 0; argc--, argv++) {
+        if (strcmp(argv[1], "--identify") == 0) identify = 1;
+        else if (strcmp(argv[1], "--one-thread") == 0) one_thread = 1;
+        else argc = 0;
+    }
+    if (argc != 3) { fprintf(stderr, "usage: echo [--identify] [--one-thread] SOCKET REPLY-PAYLOAD-FILE\n"); return 64; }
     FILE *file = fopen(argv[2], "rb");
     if (!file) { perror(argv[2]); return 1; }
     char body[65536];
@@ -105,11 +159,12 @@ int main(int argc, char **argv) {
     int one = 1;
     if (identify && (setsockopt(listener, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0
                      || setsockopt(listener, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) != 0)) { perror("SO_PASSPIDFD"); return 1; }
+    if (one_thread) serve_all(listener);
     for (;;) {
-        int fd = accept(listener, NULL, NULL);
-        if (fd < 0) continue;
+        struct peer *peer = accept_peer(listener);
+        if (peer == NULL) continue;
         pthread_t thread;
-        pthread_create(&thread, NULL, serve, (void *)(long)fd);
+        pthread_create(&thread, NULL, serve, peer);
         pthread_detach(thread);
     }
 }

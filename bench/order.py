@@ -111,7 +111,9 @@ def main():
     groups = {name: {"sign": profile} for profile, name in PROFILES.items()}
     groups[REFRESHING] = {"refresh_lead": "3600s"}
     # SWIFT_BACKTRACE set as mssod wants it: it would re-exec itself otherwise, out of the trace.
-    broker = Broker(desktop, idp, groups=groups, start=False, executable=DAEMON,
+    # Started with an option, as the bench starts it, so that option parsing is traced too.
+    broker = Broker(desktop, idp, groups=groups, args=["--idle-timeout", "3600"], start=False,
+                    executable=DAEMON,
                     launcher=[TOOLS / "trace", work / "functions", work / "hits", "--"],
                     environment={"MSSO_LOG_LEVEL": "info", "SWIFT_BACKTRACE": "enable=no"})
     try:

@@ -12,7 +12,9 @@ mssod as a separate process):
 - (a') the same floor plus the kernel work of per-call identity (`echo --identify`: recvmsg with
   the sender's credentials and pidfd, its executable statx'ed, the pidfd checked and closed), what
   every mssod call pays before any broker code runs (docs/SECURITY.md);
-- throughput with 1, 8 and 32 connections (C client);
+- throughput with 1, 8 and 32 connections (C client), beside both floors and beside the identity
+  floor served from one thread in epoll (`echo --identify --one-thread`), as mssod's one reactor
+  serves: the ceiling of what mssod can answer on one thread;
 - mssod's RSS idle, logged in, and with 1,000 connections;
 - keyring calls (counted on the session bus) and tokens the IdP issued (counted in its database)
   during the sign runs: a fresh-token sign must make neither;
@@ -193,6 +195,9 @@ def main():
         identify_path = work / "identify.sock"
         servers.append(subprocess.Popen([TOOLS / "echo", "--identify", identify_path, work / "reply"]))
         harness.wait_for(identify_path.exists, what="the identifying echo server")
+        one_thread_path = work / "one-thread.sock"
+        servers.append(subprocess.Popen([TOOLS / "echo", "--identify", "--one-thread", one_thread_path, work / "reply"]))
+        harness.wait_for(one_thread_path.exists, what="the one-thread identifying echo server")
 
         # Every profile signs once first: a key is loaded from the keyring at its first use.
         warm = Client(broker.socket)
@@ -237,10 +242,13 @@ def main():
         for clients in (1, 8, 32):
             echo_rate = c_throughput(echo_path, call_frame, clients, options.seconds)
             identify_rate = c_throughput(identify_path, call_frame, clients, options.seconds)
+            one_thread_rate = c_throughput(one_thread_path, call_frame, clients, options.seconds)
             sign_rate = c_throughput(broker.socket, call_frame, clients, options.seconds)
-            print(f"  {clients:2d} clients   echo {echo_rate:9.0f}   echo + identity {identify_rate:9.0f}   sign {sign_rate:9.0f}")
+            print(f"  {clients:2d} clients   echo {echo_rate:9.0f}   echo + identity {identify_rate:9.0f}"
+                  f"   the same, one thread {one_thread_rate:9.0f}   sign {sign_rate:9.0f}")
             if clients == 32:
-                report("bearer sign throughput, 32 clients", f"{sign_rate:.0f}/s (echo + identity alone: {identify_rate:.0f}/s)",
+                report("bearer sign throughput, 32 clients",
+                       f"{sign_rate:.0f}/s (echo + identity: {identify_rate:.0f}/s, on one thread: {one_thread_rate:.0f}/s)",
                        "≥ 78,000/s (3× 26,000)", sign_rate >= 78_000)
 
         keyring_calls = keyring.stop()
