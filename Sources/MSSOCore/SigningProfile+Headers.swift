@@ -37,7 +37,7 @@ extension SigningProfile {
         }
         if case .header(let name) = token { components.append(name.lowercased()) }
         let created = Int(now)
-        let parameters = MessageSignature.Parameters(created: created, expires: created + 300, nonce: UUID().uuidString,
+        let parameters = MessageSignature.Parameters(created: created, expires: created + 300, nonce: UUID.random().uuidString,
                                                      algorithm: key.httpSignatureAlgorithm, keyID: key.thumbprint, tag: "msso")
         let signed: (signatureInput: String, signature: String)
         do {

@@ -16,7 +16,7 @@ public enum DPoPProof {
     ///   - nonce: the newest `DPoP-Nonce` the server sent, if it demands one.
     ///   - jti: unique per proof; a random UUID unless a test needs a fixed one.
     public static func make(key: SigningKey, method: String, url: URL, accessToken: String? = nil, nonce: String? = nil,
-                            issuedAt: Int = Int(Date().timeIntervalSince1970), jti: String = UUID().uuidString) throws -> String {
+                            issuedAt: Int = Int(Date().timeIntervalSince1970), jti: String = UUID.random().uuidString) throws -> String {
         let header = "{\"typ\":\"dpop+jwt\",\"alg\":\"\(key.jwsAlgorithm)\",\"jwk\":\(key.publicJWKJSON)}"
         var claims = [("jti", json(jti)), ("htm", json(method.uppercased())), ("htu", json(target(url))), ("iat", String(issuedAt))]
         if let accessToken {

@@ -59,6 +59,10 @@ public enum MessageSignature {
 
     /// The signature base (RFC 9421 §2.5): one line per covered component, then the parameters.
     public static func base(_ request: Request, components: [String], parameters: Parameters) throws -> String {
+        try base(request, components: components, signatureParams: signatureParams(components, parameters))
+    }
+
+    static func base(_ request: Request, components: [String], signatureParams: String) throws -> String {
         guard let parts = URLComponents(url: request.url, resolvingAgainstBaseURL: false), parts.host != nil else {
             throw Failure(description: "the URL has no authority")
         }
@@ -66,16 +70,17 @@ public enum MessageSignature {
         for component in components {
             lines.append("\(quoted(component)): \(try value(of: component, in: request, parts: parts))")
         }
-        lines.append("\"@signature-params\": \(signatureParams(components, parameters))")
+        lines.append("\"@signature-params\": \(signatureParams)")
         return lines.joined(separator: "\n")
     }
 
     /// The `Signature-Input` and `Signature` field values for one signature labelled `label`.
     public static func sign(_ request: Request, components: [String], parameters: Parameters, label: String = "sig1",
                             key: SigningKey) throws -> (signatureInput: String, signature: String) {
-        let base = try base(request, components: components, parameters: parameters)
+        let params = signatureParams(components, parameters) // in the base and in Signature-Input
+        let base = try base(request, components: components, signatureParams: params)
         let signature = try key.signature(for: Data(base.utf8))
-        return ("\(label)=\(signatureParams(components, parameters))", "\(label)=:\(signature.base64EncodedString()):")
+        return ("\(label)=\(params)", "\(label)=:\(signature.base64EncodedString()):")
     }
 
     static func signatureParams(_ components: [String], _ parameters: Parameters) -> String {
@@ -123,12 +128,16 @@ func trimmed(_ value: String) -> String {
 }
 
 /// A structured-field string (RFC 8941 §3.3.3): backslash and quote escaped. The values quoted
-/// here (component names, a UUID nonce, a base64url key id, the tag) are printable ASCII.
+/// here (component names, a UUID nonce, a base64url key id, the tag) are printable ASCII. Escaped
+/// on the UTF-8 bytes (both characters are ASCII, and no byte of a longer character is): walking
+/// Characters took a tenth of an RFC 9421 sign.
 func quoted(_ text: String) -> String {
-    var out = "\""
-    for character in text {
-        if character == "\\" || character == "\"" { out.append("\\") }
-        out.append(character)
+    var out: [UInt8] = [0x22]
+    out.reserveCapacity(text.utf8.count + 2)
+    for byte in text.utf8 {
+        if byte == 0x5C || byte == 0x22 { out.append(0x5C) }
+        out.append(byte)
     }
-    return out + "\""
+    out.append(0x22)
+    return String(decoding: out, as: UTF8.self)
 }

@@ -112,5 +112,20 @@ final class DPoPProofTests: XCTestCase {
         let proofs = try (0..<100).map { _ in try DPoPProof.make(key: key, method: "GET", url: url) }
         XCTAssertEqual(Set(proofs).count, 100)
     }
-}
 
+    func testQuotedEscapesBackslashAndQuoteAndKeepsOtherCharacters() {
+        XCTAssertEqual(quoted(#"a"b\c"#), #""a\"b\\c""#)
+        XCTAssertEqual(quoted("é\"ü"), "\"é\\\"ü\"")
+        XCTAssertEqual(quoted(""), "\"\"")
+    }
+
+    func testRandomUUIDsAreVersion4WithTheStandardVariantAndDiffer() {
+        let uuids = (0..<1000).map { _ in UUID.random() }
+        XCTAssertEqual(Set(uuids).count, 1000)
+        for uuid in uuids {
+            let text = Array(uuid.uuidString)
+            XCTAssertEqual(text[14], "4", uuid.uuidString)
+            XCTAssertTrue("89AB".contains(text[19]), uuid.uuidString)
+        }
+    }
+}
