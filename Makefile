@@ -8,7 +8,7 @@ PREFIX ?= /usr/local
 # loader, no shared Swift libraries to map and relocate).
 RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
-# The daemon, linked for a small resident size (docs/ARCHITECTURE.md, "Memory"): by lld, each
+# The daemon, linked for a small resident size (docs/ARCHITECTURE.md, "Where mssod's memory goes"): by lld, each
 # function in a section of its own, the functions a broker's life runs laid out together
 # (bench/mssod.order, made by `make order`) and the compiler's unnamed ones gathered (bench/mssod.ld),
 # relative relocations packed (DT_RELR), its symbols not exported, and all of its relocations done
@@ -58,7 +58,7 @@ fuzz: setup build
 	./scripts/fuzz
 
 release:
-	mkdir -p $(STATIC_CXX) && echo 'INPUT($(CXX_ARCHIVE))' > $(STATIC_CXX)/libstdc++.so
+	$(if $(DAEMON_CXX),mkdir -p $(STATIC_CXX) && echo 'INPUT($(CXX_ARCHIVE))' > $(STATIC_CXX)/libstdc++.so)
 	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(DAEMON_LINK) $(DAEMON_CXX) --product mssod
 	for product in $(CLIENTS); do \
 		swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product $$product || exit 1; \
