@@ -113,10 +113,15 @@ public final class BrokerServer: @unchecked Sendable {
 
     private func begin() {
         reserve = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        listenerToken = (try? reactor.add(listener, events: CMSSO_READABLE, handler: Accepting(self))) ?? 0
         watcher = RegistrationWatcher(rules: rules, logger: logger)
-        if let watcher { _ = try? reactor.add(watcher.fd, events: CMSSO_READABLE, handler: watcher, urgent: true) }
-        watcher?.onChange = { [unowned self] in reloadRegistrations() }
+        if let watcher {
+            _ = try? reactor.add(watcher.fd, events: CMSSO_READABLE, handler: watcher, urgent: true)
+            watcher.onChange = { [unowned self] in reloadRegistrations() }
+            // The registrations were read before this watch began (and before the socket
+            // answered): a file written in between has no event. Read them once more; calls wait.
+            reloadRegistrations()
+        }
+        listenerToken = (try? reactor.add(listener, events: CMSSO_READABLE, handler: Accepting(self))) ?? 0
         reactor.everyTick { [unowned self] in tick() }
     }
 

@@ -47,6 +47,23 @@ def test_an_unregistered_app_is_refused_and_a_registered_one_served(bare):
     assert other.returncode == 7, "registered for one group is not registered for another"
 
 
+def test_a_registration_written_while_mssod_starts_is_in_force(desktop, idp):
+    """mssod reads apps.d before it watches it; a file written in between (the socket already
+    answers) must be in force for the next call, not lost until a SIGHUP. strace holds the
+    watch's inotify_init1 back 1.5 s to open that window wide."""
+    daemon = Broker(desktop, idp, register=False, start=False,
+                    launcher=["strace", "-D", "-f", "-qq", "--seccomp-bpf", "-o", "/dev/null", "-e", "trace=inotify_init1",
+                              "-e", "inject=inotify_init1:delay_enter=1500000"])
+    try:
+        daemon.start()
+        daemon.register("cli", [BIN / "msso"], [GROUP])
+        assert daemon.login().returncode == 0
+        done = daemon.msso("sign", "--group", GROUP, "--url", URL)
+        assert done.returncode == 0, done.stderr
+    finally:
+        daemon.stop()
+
+
 def test_the_same_binary_at_another_path_is_refused(bare, tmp_path):
     bare.register("cli", [BIN / "msso"], [GROUP])
     copy = copy_of_msso(tmp_path)
