@@ -29,8 +29,10 @@ extension SigningProfile {
             }
             added.append(Header("Content-Digest", MessageSignature.contentDigest(sha256: bytes)))
         }
-        let all = (request.headers ?? []).filter { given in !added.contains { $0.name.lowercased() == given.name.lowercased() } } + added
-        let present = Set(all.map { $0.name.lowercased() })
+        let replaced = Set(added.map { $0.name.lowercased() })
+        let given = (request.headers ?? []).filter { !replaced.contains($0.name.lowercased()) }
+        let all = given + added
+        let present = replaced.union(given.map { $0.name.lowercased() })
         var components = ["@method", "@authority", "@target-uri"]
         for name in ["content-type", "content-digest", "authorization", "dpop"] where present.contains(name) {
             components.append(name)

@@ -35,16 +35,14 @@ public enum MessageSignature {
             self.tag = tag
         }
 
-        /// `;created=…;keyid="…"` as a structured-field parameter list (RFC 8941).
-        var serialised: String {
-            var out = ""
-            if let created { out += ";created=\(created)" }
-            if let expires { out += ";expires=\(expires)" }
-            if let nonce { out += ";nonce=\(quoted(nonce))" }
-            if let algorithm { out += ";alg=\(quoted(algorithm))" }
-            if let keyID { out += ";keyid=\(quoted(keyID))" }
-            if let tag { out += ";tag=\(quoted(tag))" }
-            return out
+        /// Appends `;created=…;keyid="…"`, a structured-field parameter list (RFC 8941).
+        func serialise(into out: inout String) {
+            if let created { out += ";created="; out += String(created) }
+            if let expires { out += ";expires="; out += String(expires) }
+            if let nonce { out += ";nonce="; appendQuoted(nonce, to: &out) }
+            if let algorithm { out += ";alg="; appendQuoted(algorithm, to: &out) }
+            if let keyID { out += ";keyid="; appendQuoted(keyID, to: &out) }
+            if let tag { out += ";tag="; appendQuoted(tag, to: &out) }
         }
     }
 
@@ -54,7 +52,7 @@ public enum MessageSignature {
 
     /// `sha-256=:BASE64:`, the Content-Digest field value for a body's SHA-256.
     public static func contentDigest(sha256: Data) -> String {
-        "sha-256=:\(sha256.base64EncodedString()):"
+        "sha-256=:" + Base64.encode(sha256, alphabet: Base64.standardAlphabet, padded: true) + ":"
     }
 
     /// The signature base (RFC 9421 §2.5): one line per covered component, then the parameters.
@@ -66,12 +64,17 @@ public enum MessageSignature {
         guard let parts = URLComponents(url: request.url, resolvingAgainstBaseURL: false), parts.host != nil else {
             throw Failure(description: "the URL has no authority")
         }
-        var lines: [String] = []
+        var base = ""
+        base.reserveCapacity(512)
         for component in components {
-            lines.append("\(quoted(component)): \(try value(of: component, in: request, parts: parts))")
+            appendQuoted(component, to: &base)
+            base += ": "
+            base += try value(of: component, in: request, parts: parts)
+            base += "\n"
         }
-        lines.append("\"@signature-params\": \(signatureParams)")
-        return lines.joined(separator: "\n")
+        base += "\"@signature-params\": "
+        base += signatureParams
+        return base
     }
 
     /// The `Signature-Input` and `Signature` field values for one signature labelled `label`.
@@ -80,11 +83,19 @@ public enum MessageSignature {
         let params = signatureParams(components, parameters) // in the base and in Signature-Input
         let base = try base(request, components: components, signatureParams: params)
         let signature = try key.signature(for: Data(base.utf8))
-        return ("\(label)=\(params)", "\(label)=:\(signature.base64EncodedString()):")
+        return (label + "=" + params, label + "=:" + Base64.encode(signature, alphabet: Base64.standardAlphabet, padded: true) + ":")
     }
 
     static func signatureParams(_ components: [String], _ parameters: Parameters) -> String {
-        "(" + components.map(quoted).joined(separator: " ") + ")" + parameters.serialised
+        var out = "("
+        out.reserveCapacity(256)
+        for (index, component) in components.enumerated() {
+            if index > 0 { out += " " }
+            appendQuoted(component, to: &out)
+        }
+        out += ")"
+        parameters.serialise(into: &out)
+        return out
     }
 
     /// A component's value (RFC 9421 §2.1 for fields, §2.2 for derived components).
@@ -127,17 +138,19 @@ func trimmed(_ value: String) -> String {
     return String(value[first...last])
 }
 
-/// A structured-field string (RFC 8941 §3.3.3): backslash and quote escaped. The values quoted
-/// here (component names, a UUID nonce, a base64url key id, the tag) are printable ASCII. Escaped
-/// on the UTF-8 bytes (both characters are ASCII, and no byte of a longer character is): walking
-/// Characters took a tenth of an RFC 9421 sign.
-func quoted(_ text: String) -> String {
-    var out: [UInt8] = [0x22]
-    out.reserveCapacity(text.utf8.count + 2)
-    for byte in text.utf8 {
-        if byte == 0x5C || byte == 0x22 { out.append(0x5C) }
-        out.append(byte)
+/// Appends `text` as a structured-field string (RFC 8941 §3.3.3): backslash and quote escaped.
+/// The values quoted here (component names, a UUID nonce, a base64url key id, the tag) are
+/// printable ASCII and almost never hold either, so they are copied whole unless one is there
+/// (looked for on the UTF-8 bytes: both are ASCII, and no byte of a longer character is one).
+func appendQuoted(_ text: String, to out: inout String) {
+    out += "\""
+    if text.utf8.contains(where: { $0 == 0x5C || $0 == 0x22 }) {
+        for scalar in text.unicodeScalars {
+            if scalar == "\\" || scalar == "\"" { out += "\\" }
+            out.unicodeScalars.append(scalar)
+        }
+    } else {
+        out += text
     }
-    out.append(0x22)
-    return String(decoding: out, as: UTF8.self)
+    out += "\""
 }

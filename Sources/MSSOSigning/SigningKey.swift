@@ -24,6 +24,9 @@ public struct SigningKey: Sendable {
     public let publicJWKJSON: String
     /// The JWK SHA-256 thumbprint (RFC 7638), base64url: DPoP's `jkt`, and our key id.
     public let thumbprint: String
+    /// A DPoP proof's protected header, base64url: it names only the key, so it is the same in
+    /// every proof.
+    let dpopHeader: String
 
     private init(_ backing: Backing) {
         self.backing = backing
@@ -36,6 +39,8 @@ public struct SigningKey: Sendable {
         }
         publicJWKJSON = "{" + publicJWK.map { "\"\($0.0)\":\"\($0.1)\"" }.joined(separator: ",") + "}"
         thumbprint = Base64URL.encode(Data(SHA256.hash(data: Data(publicJWKJSON.utf8))))
+        let algorithm = if case .ed25519 = backing { "EdDSA" } else { "ES256" } // the JWS algorithm
+        dpopHeader = Base64URL.encode(Data("{\"typ\":\"dpop+jwt\",\"alg\":\"\(algorithm)\",\"jwk\":\(publicJWKJSON)}".utf8))
     }
 
     /// A new random key.
@@ -90,9 +95,6 @@ public struct SigningKey: Sendable {
     /// The RFC 9421 algorithm name.
     public var httpSignatureAlgorithm: String { kind == .ed25519 ? "ed25519" : "ecdsa-p256-sha256" }
 
-    /// The JWS algorithm name.
-    public var jwsAlgorithm: String { kind == .ed25519 ? "EdDSA" : "ES256" }
-
     /// The public half as PEM (SubjectPublicKeyInfo).
     public var publicPEM: String {
         switch backing {
@@ -108,15 +110,10 @@ public struct SigningKey: Sendable {
 
 /// Base64url without padding (RFC 4648 §5), as JOSE uses it.
 public enum Base64URL {
+    /// Encoded by hand in one pass: this runs several times per DPoP proof, and Foundation's way
+    /// (copy the bytes, encode, strip the padding, translate two characters) took four.
     public static func encode(_ data: some DataProtocol) -> String {
-        // One pass over the standard encoding's bytes (this runs several times per signed request).
-        var bytes = Array(Data(data).base64EncodedString().utf8)
-        while bytes.last == UInt8(ascii: "=") { bytes.removeLast() }
-        for index in bytes.indices {
-            if bytes[index] == UInt8(ascii: "+") { bytes[index] = UInt8(ascii: "-") }
-            else if bytes[index] == UInt8(ascii: "/") { bytes[index] = UInt8(ascii: "_") }
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        Base64.encode(data, alphabet: Base64.urlAlphabet, padded: false)
     }
 
     /// The bytes of base64url text (padding optional), or nil when it is not base64url.
@@ -124,5 +121,38 @@ public enum Base64URL {
         var standard = String(text).map { $0 == "-" ? "+" : $0 == "_" ? "/" : $0 }.reduce(into: "") { $0.append($1) }
         standard += String(repeating: "=", count: (4 - standard.count % 4) % 4)
         return Data(base64Encoded: standard)
+    }
+}
+
+/// RFC 4648 base64 in both alphabets, for the signing path (see ``Base64URL/encode(_:)``).
+enum Base64 {
+    static let standardAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    static let urlAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// `data` encoded with `alphabet`, with `=` padding (§4) or without (§5 as JOSE uses it).
+    static func encode(_ data: some DataProtocol, alphabet: [UInt8], padded: Bool) -> String {
+        let input = Array(data)
+        let whole = input.count / 3 * 3, rest = input.count - whole
+        let length = input.count / 3 * 4 + (rest == 0 ? 0 : padded ? 4 : rest + 1)
+        return String(unsafeUninitializedCapacity: length) { out in
+            var o = 0
+            func put(_ bits: UInt32) {
+                out[o] = alphabet[Int(bits & 63)]
+                o += 1
+            }
+            var i = 0
+            while i < whole {
+                let n = UInt32(input[i]) << 16 | UInt32(input[i + 1]) << 8 | UInt32(input[i + 2])
+                put(n >> 18); put(n >> 12); put(n >> 6); put(n)
+                i += 3
+            }
+            if rest > 0 {
+                let n = UInt32(input[i]) << 16 | (rest == 2 ? UInt32(input[i + 1]) << 8 : 0)
+                put(n >> 18); put(n >> 12)
+                if rest == 2 { put(n >> 6) }
+                while padded && o < length { out[o] = UInt8(ascii: "="); o += 1 }
+            }
+            return o
+        }
     }
 }

@@ -114,9 +114,35 @@ final class DPoPProofTests: XCTestCase {
     }
 
     func testQuotedEscapesBackslashAndQuoteAndKeepsOtherCharacters() {
+        func quoted(_ text: String) -> String {
+            var out = ""
+            appendQuoted(text, to: &out)
+            return out
+        }
         XCTAssertEqual(quoted(#"a"b\c"#), #""a\"b\\c""#)
         XCTAssertEqual(quoted("é\"ü"), "\"é\\\"ü\"")
+        XCTAssertEqual(quoted("éü"), "\"éü\"")
         XCTAssertEqual(quoted(""), "\"\"")
+    }
+
+    func testBase64MatchesRFC4648AndFoundationInBothAlphabets() {
+        // RFC 4648 §10's vectors.
+        let vectors = ["": "", "f": "Zg==", "fo": "Zm8=", "foo": "Zm9v", "foob": "Zm9vYg==", "fooba": "Zm9vYmE=", "foobar": "Zm9vYmFy"]
+        for (text, encoded) in vectors {
+            XCTAssertEqual(Base64.encode(Data(text.utf8), alphabet: Base64.standardAlphabet, padded: true), encoded)
+            XCTAssertEqual(Base64URL.encode(Data(text.utf8)), encoded.replacingOccurrences(of: "=", with: ""))
+        }
+        var generator = SystemRandomNumberGenerator()
+        for count in 0..<200 {
+            let bytes = Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            let standard = bytes.base64EncodedString()
+            XCTAssertEqual(Base64.encode(bytes, alphabet: Base64.standardAlphabet, padded: true), standard)
+            let url = standard.replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_")
+            XCTAssertEqual(Base64URL.encode(bytes), url)
+            XCTAssertEqual(Base64URL.decode(url), bytes)
+            XCTAssertEqual(Base64URL.encode(bytes.dropFirst(count / 2)), Base64URL.encode(Data(bytes.dropFirst(count / 2))), "a slice")
+        }
     }
 
     func testRandomUUIDsAreVersion4WithTheStandardVariantAndDiffer() {
