@@ -50,15 +50,17 @@ public final class BrokerServer: @unchecked Sendable {
     private var acceptingAgainAt: UInt64 = 0
     /// Kept open to be given up when descriptors run out, so a refused peer can still be told why.
     private var reserve: Int32 = -1
-    private var watcher: RegistrationWatcher?
+    private let watcher: RegistrationWatcher?
     /// True while the registrations are being read again: calls wait, so that a registration
     /// written before a call was sent is in force for it.
     private(set) var reloading = false
     private var ticks = 0
 
     private init(socketPath: String, listener: Int32, ownsSocketFile: Bool, reactor: Reactor, policy: AccessPolicy,
-                 rules: Rules, dispatcher: Dispatcher, limits: ServerLimits, logger: Logger, pidfds: Bool) {
+                 rules: Rules, watcher: RegistrationWatcher?, dispatcher: Dispatcher, limits: ServerLimits, logger: Logger,
+                 pidfds: Bool) {
         self.socketPath = socketPath
+        self.watcher = watcher
         self.listener = listener
         self.ownsSocketFile = ownsSocketFile
         self.reactor = reactor
@@ -75,6 +77,10 @@ public final class BrokerServer: @unchecked Sendable {
     public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, audit: AuditLog?,
                              ownTools: Set<String> = [], logger: Logger, limits: ServerLimits = ServerLimits()) throws -> BrokerServer {
         let owner = getuid()
+        // Watch apps.d, then read it again before anything can call: the registrations were
+        // first read before this watch began, and a file written in between has no event.
+        let watcher = RegistrationWatcher(rules: broker.rules, logger: logger)
+        if watcher != nil { broker.rules.reloadRegistrations() }
         let listener: Int32
         if let inheritedSocket {
             guard cmsso_prepare_listener(inheritedSocket) == 0 else { throw BrokerError(.internal, "the socket systemd passed is unusable") }
@@ -103,7 +109,7 @@ public final class BrokerServer: @unchecked Sendable {
         let policy = AccessPolicy(owner: owner, ownTools: ownTools)
         let dispatcher = Dispatcher(broker: broker, policy: policy, rules: broker.rules, audit: audit, logger: logger)
         let server = BrokerServer(socketPath: socketPath, listener: listener, ownsSocketFile: inheritedSocket == nil, reactor: reactor,
-                                  policy: policy, rules: broker.rules, dispatcher: dispatcher, limits: limits, logger: logger,
+                                  policy: policy, rules: broker.rules, watcher: watcher, dispatcher: dispatcher, limits: limits, logger: logger,
                                   pidfds: passing & 2 != 0)
         reactor.execute { server.begin() }
         reactor.start()
@@ -113,13 +119,9 @@ public final class BrokerServer: @unchecked Sendable {
 
     private func begin() {
         reserve = open("/dev/null", O_RDONLY | O_CLOEXEC)
-        watcher = RegistrationWatcher(rules: rules, logger: logger)
         if let watcher {
             _ = try? reactor.add(watcher.fd, events: CMSSO_READABLE, handler: watcher, urgent: true)
             watcher.onChange = { [unowned self] in reloadRegistrations() }
-            // The registrations were read before this watch began (and before the socket
-            // answered): a file written in between has no event. Read them once more; calls wait.
-            reloadRegistrations()
         }
         listenerToken = (try? reactor.add(listener, events: CMSSO_READABLE, handler: Accepting(self))) ?? 0
         reactor.everyTick { [unowned self] in tick() }

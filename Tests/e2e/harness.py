@@ -272,10 +272,13 @@ class Broker:
         return dict(self.desktop.env, MSSO_SYSTEM_DIR=str(self.admin_dir),
                     MSSO_LOG_LEVEL="debug")
 
-    def start(self):
+    def start(self, wait=True):
+        """Starts mssod and (with `wait`) waits until its socket answers."""
         log = open(self.log, "a")
         self.process = subprocess.Popen([*self.launcher, *self.desktop.prefix, self.executable, *self.args],
                                         env=dict(self.env, **self.environment), stdout=log, stderr=log)
+        if not wait:
+            return
         # Until it answers: after a kill -9 the stale socket file is there before the new daemon is.
         wait_for(lambda: answers(self.socket) or self.process.poll() is not None, what="mssod's socket")
         assert self.process.poll() is None, f"mssod exited: {self.log.read_text()}"

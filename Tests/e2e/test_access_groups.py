@@ -2,15 +2,17 @@
 apps.d (admin over user), an audit row per verb, live events to every subscriber."""
 import hashlib
 import json
+import os
 import selectors
 import shutil
+import signal
 import sqlite3
 import threading
 import time
 
 import pytest
 
-from harness import BIN, GROUP, PYTHON, SECRETS, Broker, RawClient
+from harness import BIN, GROUP, PYTHON, SECRETS, Broker, RawClient, answers, wait_for
 
 URL = "https://api.example.com/items"
 
@@ -48,15 +50,21 @@ def test_an_unregistered_app_is_refused_and_a_registered_one_served(bare):
 
 
 def test_a_registration_written_while_mssod_starts_is_in_force(desktop, idp):
-    """mssod reads apps.d before it watches it; a file written in between (the socket already
-    answers) must be in force for the next call, not lost until a SIGHUP. strace holds the
-    watch's inotify_init1 back 1.5 s to open that window wide."""
+    """mssod reads apps.d before it watches it; a file written in between must be in force once
+    the socket answers, not lost until a SIGHUP. strace stops mssod (SIGSTOP) as it creates the
+    watch's inotify descriptor, after its first read: the file is written then."""
     daemon = Broker(desktop, idp, register=False, start=False,
                     launcher=["strace", "-D", "-f", "-qq", "--seccomp-bpf", "-o", "/dev/null", "-e", "trace=inotify_init1",
-                              "-e", "inject=inotify_init1:delay_enter=1500000"])
+                              "-e", "inject=inotify_init1:signal=SIGSTOP:when=1"])
     try:
-        daemon.start()
+        daemon.start(wait=False)
+        pid = daemon.process.pid
+        wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "tT",
+                 what="mssod stopped at its inotify_init1")
+        assert not answers(daemon.socket)
         daemon.register("cli", [BIN / "msso"], [GROUP])
+        os.kill(pid, signal.SIGCONT)
+        wait_for(lambda: answers(daemon.socket), what="mssod's socket")
         assert daemon.login().returncode == 0
         done = daemon.msso("sign", "--group", GROUP, "--url", URL)
         assert done.returncode == 0, done.stderr
