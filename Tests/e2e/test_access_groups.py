@@ -2,13 +2,13 @@
 apps.d (admin over user), an audit row per verb, live events to every subscriber."""
 import hashlib
 import json
-import os
 import selectors
 import shutil
-import signal
 import sqlite3
 import threading
 import time
+
+from pathlib import Path
 
 import pytest
 
@@ -51,19 +51,28 @@ def test_an_unregistered_app_is_refused_and_a_registered_one_served(bare):
 
 def test_a_registration_written_while_mssod_starts_is_in_force(desktop, idp):
     """mssod reads apps.d before it watches it; a file written in between must be in force once
-    the socket answers, not lost until a SIGHUP. strace stops mssod (SIGSTOP) as it creates the
-    watch's inotify descriptor, after its first read: the file is written then."""
+    the socket answers, not lost until a SIGHUP. strace holds mssod 3 s at the entry of the
+    watch's inotify_init1, after its first read: the file is written then."""
     daemon = Broker(desktop, idp, register=False, start=False,
                     launcher=["strace", "-D", "-f", "-qq", "--seccomp-bpf", "-o", "/dev/null", "-e", "trace=inotify_init1",
-                              "-e", "inject=inotify_init1:signal=SIGSTOP:when=1"])
+                              "-e", "inject=inotify_init1:delay_enter=3000000:when=1"])
+
+    def held():
+        """Whether a thread of mssod is held at the entry of inotify_init1 (x86-64 system call 294)."""
+        tasks = Path(f"/proc/{daemon.process.pid}/task")
+        for task in tasks.iterdir() if tasks.exists() else ():
+            try:
+                if (task / "syscall").read_text().split(" ", 1)[0] == "294":
+                    return True
+            except OSError:
+                pass
+        return False
+
     try:
         daemon.start(wait=False)
-        pid = daemon.process.pid
-        wait_for(lambda: open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] in "tT",
-                 what="mssod stopped at its inotify_init1")
-        assert not answers(daemon.socket)
+        wait_for(held, what="mssod held at its inotify_init1")
         daemon.register("cli", [BIN / "msso"], [GROUP])
-        os.kill(pid, signal.SIGCONT)
+        assert held() and not answers(daemon.socket), "the file landed after the first read, before the watch"
         wait_for(lambda: answers(daemon.socket), what="mssod's socket")
         assert daemon.login().returncode == 0
         done = daemon.msso("sign", "--group", GROUP, "--url", URL)
