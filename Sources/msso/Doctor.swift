@@ -33,7 +33,7 @@ struct Doctor: ParsableCommand {
     func run() throws {
         var report = Report()
         let environment = ProcessInfo.processInfo.environment
-        let path = socket ?? SocketPath.resolve(environment: environment) ?? "(no socket: XDG_RUNTIME_DIR is not set)"
+        let path = socket ?? SocketPath.resolve(environment: environment)
         let connected: BrokerConnection?
         do {
             connected = try BrokerConnection.connect(socketPath: socket, clientName: "msso doctor", timeout: timeout)

@@ -87,9 +87,7 @@ struct Daemon: AsyncParsableCommand {
         let logger = Logger(label: "mssod")
 
         let inherited = BrokerServer.socketFromSystemd(environment: environment)
-        guard let socketPath = socket ?? SocketPath.resolve(environment: environment) ?? inherited.map({ _ in "(from systemd)" }) else {
-            throw ValidationError("set XDG_RUNTIME_DIR (or MSSO_SOCKET, or pass --socket) so mssod knows where to listen")
-        }
+        let socketPath = socket ?? SocketPath.resolve(environment: environment) // named in logs when systemd passed it
         // Before anything listens, so that no shutdown request can be lost (see Signals).
         let reloads = ReloadBox()
         let signals = Signals(reload: { await reloads.run() })
