@@ -31,6 +31,10 @@ int cmsso_set_not_dumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
+int cmsso_set_name(const char *name) {
+    return prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+
 int cmsso_pidfd_alive(int pidfd) {
     /* Signal 0 checks without signalling; it fails with ESRCH once the process has exited. */
     return syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;

@@ -57,6 +57,7 @@ struct Daemon: AsyncParsableCommand {
     /// unwinds it through the binary's unwind tables, about 600 KB of them kept resident for
     /// nothing. The main thread waits instead; nothing in mssod runs on the main actor.
     static func main() {
+        Hardening.name()
         let finished = DispatchSemaphore(value: 0)
         Task.detached {
             do {

@@ -3,6 +3,14 @@ import Glibc
 
 /// Process-level protections for a daemon that holds credentials in memory (as ssh-agent does).
 enum Hardening {
+    /// Executed as /proc/self/exe (``apply()``), the process is named "exe" (ps, top, pgrep -x
+    /// mssod): give it the name an ordinary exec of its command would have. On the main thread,
+    /// before any other starts, so that every thread inherits it.
+    static func name() {
+        let command = CommandLine.arguments.first.flatMap { $0.split(separator: "/").last }.map(String.init) ?? ""
+        _ = cmsso_set_name(command.isEmpty ? "mssod" : command)
+    }
+
     static func apply() {
         // The Swift runtime's crash backtracer prints registers and stack bytes to stderr, which
         // could carry token bytes into the journal, and its settings can name a program to run.

@@ -186,3 +186,11 @@ def test_sigterm_shuts_down_cleanly_and_keeps_the_session(broker):
     assert broker.msso("check").returncode == 3, "unreachable, and the CLI says so"
     broker.start()
     assert broker.msso("check").returncode == 0
+
+
+def test_the_daemon_goes_by_its_own_name(broker):
+    """mssod re-executes itself (through /proc/self/exe, to switch Swift's backtracer off): it must
+    still be `mssod` to ps, top and `pgrep -x mssod`, not `exe`."""
+    assert open(f"/proc/{broker.process.pid}/comm").read().strip() == "mssod"
+    found = subprocess.run(["pgrep", "-x", "mssod"], capture_output=True, text=True).stdout.split()
+    assert str(broker.process.pid) in found

@@ -13,6 +13,8 @@
 /// Marks the process not dumpable: no core dump, and no ptrace or /proc/PID/mem access by other
 /// processes of the same user. Returns 0 on success.
 int cmsso_set_not_dumpable(void);
+/// Sets the calling thread's name (the process's, on the main thread): what ps, top and pgrep show.
+int cmsso_set_name(const char *name);
 
 /// 1 while the process behind `pidfd` is alive (so its pid has not been reused), else 0.
 int cmsso_pidfd_alive(int pidfd);
