@@ -131,8 +131,11 @@ struct Daemon: AsyncParsableCommand {
             }
         }
         let notifier = notifications ? await DesktopNotifier.start(broker: broker, logger: logger, environment: environment) : nil
-        await broker.preload()
+        // Beside the wait for a shutdown request: a keyring that does not answer must not hold one
+        // for the keyring timeout of every group.
+        let preloading = Task { await broker.preload() }
         await signals.termination()
+        preloading.cancel()
         withExtendedLifetime(notifier) {}
         logger.info("shutting down")
         await server.close()

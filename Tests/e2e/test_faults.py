@@ -177,6 +177,27 @@ def test_hung_secret_service_times_out_and_recovers(desktop, idp):
         daemon.stop()
 
 
+def test_sigterm_during_the_start_up_read_of_a_hung_keyring_shuts_down_at_once(desktop, idp):
+    """mssod reads every group's credential as it starts; a Secret Service that does not answer
+    must not hold a SIGTERM (systemctl stop, logout) for the keyring timeout."""
+    timeout = 10
+    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+    try:
+        with frozen(desktop.keyring.pid):
+            daemon.start()  # its start-up read now waits for the keyring, up to 10 s
+            time.sleep(0.5)
+            started = time.monotonic()
+            daemon.process.terminate()
+            code = daemon.process.wait(timeout=2 * timeout)
+            took = time.monotonic() - started
+        print(f"SIGTERM while the start-up keyring read hangs: exit {code} after {took:.2f} s")
+        assert code == 0
+        assert took < 3, f"mssod took {took:.2f} s to stop (keyring timeout {timeout} s)"
+        assert not daemon.socket.exists(), "and removed its socket file"
+    finally:
+        daemon.stop()
+
+
 def test_concurrent_callers_on_a_hung_secret_service_do_not_queue_up(desktop, idp):
     """Four apps asking at once must not wait 4 x the keyring timeout."""
     timeout = 2
