@@ -272,3 +272,7 @@ ssize_t cmsso_read_small_file(const char *path, char *buffer, size_t capacity) {
 void cmsso_trim_memory(void) {
     malloc_trim(0);
 }
+
+int cmsso_one_heap(void) {
+    return mallopt(M_ARENA_MAX, 1);
+}

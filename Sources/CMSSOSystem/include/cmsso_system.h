@@ -116,4 +116,7 @@ ssize_t cmsso_read_small_file(const char *path, char *buffer, size_t capacity);
 /// malloc_trim(0): gives freed heap memory back to the system after a flood.
 void cmsso_trim_memory(void);
 
+/// mallopt(M_ARENA_MAX, 1): every thread allocates from the one heap (returns 1 on success).
+int cmsso_one_heap(void);
+
 #endif
