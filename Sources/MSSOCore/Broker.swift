@@ -265,11 +265,12 @@ public actor Broker {
 
     // MARK: Subscriptions
 
-    /// Sends the sink every signal of the named groups (all configured groups when nil), until
-    /// ``unsubscribe(_:)``. Subscribing again adds groups.
+    /// Sends the sink every signal of the named groups (when nil, of every group: those a reload
+    /// configures later too), until ``unsubscribe(_:)``. Subscribing again adds groups. Returns
+    /// the groups it hears now.
     public func subscribe(_ sink: any SignalSink, groups names: [String]?) throws -> [String] {
-        let wanted = try names.map { try $0.map { try group($0).name } } ?? Array(configuration.groups.keys)
-        return subscribers.add(sink, groups: wanted)
+        let wanted = try names.map { try $0.map { try group($0).name } }
+        return subscribers.add(sink, groups: wanted) ?? configuration.groups.keys.sorted()
     }
 
     public func unsubscribe(_ sink: any SignalSink) {

@@ -3,15 +3,23 @@ import MSSOProtocol
 /// Who hears which group's signals. Owned by the broker actor; delivery never blocks (a sink
 /// that cannot keep up is the sink's problem: connections hang up on slow readers).
 struct Subscribers {
-    private var entries: [ObjectIdentifier: (sink: any SignalSink, groups: Set<String>)] = [:]
+    private struct Entry {
+        let sink: any SignalSink
+        var groups: Set<String> = []
+        /// Every group, those configured later (by a reload) included.
+        var everyGroup = false
+    }
 
-    /// Adds `groups` to what `sink` hears; returns everything it now hears.
-    mutating func add(_ sink: any SignalSink, groups: [String]) -> [String] {
+    private var entries: [ObjectIdentifier: Entry] = [:]
+
+    /// Adds `groups` to what `sink` hears (nil: every group, those configured later included);
+    /// returns the groups it names now, or nil when it hears every group.
+    mutating func add(_ sink: any SignalSink, groups: [String]?) -> [String]? {
         let key = ObjectIdentifier(sink)
-        var entry = entries[key] ?? (sink, [])
-        entry.groups.formUnion(groups)
+        var entry = entries[key] ?? Entry(sink: sink)
+        if let groups { entry.groups.formUnion(groups) } else { entry.everyGroup = true }
         entries[key] = entry
-        return entry.groups.sorted()
+        return entry.everyGroup ? nil : entry.groups.sorted()
     }
 
     mutating func remove(_ sink: any SignalSink) {
@@ -19,7 +27,7 @@ struct Subscribers {
     }
 
     func deliver(_ signal: Signal) {
-        for entry in entries.values where entry.groups.contains(signal.group) {
+        for entry in entries.values where entry.everyGroup || entry.groups.contains(signal.group) {
             entry.sink.deliver(signal)
         }
     }

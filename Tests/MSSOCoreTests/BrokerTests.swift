@@ -211,6 +211,22 @@ final class BrokerTests: XCTestCase {
         XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expired])
     }
 
+    func testASubscriberOfEveryGroupHearsAGroupAReloadAdds() async throws {
+        let broker = makeBroker()
+        let every = RecordingSink(), named = RecordingSink()
+        let first = try await broker.subscribe(every, groups: nil)
+        XCTAssertEqual(first, [group])
+        _ = try await broker.subscribe(named, groups: [group])
+        var added = GroupConfig(name: "com.example.added", issuer: "https://idp.example", clientID: "msso")
+        added.sessionTimeout = 1800
+        broker.rules.reload(Configuration(groups: [broker.configuration.groups[group]!, added]))
+        _ = try await broker.login(LoginArguments(group: added.name, flow: .password, username: "alice", password: "right")) { _ in }
+        XCTAssertEqual(every.signals.map(\.group), [added.name], "every group, those configured later included")
+        XCTAssertEqual(named.signals.map(\.group), [], "only the groups it named")
+        let again = try await broker.subscribe(every, groups: nil)
+        XCTAssertEqual(again, [group, added.name].sorted(), "the groups it hears now")
+    }
+
     func testLogoutRevokesDeletesAndAnnounces() async throws {
         let broker = makeBroker()
         let sink = RecordingSink()

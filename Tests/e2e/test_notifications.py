@@ -139,6 +139,20 @@ def test_expired_replaces_expiring_and_log_in_starts_a_device_login(desktop, idp
         broker.stop()
 
 
+def test_a_group_a_reload_adds_gets_its_notifications(desktop, idp, dunst):
+    broker = Broker(desktop, idp)
+    added = "com.example.added"
+    try:
+        broker.write_config({GROUP: {}, added: {"session_timeout": "8s", "session_max": "1h", "expiring_lead": "6s"}}, idp)
+        broker.process.send_signal(signal.SIGHUP)
+        wait_for(lambda: "configuration reloaded" in broker.log.read_text(), what="the reload")
+        assert broker.login(group=added).returncode == 0
+        shown = wait_for_notification(dunst, f"SSO for {added} ends in 1 min", timeout=10)
+        assert "Extend" in shown["actions"]
+    finally:
+        broker.stop()
+
+
 def test_without_a_notification_server_nothing_fails(desktop, idp):
     broker = Broker(desktop, idp, groups={GROUP: {"session_timeout": "3s", "session_max": "1h", "expiring_lead": "2s"}})
     try:
