@@ -1,0 +1,161 @@
+extension Methods {
+    /// Starts a session with the group's identity provider.
+    public enum Login: BrokerMethod {
+        public static let name = "login"
+        public typealias Arguments = LoginArguments
+        public typealias Result = SessionStatus
+    }
+
+    /// Slides the session window to now + timeout (never past the absolute cap).
+    public enum Extend: BrokerMethod {
+        public static let name = "extend"
+        public typealias Arguments = GroupArguments
+        public typealias Result = SessionStatus
+    }
+
+    /// Ends a group's session (or every group's with `all`).
+    public enum Logout: BrokerMethod {
+        public static let name = "logout"
+        public struct Arguments: Codable, Sendable, Equatable {
+            public var group: String?
+            public var all: Bool?
+            public init(group: String? = nil, all: Bool = false) {
+                self.group = group
+                self.all = all ? true : nil
+            }
+        }
+        public struct Result: Codable, Sendable, Equatable {
+            /// The groups whose session this call ended (empty when nothing was logged in).
+            public var loggedOut: [String]
+            public init(loggedOut: [String]) { self.loggedOut = loggedOut }
+        }
+    }
+
+    /// Describes every configured group's session, or one group's.
+    public enum Status: BrokerMethod {
+        public static let name = "status"
+        public typealias Arguments = GroupArguments
+        public struct Result: Codable, Sendable, Equatable {
+            public var groups: [SessionStatus]
+            /// True while the broker is locked (`lock`); absent otherwise.
+            public var locked: Bool?
+            /// When the lock took effect.
+            public var lockedAt: Double?
+            public init(groups: [SessionStatus], locked: Bool? = nil, lockedAt: Double? = nil) {
+                self.groups = groups
+                self.locked = locked
+                self.lockedAt = lockedAt
+            }
+        }
+    }
+
+    /// Answers "is this group's session valid?" for scripts and the PAM module.
+    public enum Check: BrokerMethod {
+        public static let name = "check"
+        public typealias Arguments = GroupArguments
+        public typealias Result = SessionStatus
+    }
+}
+
+/// The state of one group's SSO session. Times are seconds since the Unix epoch.
+public struct SessionStatus: Codable, Sendable, Equatable {
+    public enum State: String, Codable, Sendable {
+        /// Logged in and inside the session window: `sign` works.
+        case valid
+        /// Logged in once, but the window has passed: `login` again.
+        case expired
+        /// No credential stored.
+        case notLoggedIn
+        /// The stored credential is not one this broker could have written (damaged, or written
+        /// by something else): it signs nothing; `logout` clears it.
+        case corrupt
+    }
+
+    public var group: String
+    public var state: State
+    public var issuer: String?
+    public var username: String?
+    public var loggedInAt: Double?
+    /// The end of the sliding window (`extend` moves it).
+    public var sessionExpiresAt: Double?
+    /// The absolute cap: `extend` never moves the window past it.
+    public var sessionMaxAt: Double?
+    /// When the current access token expires (refreshed silently while the session is valid).
+    public var accessTokenExpiresAt: Double?
+    /// Whether the administrator defined the group (so the session-start module may give it the
+    /// login password); false for a group of the user's own configuration.
+    public var admin: Bool?
+    /// True while the broker is locked (`lock`): the session may be valid, but nothing signs
+    /// until `unlock`. Absent otherwise.
+    public var locked: Bool?
+
+    public init(group: String, state: State, issuer: String? = nil, username: String? = nil,
+                loggedInAt: Double? = nil, sessionExpiresAt: Double? = nil, sessionMaxAt: Double? = nil,
+                accessTokenExpiresAt: Double? = nil, admin: Bool? = nil) {
+        self.group = group
+        self.state = state
+        self.issuer = issuer
+        self.username = username
+        self.loggedInAt = loggedInAt
+        self.sessionExpiresAt = sessionExpiresAt
+        self.sessionMaxAt = sessionMaxAt
+        self.accessTokenExpiresAt = accessTokenExpiresAt
+        self.admin = admin
+    }
+}
+
+/// How a login proves the user's identity to the identity provider.
+public enum LoginFlow: String, Codable, Sendable {
+    /// OAuth 2.0 resource owner password grant: `username` and `password` are required.
+    case password
+    /// RFC 8628 device authorization grant: the user approves on another screen.
+    case device
+    /// Authorization code with PKCE (RFC 7636) and a loopback redirect (RFC 8252): the user logs
+    /// in in their browser on this machine.
+    case browser
+}
+
+public struct LoginArguments: Codable, Sendable {
+    public var group: String?
+    public var flow: LoginFlow
+    public var username: String?
+    /// Only for the password flow. Sent once over the socket, never stored or logged.
+    public var password: String?
+
+    public init(group: String? = nil, flow: LoginFlow, username: String? = nil, password: String? = nil) {
+        self.group = group
+        self.flow = flow
+        self.username = username
+        self.password = password
+    }
+}
+
+/// What a device login asks the user to do.
+public struct DevicePrompt: Codable, Sendable, Equatable {
+    public var verificationURI: String
+    /// The verification URI with the code filled in, when the IdP offers one.
+    public var verificationURIComplete: String?
+    public var userCode: String
+    /// When the code stops working, seconds since the Unix epoch.
+    public var expiresAt: Double
+
+    public init(verificationURI: String, verificationURIComplete: String?, userCode: String, expiresAt: Double) {
+        self.verificationURI = verificationURI
+        self.verificationURIComplete = verificationURIComplete
+        self.userCode = userCode
+        self.expiresAt = expiresAt
+    }
+}
+
+/// What a browser login asks the user to open.
+public struct BrowserPrompt: Codable, Sendable, Equatable {
+    /// The identity provider's authorization URL, to open in a browser on this machine.
+    public var url: String
+    /// When the broker stops waiting for the browser, seconds since the Unix epoch.
+    public var expiresAt: Double
+
+    public init(url: String, expiresAt: Double) {
+        self.url = url
+        self.expiresAt = expiresAt
+    }
+}
