@@ -50,7 +50,7 @@ let package = Package(
                                                     .product(name: "Logging", package: "swift-log")]),
         // The audit log: who asked for what, in SQLite (libsqlite3).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOProtocol", .product(name: "Logging", package: "swift-log")]),
+        .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOCore", "MSSOProtocol", .product(name: "Logging", package: "swift-log")]),
         // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions.
         .target(name: "MSSOSigning", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // OpenID Connect / OAuth 2.0 client flows, over AsyncHTTPClient.
@@ -66,7 +66,7 @@ let package = Package(
         ]),
         // The Unix-socket server: its own epoll loop, each call judged by the process that sent it.
         .target(name: "MSSOServer", dependencies: [
-            "MSSOCore", "MSSOProtocol", "MSSOAudit", "CMSSOSystem",
+            "MSSOCore", "MSSOProtocol", "CMSSOSystem",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
         ]),

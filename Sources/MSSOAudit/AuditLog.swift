@@ -3,6 +3,7 @@ import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
+import MSSOCore
 import MSSOProtocol
 import Synchronization
 
@@ -18,7 +19,7 @@ import Synchronization
 ///   newest ``keptPerGroup`` successful calls of a group.
 /// A database that another process holds locked is waited for (bounded); a batch that still cannot
 /// be written is logged and kept for the next flush, never dropped silently.
-public final class AuditLog: Sendable {
+public final class AuditLog: AuditTrail {
     private let database: Database
     private let queue = DispatchQueue(label: "msso.audit")
     private let state = Mutex(State())

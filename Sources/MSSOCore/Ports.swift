@@ -85,3 +85,11 @@ public enum LoginPrompt: Sendable {
 public protocol SignalSink: AnyObject, Sendable {
     func deliver(_ signal: Signal)
 }
+
+/// Where every call is recorded (the SQLite audit log in production).
+public protocol AuditTrail: Sendable {
+    /// Records one call. Never blocks the caller (it is on the sign path): written later, batched.
+    func record(_ entry: AuditEntry)
+    /// The newest `limit` rows (of `group` when named, at or after `since` when given), oldest first.
+    func query(group: String?, since: Double?, limit: Int) throws -> [AuditEntry]
+}

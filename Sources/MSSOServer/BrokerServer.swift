@@ -1,7 +1,6 @@
 import CMSSOSystem
 import Glibc
 import Logging
-import MSSOAudit
 import MSSOCore
 import MSSOProtocol
 
@@ -74,7 +73,7 @@ public final class BrokerServer: @unchecked Sendable {
 
     /// Starts serving `broker`: on `inheritedSocket` (a listening descriptor passed by systemd
     /// socket activation) when given, else on a socket it binds at `socketPath`.
-    public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, audit: AuditLog?,
+    public static func start(socketPath: String, inheritedSocket: CInt? = nil, broker: Broker, audit: (any AuditTrail)?,
                              ownTools: Set<String> = [], logger: Logger, limits: ServerLimits = ServerLimits()) throws -> BrokerServer {
         let owner = getuid()
         // Watch apps.d, then read it again before anything can call: the registrations were

@@ -1,6 +1,5 @@
 import FoundationEssentials
 import Logging
-import MSSOAudit
 import MSSOCore
 import MSSOProtocol
 
@@ -26,10 +25,10 @@ final class Dispatcher: Sendable {
     let broker: Broker
     let policy: AccessPolicy
     let rules: Rules
-    let audit: AuditLog?
+    let audit: (any AuditTrail)?
     let logger: Logger
 
-    init(broker: Broker, policy: AccessPolicy, rules: Rules, audit: AuditLog?, logger: Logger) {
+    init(broker: Broker, policy: AccessPolicy, rules: Rules, audit: (any AuditTrail)?, logger: Logger) {
         self.broker = broker
         self.policy = policy
         self.rules = rules
