@@ -453,7 +453,7 @@ extension SignRequest {
               scheme == "https" || scheme == "http", url.host != nil else {
             throw BrokerError(.badRequest, "`url` must be an absolute http(s) URL")
         }
-        guard !method.isEmpty, method.utf8.count <= 32, method.allSatisfy({ $0.isASCII && $0.isLetter }) else {
+        guard !method.isEmpty, method.utf8.count <= 32, method.utf8.allSatisfy({ $0 | 0x20 >= UInt8(ascii: "a") && $0 | 0x20 <= UInt8(ascii: "z") }) else {
             throw BrokerError(.badRequest, "`method` must be an HTTP method such as GET")
         }
         return url
@@ -461,8 +461,9 @@ extension SignRequest {
 }
 
 extension URL {
-    /// `scheme://host:port`, the unit DPoP nonces are kept by.
-    var origin: String {
+    /// `scheme://host:port`, the unit DPoP nonces are kept by (the broker's for resource servers,
+    /// the identity provider's for its token endpoint).
+    public var origin: String {
         "\(scheme ?? "")://\(host ?? "")\(port.map { ":\($0)" } ?? "")"
     }
 }

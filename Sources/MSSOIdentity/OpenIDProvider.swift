@@ -215,7 +215,7 @@ public final class OpenIDProvider: IdentityProvider {
     private func exchange(_ url: URL, group: GroupConfig, timeout: Double?, dpop: SigningKey?, form: [(String, String)],
                           attempt: Int) async throws(BrokerError) -> Exchange {
         var headers = [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")]
-        let origin = url.originForNonces
+        let origin = url.origin
         if let dpop {
             let nonce = dpopNonces.withLock { $0[origin] }
             guard let proof = try? DPoPProof.make(key: dpop, method: "POST", url: url, nonce: nonce) else {
@@ -263,7 +263,7 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) could not be reached; check your network and try again")
         }
         if (300..<400).contains(answer.status) {
-            let target = answer.location.flatMap { URL(string: $0, relativeTo: url)?.originForNonces } ?? "elsewhere"
+            let target = answer.location.flatMap { URL(string: $0, relativeTo: url)?.origin } ?? "elsewhere"
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" redirected \(url.path.prefix(200)) to \(target.prefix(200)); msso follows no redirect from an IdP endpoint (credentials would go with it): fix the IdP or `issuer`")
         }
         return answer
@@ -342,13 +342,6 @@ public final class OpenIDProvider: IdentityProvider {
             }
         }
         return out
-    }
-}
-
-extension URL {
-    /// `scheme://host:port`, the unit DPoP nonces are kept by.
-    var originForNonces: String {
-        "\(scheme ?? "")://\(host ?? "")\(port.map { ":\($0)" } ?? "")"
     }
 }
 

@@ -197,6 +197,18 @@ final class BrokerTests: XCTestCase {
         XCTAssertThrowsError(try broker.signWithoutWaiting(SignRequest(group: group, method: "G ET", url: "https://a/"), group: config))
     }
 
+    func testAMethodIsLettersOnly() throws {
+        for method in ["GET", "get", "PROPFIND", "Patch", "AZaz"] {
+            XCTAssertNoThrow(try SignRequest(method: method, url: "https://a/").validatedURL(), method)
+        }
+        for method in ["", "G ET", "GET\n", "G\u{301}ET", "GÉT", "G@T", "G[T", "G`T", "G{T", "G1T", "G-T",
+                       String(repeating: "A", count: 33)] {
+            XCTAssertThrowsError(try SignRequest(method: method, url: "https://a/").validatedURL(), method.debugDescription) {
+                XCTAssertEqual(($0 as? BrokerError)?.name, .badRequest)
+            }
+        }
+    }
+
     func testIdPEndingTheSessionExpiresItForEveryApp() async throws {
         let broker = makeBroker()
         let sink = RecordingSink()
