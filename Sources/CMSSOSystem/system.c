@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/nsfs.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -213,10 +215,23 @@ static int statx_path(const char *path, struct statx *result) {
     return statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, STATX_BASIC_STATS, result) == 0;
 }
 
+/* statx of /proc/PID/ns/NAME (PID 0: this process) into device and inode; 1 when read. */
+static int namespace_of(int pid, const char *name, uint64_t *device, uint64_t *inode) {
+    char path[64];
+    struct statx result;
+    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/ns/%s", pid, name); else snprintf(path, sizeof path, "/proc/self/ns/%s", name);
+    if (!statx_path(path, &result)) return 0;
+    *device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
+    *inode = result.stx_ino;
+    return 1;
+}
+
 void cmsso_process_facts_of(int pid, cmsso_process_facts *facts) {
     char path[64];
     struct statx result;
     cmsso_process_executable_of(pid, facts);
+    facts->pid_namespace_ok = namespace_of(pid, "pid", &facts->pid_namespace_device, &facts->pid_namespace_inode);
+    facts->user_namespace_ok = namespace_of(pid, "user", &facts->user_namespace_device, &facts->user_namespace_inode);
     if (pid > 0) snprintf(path, sizeof path, "/proc/%d/ns/mnt", pid); else strcpy(path, "/proc/self/ns/mnt");
     if (statx_path(path, &result)) {
         facts->namespace_ok = 1;
@@ -229,6 +244,43 @@ void cmsso_process_facts_of(int pid, cmsso_process_facts *facts) {
         facts->root_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
         facts->root_inode = result.stx_ino;
     }
+}
+
+/* Whether two namespace descriptors (or a descriptor and /proc/self/ns/NAME) are the same namespace. */
+static int same_namespace(int fd, int other) {
+    struct stat a, b;
+    return fd >= 0 && other >= 0 && fstat(fd, &a) == 0 && fstat(other, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* The parent of a namespace (NS_GET_PARENT; NS_GET_USERNS for a pid namespace's owner), or -1. */
+static int namespace_ioctl(int fd, unsigned long request) {
+    return fd >= 0 ? ioctl(fd, request) : -1;
+}
+
+int cmsso_sandbox_made_from_ours(int pid) {
+    char path[64];
+    int fds[7] = { -1, -1, -1, -1, -1, -1, -1 };
+    enum { OUR_PID, OUR_USER, PID_NS, PID_PARENT, OWNER, OWNER_PARENT, USER_NS };
+    fds[OUR_PID] = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+    fds[OUR_USER] = open("/proc/self/ns/user", O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "/proc/%d/ns/pid", pid);
+    fds[PID_NS] = open(path, O_RDONLY | O_CLOEXEC);
+    snprintf(path, sizeof path, "/proc/%d/ns/user", pid);
+    fds[USER_NS] = open(path, O_RDONLY | O_CLOEXEC);
+    fds[PID_PARENT] = namespace_ioctl(fds[PID_NS], NS_GET_PARENT);
+    fds[OWNER] = namespace_ioctl(fds[PID_NS], NS_GET_USERNS);
+    int made = same_namespace(fds[PID_PARENT], fds[OUR_PID]);
+    if (made && !same_namespace(fds[OWNER], fds[OUR_USER])) {
+        fds[OWNER_PARENT] = namespace_ioctl(fds[OWNER], NS_GET_PARENT);
+        made = same_namespace(fds[OWNER_PARENT], fds[OUR_USER]);
+    }
+    if (made && !same_namespace(fds[USER_NS], fds[OWNER])) {
+        int parent = namespace_ioctl(fds[USER_NS], NS_GET_PARENT);
+        made = same_namespace(parent, fds[OWNER]);
+        if (parent >= 0) close(parent);
+    }
+    for (int i = 0; i < 7; i++) if (fds[i] >= 0) close(fds[i]);
+    return made;
 }
 
 void cmsso_process_executable_of(int pid, cmsso_process_facts *facts) {

@@ -79,7 +79,7 @@ public struct Entitlements: Sendable, Equatable {
             throw BrokerError(.notEntitled, "\(executable) is not the binary registered for access group \"\(group)\": its sha256 is \(actual ?? "unreadable"), the registration pins \(expected); re-pin it with `msso apps allow \(executable) --group \(group) --pin` (or ask your administrator)")
         }
         if app.flatpak == nil, !app.onHost, let executable = app.executable {
-            throw BrokerError(.notEntitled, "\(executable) runs in a mount namespace of its own, or is another file than the one at that path, and is not a Flatpak app, so no registration by path applies to it; run it from the host's file system, or register its Flatpak id")
+            throw BrokerError(.notEntitled, "\(executable) runs in a mount, pid or user namespace of its own, or is another file than the one at that path, and is not a Flatpak app, so no registration by path applies to it; run it from the host's file system, or register its Flatpak id")
         }
         let who = app.flatpak.map { "Flatpak app \($0)" } ?? app.executable.map { "\($0)" } ?? "an app whose executable is unknown"
         let fix = app.flatpak.map { "msso apps allow --flatpak \($0) --group \(group)" }

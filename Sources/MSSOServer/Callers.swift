@@ -30,11 +30,15 @@ struct Sender {
     }
 }
 
-/// What about a process changes when it execs, moves to another mount namespace or changes root.
+/// What about a process changes when it execs, moves to another namespace or changes root.
 struct ProcessFacts: Equatable {
+    typealias Namespace = (device: UInt64, inode: UInt64)
     var executable: FileIdentity?
-    var mountNamespace: (device: UInt64, inode: UInt64)?
-    var root: (device: UInt64, inode: UInt64)?
+    var mountNamespace: Namespace?
+    var root: Namespace?
+    /// Fixed for a process's life: who may name it in `SCM_CREDENTIALS` follows from it.
+    var pidNamespace: Namespace?
+    var userNamespace: Namespace?
 
     struct FileIdentity: Hashable {
         var device: UInt64, inode: UInt64, size: Int64
@@ -47,36 +51,45 @@ struct ProcessFacts: Equatable {
         return ProcessFacts(facts)
     }
 
-    /// The executable's part only (one statx instead of three).
+    /// The executable's part only (one statx instead of five).
     static func executable(pid: Int32) -> FileIdentity? {
         var facts = cmsso_process_facts()
         cmsso_process_executable_of(pid, &facts)
         return ProcessFacts(facts).executable
     }
 
-    private init(executable: FileIdentity?, mountNamespace: (device: UInt64, inode: UInt64)?, root: (device: UInt64, inode: UInt64)?) {
-        (self.executable, self.mountNamespace, self.root) = (executable, mountNamespace, root)
+    private init(_ facts: cmsso_process_facts) {
+        executable = facts.exe_ok == 0 ? nil : FileIdentity(
+            device: facts.exe_device, inode: facts.exe_inode, size: facts.exe_size,
+            modified: facts.exe_mtime_sec * 1_000_000_000 + facts.exe_mtime_nsec,
+            changed: facts.exe_ctime_sec * 1_000_000_000 + facts.exe_ctime_nsec)
+        mountNamespace = facts.namespace_ok == 0 ? nil : (facts.namespace_device, facts.namespace_inode)
+        root = facts.root_ok == 0 ? nil : (facts.root_device, facts.root_inode)
+        pidNamespace = facts.pid_namespace_ok == 0 ? nil : (facts.pid_namespace_device, facts.pid_namespace_inode)
+        userNamespace = facts.user_namespace_ok == 0 ? nil : (facts.user_namespace_device, facts.user_namespace_inode)
     }
 
-    private init(_ facts: cmsso_process_facts) {
-        self.init(
-            executable: facts.exe_ok == 0 ? nil : FileIdentity(
-                device: facts.exe_device, inode: facts.exe_inode, size: facts.exe_size,
-                modified: facts.exe_mtime_sec * 1_000_000_000 + facts.exe_mtime_nsec,
-                changed: facts.exe_ctime_sec * 1_000_000_000 + facts.exe_ctime_nsec),
-            mountNamespace: facts.namespace_ok == 0 ? nil : (facts.namespace_device, facts.namespace_inode),
-            root: facts.root_ok == 0 ? nil : (facts.root_device, facts.root_inode))
+    private static func same(_ a: Namespace?, _ b: Namespace?) -> Bool {
+        a?.device == b?.device && a?.inode == b?.inode
     }
 
     static func == (a: ProcessFacts, b: ProcessFacts) -> Bool {
-        a.executable == b.executable && a.mountNamespace?.device == b.mountNamespace?.device
-            && a.mountNamespace?.inode == b.mountNamespace?.inode && a.root?.device == b.root?.device && a.root?.inode == b.root?.inode
+        a.executable == b.executable && same(a.mountNamespace, b.mountNamespace) && same(a.root, b.root)
+            && same(a.pidNamespace, b.pidNamespace) && same(a.userNamespace, b.userNamespace)
     }
 
-    /// Whether a process with these facts sees the same file system as one with `other`'s.
-    func sharesFileSystem(with other: ProcessFacts) -> Bool {
-        guard let mountNamespace, let root, let theirs = other.mountNamespace, let theirRoot = other.root else { return false }
-        return mountNamespace == theirs && root == theirRoot
+    /// Whether a process with these facts is on the daemon's host (`other`'s facts): it sees the
+    /// same file system (mount namespace and root), and it is in the same pid and user namespaces.
+    ///
+    /// The namespaces are what make the kernel's word about a sender unforgeable. A process may
+    /// name any process of its own pid namespace in `SCM_CREDENTIALS` when it holds CAP_SYS_ADMIN
+    /// over that namespace's user namespace, which `unshare -U -r -p -f` gives any user; naming a
+    /// process of the daemon's pid namespace takes CAP_SYS_ADMIN over the initial user namespace
+    /// (root). So a sender that named a process of our pid namespace is that process (or root).
+    func isOnHost(like other: ProcessFacts) -> Bool {
+        guard mountNamespace != nil, root != nil, pidNamespace != nil, userNamespace != nil else { return false }
+        return Self.same(mountNamespace, other.mountNamespace) && Self.same(root, other.root)
+            && Self.same(pidNamespace, other.pidNamespace) && Self.same(userNamespace, other.userNamespace)
     }
 }
 
@@ -182,7 +195,7 @@ final class Callers: @unchecked Sendable {
         // no file system of the caller's can stall: found out here. A sandbox's files, or a
         // binary to hash, are read on a thread of their own.
         // (A registered path is looked up here too: on the file system its registrant chose.)
-        if facts.sharesFileSystem(with: own), let path = Self.readLink("/proc/\(sender.pid)/exe"), !snapshot.entitlements.pins(path),
+        if facts.isOnHost(like: own), let path = Self.readLink("/proc/\(sender.pid)/exe"), !snapshot.entitlements.pins(path),
            let found = Self.identify(pid: sender.pid, pidfd: sender.pidfd, own: own, entitlements: snapshot.entitlements, ownTools: ownTools),
            found.facts == facts {
             remember(sender.pid, sender.process, found, generation: snapshot.generation)
@@ -257,12 +270,16 @@ final class Callers: @unchecked Sendable {
                          ownTools: Set<String> = []) -> Identified? {
         let facts = ProcessFacts.of(pid: pid)
         let executable = readLink("/proc/\(pid)/exe")
-        let sharesFileSystem = facts.sharesFileSystem(with: own)
-        var identity = AppIdentity(executable: executable, onHost: sharesFileSystem, unit: unit(pid: pid))
+        let onHost = facts.isOnHost(like: own)
+        var identity = AppIdentity(executable: executable, onHost: onHost, unit: unit(pid: pid))
         var pathChecked = false
-        if !sharesFileSystem {
-            // Only a process that really is in a namespace of its own has a sandbox to speak of.
-            identity.flatpak = readSmall("/proc/\(pid)/root/.flatpak-info", capacity: 64 * 1024).flatMap(flatpakID(info:))
+        if !onHost {
+            // Only a process that really is in a sandbox has one to speak of, and only in one made
+            // from our namespaces: inside namespaces another process of the user made, that
+            // process may name it in the credentials of bytes it wrote itself (see isOnHost).
+            if cmsso_sandbox_made_from_ours(pid) == 1 {
+                identity.flatpak = readSmall("/proc/\(pid)/root/.flatpak-info", capacity: 64 * 1024).flatMap(flatpakID(info:))
+            }
         } else if let executable, entitlements.registers(executable) || ownTools.contains(executable) {
             // The kernel names a file by its path in the mount namespace it was opened from: run
             // through /proc/PID/root of a process in a namespace of its own (or from a detached

@@ -343,7 +343,7 @@ def test_a_bind_mount_over_a_registered_path_in_a_new_mount_namespace_is_refused
                          'mount --bind "$0" "$1" && exec "$@"', impostor, registered], SIGN_ONCE, bare.socket, GROUP)
     assert result["me"]["exe"] == str(registered) and result["me"]["inode"] == impostor.stat().st_ino, \
         "the impostor ran under the registered path"
-    assert_refused(result["reply"], "NotEntitled", "mount namespace of its own")
+    assert_refused(result["reply"], "NotEntitled", "namespace of its own")
 
 
 def test_an_unprivileged_bind_mount_over_a_registered_path_is_refused(user_broker, user_desktop):
@@ -388,7 +388,7 @@ def test_a_host_process_running_a_file_from_another_mount_namespace_is_refused(u
     assert result["me"]["exe"] == str(registered), "the kernel names it by the registered path"
     assert result["me"]["inode"] == impostor.stat().st_ino != registered.stat().st_ino, "but it runs the impostor"
     assert own_namespace == os.readlink("/proc/self/ns/mnt"), "from the daemon's own mount namespace"
-    assert_refused(result["reply"], "NotEntitled", f"{registered} runs in a mount namespace of its own, or is another file")
+    assert_refused(result["reply"], "NotEntitled", f"{registered} runs in a mount, pid or user namespace of its own, or is another file")
 
 
 # MARK: 4. a Flatpak-style sandbox (bubblewrap)
@@ -432,6 +432,93 @@ def test_a_flatpak_sandbox_is_known_by_its_app_id_and_only_in_a_sandbox(bare, tm
                           timeout=60, env=dict(ENV, FLATPAK_ID="com.example.Sandboxed"))
     host = last_json(done.stdout)
     assert_refused(host["reply"], "NotEntitled", f"{INTERPRETER} is not registered")
+
+
+# MARK: 4b. credentials forged from a pid namespace of one's own
+
+# argv: socket group victim-argv... Runs the victim as a child, waits until it is alive, then
+# writes a sign call whose SCM_CREDENTIALS name the victim (whose pid the kernel resolves in this
+# process's pid namespace) and reports what came back. The victim reads stdin until it closes.
+FORGE = WIRE + r"""
+import subprocess
+path, group, *victim = sys.argv[1:]
+child = subprocess.Popen(victim, stdin=subprocess.PIPE)
+
+def named():
+    # The process to name: the victim itself, or (a sandbox) its descendant running the app.
+    best = child.pid
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                status = open(f"/proc/{entry}/status").read()
+            except OSError:
+                continue
+            fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+            if len(fields.get("NSpid", "").split()) > 1 and fields.get("Name", "").startswith("python"):
+                best = int(entry)
+    return best
+
+deadline = time.time() + 20
+while time.time() < deadline:
+    pid = named()
+    try:
+        if os.readlink(f"/proc/{pid}/exe").split("/")[-1].startswith(("python", "registered")):
+            break
+    except OSError:
+        pass
+    time.sleep(0.01)
+s = connect(path)
+creds = struct.pack("iII", pid, os.getuid(), os.getgid())
+try:
+    s.sendmsg([sign_frame(group)], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+    forged, reply = True, receive(s)
+except OSError as error:
+    forged, reply = str(error), {}
+child.stdin.close()
+child.wait()
+say({"me": me(), "named": pid, "forged": forged, "reply": reply})
+"""
+
+# As an ordinary user: a user and pid namespace of one's own, /proc of that namespace.
+OWN_NAMESPACES = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+
+
+def test_credentials_forged_in_a_pid_namespace_of_ones_own_name_nobody(user_broker, user_desktop):
+    """Attack (uid 1000, `unshare -U -r -p -f`, no privilege): holding CAP_SYS_ADMIN over a pid
+    namespace of its own, an unregistered program starts the registered binary (unmodified) as its
+    child and stamps its own sign call with SCM_CREDENTIALS naming that child; the kernel derives
+    SCM_PIDFD from the forged pid. Expected: the kernel takes the forgery, and the broker serves
+    nobody (NotEntitled: the named process is not in the daemon's pid namespace). Control: the
+    registered binary on the host is served."""
+    directory = user_bin(user_desktop)
+    registered = python_copy(directory, "registered-app", uid=USER)
+    user_broker.register("registered", [registered], [GROUP])
+    control = run_script(registered, SIGN_ONCE, user_broker.socket, GROUP, prefix=as_uid(USER))
+    assert served(control["reply"])
+
+    result = run_script(INTERPRETER, FORGE, user_broker.socket, GROUP, registered, "-c", "import sys; sys.stdin.read()",
+                        prefix=[*as_uid(USER), *OWN_NAMESPACES])
+    assert result["forged"] is True, f"the kernel refused the forged credentials: {result['forged']}"
+    assert result["me"]["pid"] == 1, "the forger is pid 1 of a pid namespace of its own"
+    assert_refused(result["reply"], "NotEntitled", f"{registered} runs in a mount, pid or user namespace of its own")
+
+
+def test_a_sandbox_nested_in_namespaces_a_user_made_is_no_flatpak_app(user_broker, user_desktop):
+    """Attack (uid 1000): inside a user and pid namespace of its own, a program starts a real
+    bubblewrap sandbox showing a registered Flatpak id and names the sandboxed process in the
+    credentials of its own sign call. Expected: refused (a sandbox counts only when made from the
+    daemon's namespaces, as Flatpak makes them). Control: the same sandbox started on the host is
+    served as that Flatpak app."""
+    register_flatpak(user_broker, "sandboxed", "com.example.Sandboxed", [GROUP])
+    sandbox = bwrap(flatpak_info(user_bin(user_desktop), "com.example.Sandboxed"), user_broker)
+    control = run_script(sandbox, SIGN_ONCE, "/run/msso/broker.sock", GROUP, prefix=as_uid(USER))
+    assert served(control["reply"]), "control: a sandbox made from the host's namespaces is the Flatpak app"
+
+    result = run_script(INTERPRETER, FORGE, user_broker.socket, GROUP, *sandbox, "-c", "import sys; sys.stdin.read()",
+                        prefix=[*as_uid(USER), *OWN_NAMESPACES])
+    assert result["forged"] is True, f"the kernel refused the forged credentials: {result['forged']}"
+    assert result["named"] != 1
+    assert_refused(result["reply"], "NotEntitled")
 
 
 # MARK: 5. a forged systemd scope name

@@ -101,10 +101,21 @@ typedef struct {
     uint64_t namespace_device, namespace_inode;
     int root_ok;
     uint64_t root_device, root_inode;
+    /* The pid and user namespaces: a process's pid namespace never changes; who may name it in
+     * SCM_CREDENTIALS depends on it (see Callers.swift). */
+    int pid_namespace_ok;
+    uint64_t pid_namespace_device, pid_namespace_inode;
+    int user_namespace_ok;
+    uint64_t user_namespace_device, user_namespace_inode;
 } cmsso_process_facts;
 
 /// `pid` 0 means this process.
 void cmsso_process_facts_of(int pid, cmsso_process_facts *facts);
+/// 1 when `pid`'s namespaces are a sandbox made directly from this process's, as bubblewrap makes
+/// one for Flatpak: its pid namespace a child of ours, owned by our user namespace or a child of
+/// it, and its user namespace that owner or a child of it (`--disable-userns` nests one more).
+/// 0 otherwise: among others, namespaces nested inside ones another process of the user made.
+int cmsso_sandbox_made_from_ours(int pid);
 /* The executable's part of the facts only (one statx): enough, per call, for a process already known. */
 void cmsso_process_executable_of(int pid, cmsso_process_facts *facts);
 
