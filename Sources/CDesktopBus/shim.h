@@ -60,9 +60,20 @@ static inline void msso_on_signal(GDBusConnection *bus, const gchar *sender, con
     listener->callback(id, action, listener->context);
 }
 
-/// Calls `callback` for every ActionInvoked the notification server sends (only its current
-/// owner's: GDBus tracks the well-known name), on the calling thread, forever: run it on a thread
-/// of its own.
+/* NotificationClosed (id, reason): handed on as the action "" (no action has an empty key). */
+static inline void msso_on_closed(GDBusConnection *bus, const gchar *sender, const gchar *path, const gchar *interface,
+                                  const gchar *member, GVariant *parameters, gpointer data) {
+    (void)bus; (void)sender; (void)path; (void)interface; (void)member;
+    if (!g_variant_is_of_type(parameters, G_VARIANT_TYPE("(uu)"))) return;
+    guint32 id = 0, reason = 0;
+    g_variant_get(parameters, "(uu)", &id, &reason);
+    msso_action_listener *listener = data;
+    listener->callback(id, "", listener->context);
+}
+
+/// Calls `callback` for every ActionInvoked the notification server sends, and with the action ""
+/// for every NotificationClosed (only its current owner's: GDBus tracks the well-known name), on
+/// the calling thread, forever: run it on a thread of its own.
 static inline void msso_listen_for_actions(GDBusConnection *bus, msso_action_callback callback, void *context) {
     GMainContext *main_context = g_main_context_new();
     g_main_context_push_thread_default(main_context);
@@ -71,6 +82,8 @@ static inline void msso_listen_for_actions(GDBusConnection *bus, msso_action_cal
     listener->context = context;
     g_dbus_connection_signal_subscribe(bus, MSSO_NOTIFY_NAME, MSSO_NOTIFY_NAME, "ActionInvoked", MSSO_NOTIFY_PATH,
                                        NULL, G_DBUS_SIGNAL_FLAGS_NONE, msso_on_signal, listener, NULL);
+    g_dbus_connection_signal_subscribe(bus, MSSO_NOTIFY_NAME, MSSO_NOTIFY_NAME, "NotificationClosed", MSSO_NOTIFY_PATH,
+                                       NULL, G_DBUS_SIGNAL_FLAGS_NONE, msso_on_closed, listener, NULL);
     GMainLoop *loop = g_main_loop_new(main_context, FALSE);
     g_main_loop_run(loop);
 }

@@ -138,6 +138,9 @@ public struct Entitlements: Sendable, Equatable {
                     registration.flatpak = try value.string(fail, key)
                 case "groups":
                     registration.groups = try value.strings(fail, key)
+                case "confirm":
+                    guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
+                    registration.confirm = on ? true : nil
                 default:
                     throw fail(value.line, key, "unknown key in app \"\(registration.name)\"")
                 }

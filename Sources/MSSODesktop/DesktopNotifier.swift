@@ -15,7 +15,7 @@ import MSSOProtocol
 /// stacked), closed when the session is extended, logged in or out. Nothing is shown, and
 /// nothing fails, when no notification server answers. The text holds group names, times,
 /// and a device login's address and code: never a token.
-public final class DesktopNotifier: SignalSink, @unchecked Sendable {
+public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Sendable {
     enum Action: String { case extend, login }
 
     private let bus: OpaquePointer
@@ -26,6 +26,13 @@ public final class DesktopNotifier: SignalSink, @unchecked Sendable {
     private let queue = DispatchQueue(label: "msso.notifications")
     private var shown: [String: (id: UInt32, action: Action)] = [:]
     private var loggingIn: Set<String> = []
+    /// Confirmations shown, by notification id, waiting for the user's answer.
+    private var questions: [UInt32: CheckedContinuation<ConfirmationAnswer, Never>] = [:]
+
+    /// How long a confirmation waits for the user; then it counts as denied.
+    static let confirmationTimeout = 60.0
+    /// What "Allow for 1 hour" allows for.
+    static let allowedFor = 3600.0
 
     /// How long a bus call may take: a hung notification server must not hold anything up.
     static let callTimeout: Int32 = 2000
@@ -59,6 +66,41 @@ public final class DesktopNotifier: SignalSink, @unchecked Sendable {
         pthread_detach(thread)
         _ = try? await broker.subscribe(notifier, groups: nil)
         return notifier
+    }
+
+    // MARK: Questions
+
+    /// Asks the user whether the program that ran a registered tool may get a token or a
+    /// signature through it: **Allow once**, **Allow for 1 hour**, **Deny**; a click on the
+    /// notification itself, closing it, or no answer within ``confirmationTimeout`` deny.
+    public func ask(_ request: ConfirmationRequest) async -> ConfirmationAnswer {
+        let requester = request.requesters.first.map(Self.shown) ?? "a program"
+        let above = request.requesters.dropFirst().map(Self.shown)
+        let chain = above.isEmpty ? "" : " (run by \(above.joined(separator: ", run by ")))"
+        let summary = "Allow \(requester) to use SSO for \(Self.shown(request.group))?"
+        let body = "\(requester)\(chain) asks \(Self.shown(request.tool)) for \(request.verb == "sign" ? "a signature" : "a token") of \(Self.shown(request.group))."
+        return await withCheckedContinuation { continuation in
+            queue.async { [self] in
+                let keys = ["allow", "Allow once", "allow-hour", "Allow for 1 hour", "deny", "Deny"]
+                var pointers = keys.map { strdup($0) } + [nil]
+                defer { pointers.forEach { free($0) } }
+                let id = pointers.withUnsafeMutableBufferPointer { buffer in
+                    buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) {
+                        msso_notify(bus, 0, summary, body, $0, 0, Self.callTimeout)
+                    }
+                }
+                guard id != 0 else {
+                    continuation.resume(returning: .unavailable)
+                    return
+                }
+                questions[id] = continuation
+                queue.asyncAfter(deadline: .now() + Self.confirmationTimeout) { [self] in
+                    guard let waiting = questions.removeValue(forKey: id) else { return }
+                    msso_notify_close(bus, id, Self.callTimeout)
+                    waiting.resume(returning: .deny)
+                }
+            }
+        }
     }
 
     // MARK: Signals in
@@ -107,11 +149,38 @@ public final class DesktopNotifier: SignalSink, @unchecked Sendable {
         }
     }
 
+    // MARK: Confirmations
+
+    /// Text from a file name or a program's path, safe in a notification: no control characters,
+    /// no markup (servers that support body markup would read `<` and `&`).
+    static func shown(_ text: String) -> String {
+        String(String.UnicodeScalarView(text.unicodeScalars.map { scalar in
+            switch scalar.value {
+            case 0..<0x20, 0x7F..<0xA0, 0x202A...0x202E, 0x2066...0x2069: "?"
+            case 0x3C: "‹"
+            case 0x3E: "›"
+            case 0x26: "+"
+            default: scalar
+            }
+        }))
+    }
+
     // MARK: Actions in
 
-    /// The server says the user chose `action` on notification `id` (on the listener's thread).
+    /// The server says the user chose `action` on notification `id`, or closed it (`key` "") (on
+    /// the listener's thread).
     private func invoked(_ id: UInt32, _ key: String) {
         queue.async { [self] in
+            if let question = questions.removeValue(forKey: id) {
+                let answer: ConfirmationAnswer = switch key {
+                case "allow": .allowOnce
+                case "allow-hour": .allow(forSeconds: Self.allowedFor)
+                default: .deny // Deny, a click on the notification itself, or closing it
+                }
+                if key != "" { msso_notify_close(bus, id, Self.callTimeout) }
+                question.resume(returning: answer)
+                return
+            }
             guard let (group, entry) = shown.first(where: { $0.value.id == id }) else { return }
             let action = key == "default" ? entry.action : Action(rawValue: key)
             switch action {

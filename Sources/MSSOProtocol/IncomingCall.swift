@@ -90,6 +90,28 @@ public enum CallArguments: Sendable {
         case .diagnose: self = .diagnose(try .init(from: decoder))
         }
     }
+
+    /// Which method these are the arguments of.
+    public var kind: Kind {
+        switch self {
+        case .hello: .hello
+        case .ping: .ping
+        case .login: .login
+        case .extend: .extend
+        case .logout: .logout
+        case .status: .status
+        case .check: .check
+        case .sign: .sign
+        case .token: .token
+        case .subscribe: .subscribe
+        case .apps: .apps
+        case .audit: .audit
+        case .keys: .keys
+        case .lock: .lock
+        case .unlock: .unlock
+        case .diagnose: .diagnose
+        }
+    }
 }
 
 /// Method names as they may appear in a log line or an audit row.

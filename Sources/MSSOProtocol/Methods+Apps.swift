@@ -47,6 +47,10 @@ public struct AppRegistration: Equatable, Sendable, Codable {
     public var source: String
     /// True when it comes from the admin's directory.
     public var admin: Bool
+    /// Each new program that asks this app for a token or a signature (the program that ran it,
+    /// as the kernel names it) must be allowed by the user, in a desktop notification (`confirm =
+    /// true`, like `ssh-add -c`). Nil: no.
+    public var confirm: Bool?
 }
 
 /// The caller as the broker recognises it, answered by `apps`.

@@ -1,7 +1,9 @@
 import MSSOCore
 import MSSOProtocol
 
-/// Who may call what, from what the kernel says about the process that sent each call.
+/// Who may call what, from what the kernel says about the process that sent each call: one table,
+/// ``rule(for:)``, with a row per method; a method added to the protocol does not compile without
+/// its row.
 ///
 /// - The broker serves the user it runs as. Another uid is refused, at connect and at every call
 ///   (a socket handed to another user's process is judged as that process).
@@ -23,7 +25,7 @@ public struct AccessPolicy: Sendable {
         self.ownTools = ownTools
     }
 
-    public enum Role: Sendable { case root, ownTool, app }
+    public enum Role: Sendable, CaseIterable { case root, ownTool, app }
 
     public func role(uid: UInt32, app: AppIdentity?) -> Role {
         if uid == 0 && owner != 0 { return .root }
@@ -38,18 +40,80 @@ public struct AccessPolicy: Sendable {
         BrokerError(.forbidden, "this broker serves uid \(owner) only; uid \(uid) must use its own (is mssod running for that user?)")
     }
 
-    static let forRoot: Set<String> = [Methods.Hello.name, Methods.Ping.name, Methods.Status.name, Methods.Check.name,
-                                       Methods.Login.name, Methods.Logout.name]
-    /// Rotating keys is management; reading a public key is not, but apps have no use for it.
-    static let forOwnToolsOnly: Set<String> = [Methods.Apps.name, Methods.Audit.name, Methods.Keys.name, Methods.Diagnose.name]
+    // MARK: The table
 
-    /// Throws `Forbidden` when the caller's role may not call `method` at all.
-    public func authorize(_ method: String, role: Role) throws(BrokerError) {
-        switch role {
-        case .root where !Self.forRoot.contains(method):
+    /// What one role may do with one method.
+    public enum Access: Sendable, Equatable {
+        /// Not at all: refused before anything is looked at.
+        case refused
+        /// On any configured group, registered or not (management).
+        case anyGroup
+        /// On the groups a registration gives it; without a group argument, on those only.
+        case registeredGroups
+        /// Only when registered for at least one configured group (a suite's "lock" button): a
+        /// program registered for none could set a lock whose passphrase the user does not know.
+        case registeredForSomeGroup
+        /// Root's login: the password flow, to a group the administrator defined.
+        case passwordLoginToAdminGroups
+    }
+
+    /// One row of the table.
+    public struct Rule: Sendable, Equatable {
+        public var root: Access
+        public var ownTool: Access
+        public var app: Access
+        /// Whether the method works while msso is locked (`msso lock`). The broker enforces a
+        /// `false` inside the actor turn that does the work, so a call that was waiting when the
+        /// lock took effect is refused too (``Broker``'s `requireUnlocked`).
+        public var whileLocked: Bool
+        /// Whether a success hands the caller a token or a signature (what `confirm` guards).
+        public var givesCredentials: Bool
+
+        public func access(for role: Role) -> Access {
+            switch role {
+            case .root: root
+            case .ownTool: ownTool
+            case .app: app
+            }
+        }
+    }
+
+    /// The table: every method, every role.
+    public static func rule(for kind: CallArguments.Kind) -> Rule {
+        switch kind {
+        case .hello, .ping:
+            Rule(root: .anyGroup, ownTool: .anyGroup, app: .anyGroup, whileLocked: true, givesCredentials: false)
+        case .status, .check, .logout:
+            Rule(root: .anyGroup, ownTool: .anyGroup, app: .registeredGroups, whileLocked: true, givesCredentials: false)
+        case .login:
+            Rule(root: .passwordLoginToAdminGroups, ownTool: .anyGroup, app: .registeredGroups, whileLocked: false, givesCredentials: false)
+        case .extend:
+            Rule(root: .refused, ownTool: .anyGroup, app: .registeredGroups, whileLocked: false, givesCredentials: false)
+        case .subscribe:
+            Rule(root: .refused, ownTool: .anyGroup, app: .registeredGroups, whileLocked: true, givesCredentials: false)
+        case .sign, .token:
+            Rule(root: .refused, ownTool: .registeredGroups, app: .registeredGroups, whileLocked: false, givesCredentials: true)
+        case .apps, .audit, .keys, .diagnose:
+            // Rotating keys is management; reading a public key is not, but apps have no use for it.
+            Rule(root: .refused, ownTool: .anyGroup, app: .refused, whileLocked: true, givesCredentials: false)
+        case .lock, .unlock:
+            Rule(root: .refused, ownTool: .anyGroup, app: .registeredForSomeGroup, whileLocked: true, givesCredentials: false)
+        }
+    }
+
+    // MARK: Applying it
+
+    /// Throws `Forbidden` when the caller's role may not call `kind` at all, or (for
+    /// ``Access/registeredForSomeGroup``) the caller is registered for no configured group.
+    public func authorize(_ kind: CallArguments.Kind, role: Role, registered: @autoclosure () -> Bool,
+                          who: @autoclosure () -> String) throws(BrokerError) {
+        switch Self.rule(for: kind).access(for: role) {
+        case .refused where role == .root:
             throw BrokerError(.forbidden, "root may only call status, check, login and logout on another user's broker")
-        case .app where Self.forOwnToolsOnly.contains(method):
-            throw BrokerError(.forbidden, "only the msso command may call \(method)")
+        case .refused:
+            throw BrokerError(.forbidden, "only the msso command may call \(kind.rawValue)")
+        case .registeredForSomeGroup where !registered():
+            throw BrokerError(.forbidden, "\(who()) is not registered for any access group, so it may not \(kind.rawValue) msso; use `msso \(kind.rawValue)`")
         default:
             return
         }
@@ -59,7 +123,7 @@ public struct AccessPolicy: Sendable {
     /// only to a group the administrator defined: a group from the user's own file names an
     /// issuer anyone who can write that file chose, and must never receive the password.
     func authorize(_ flow: LoginFlow, role: Role, group: GroupConfig) throws(BrokerError) {
-        guard role == .root else { return }
+        guard Self.rule(for: .login).access(for: role) == .passwordLoginToAdminGroups else { return }
         guard flow == .password else {
             throw BrokerError(.forbidden, "root may log a user in only with the password flow")
         }
@@ -68,12 +132,14 @@ public struct AccessPolicy: Sendable {
         }
     }
 
-    /// Whether the role's use of a group verb must be backed by a registration.
-    func needsEntitlement(_ method: String, role: Role) -> Bool {
-        switch role {
-        case .app: return true
-        case .ownTool: return method == Methods.Sign.name || method == Methods.Token.name
-        case .root: return false
-        }
+    /// Whether the role's use of `kind` on a group must be backed by a registration.
+    func needsEntitlement(_ kind: CallArguments.Kind, role: Role) -> Bool {
+        Self.rule(for: kind).access(for: role) == .registeredGroups
+    }
+
+    /// Whether the role sees only its registered groups when it names none (status, subscribe,
+    /// logout --all).
+    func seesOnlyRegisteredGroups(_ kind: CallArguments.Kind, role: Role) -> Bool {
+        Self.rule(for: kind).access(for: role) == .registeredGroups
     }
 }

@@ -33,6 +33,8 @@ public final class BrokerServer: @unchecked Sendable {
     let policy: AccessPolicy
     let rules: Rules
     let dispatcher: Dispatcher
+    /// The user's answers for registrations with `confirm = true`: give it someone to ask.
+    public var confirmations: Confirmations { dispatcher.confirmations }
     let callers: Callers
     let limits: ServerLimits
     let logger: Logger

@@ -2,22 +2,12 @@ import FoundationEssentials
 import MSSOCore
 import MSSOProtocol
 
-/// The desktop verbs' part of dispatch: `lock`, `unlock`, `diagnose`, and the lock in `status`.
+/// The desktop verbs' part of dispatch: `diagnose`, and the lock in `status`.
 extension Dispatcher {
     /// `status`'s result, saying whether the broker is locked.
     func statusResult(_ groups: [SessionStatus]) async -> Methods.Status.Result {
         let lock = await broker.lockState
         return Methods.Status.Result(groups: groups, locked: lock.locked ? true : nil, lockedAt: lock.lockedAt)
-    }
-
-    /// Who may lock and unlock: the user's own tools, and apps registered for at least one
-    /// configured group (a suite's "lock" button). Not an unregistered program: a lock set with
-    /// a passphrase the user does not know shuts every app out until mssod restarts. Not root
-    /// (``AccessPolicy``): nothing at session start needs it.
-    func authorizeLocking(_ caller: Caller, _ method: String) throws(BrokerError) {
-        guard caller.role == .app, caller.usableGroups(rules.configuration).isEmpty else { return }
-        let name = caller.app.executable ?? caller.app.flatpak ?? "this program"
-        throw BrokerError(.forbidden, "\(name) is not registered for any access group, so it may not \(method) msso; use `msso \(method)`")
     }
 
     /// `diagnose`: the broker's checks, and how the caller is registered.

@@ -1,3 +1,4 @@
+import CMSSOSystem
 import FoundationEssentials
 import Logging
 import MSSOCore
@@ -11,6 +12,11 @@ struct Caller: Sendable {
     let app: AppIdentity
     /// The registrations the app matches.
     let registrations: [AppRegistration]
+
+    /// Whether a registration that gives this caller `group` asks for the user's confirmation.
+    func needsConfirmation(_ group: String) -> Bool {
+        registrations.contains { $0.confirm == true && $0.groups.contains(group) }
+    }
 
     /// The registered groups among the configured ones.
     func usableGroups(_ configuration: Configuration) -> Set<String> {
@@ -27,6 +33,8 @@ final class Dispatcher: Sendable {
     let rules: Rules
     let audit: (any AuditTrail)?
     let logger: Logger
+    /// The user's answers for registrations with `confirm = true`.
+    let confirmations = Confirmations()
 
     init(broker: Broker, policy: AccessPolicy, rules: Rules, audit: (any AuditTrail)?, logger: Logger) {
         self.broker = broker
@@ -47,10 +55,10 @@ final class Dispatcher: Sendable {
         if case .sign(var request) = arguments {
             var group: String?
             do {
-                try policy.authorize(method, role: caller.role)
-                let config = try resolve(request.group, method, caller, into: &group)
+                try authorize(.sign, caller)
+                let config = try resolve(request.group, .sign, caller, into: &group)
                 request.group = config.name
-                if let response = try broker.signWithoutWaiting(request, group: config) {
+                if !caller.needsConfirmation(config.name), let response = try broker.signWithoutWaiting(request, group: config) {
                     record(method, caller, group: group, failure: nil)
                     return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
                 }
@@ -68,6 +76,20 @@ final class Dispatcher: Sendable {
         return .later
     }
 
+    /// Throws unless the table (``AccessPolicy/rule(for:)``) lets this caller make this call.
+    private func authorize(_ kind: CallArguments.Kind, _ caller: Caller) throws(BrokerError) {
+        try policy.authorize(kind, role: caller.role, registered: !caller.usableGroups(rules.configuration).isEmpty,
+                             who: caller.app.executable ?? caller.app.flatpak ?? "this program")
+    }
+
+    /// Waits for the user's yes when the caller's registration for `group` asks for it (`confirm`).
+    private func confirm(_ kind: CallArguments.Kind, _ caller: Caller, group: String) async throws(BrokerError) {
+        guard AccessPolicy.rule(for: kind).givesCredentials, caller.needsConfirmation(group) else { return }
+        let request = ConfirmationRequest(group: group, verb: kind.rawValue, tool: caller.app.executable ?? caller.app.flatpak ?? "an app",
+                                          requesters: Confirmations.requesters(of: caller.pid))
+        try await confirmations.confirm(request, now: Double(cmsso_monotonic_ns()) / 1e9)
+    }
+
     /// An unknown method: answered, and audited under a name that cannot forge anything.
     func refuseUnknown(_ method: String, serial: UInt32, sender: Sender, connection: Connection) {
         let error = BrokerError(.unknownMethod, "no method named \"\(method.prefix(64))\"; see docs/PROTOCOL.md for the methods of protocol version \(protocolVersion)")
@@ -81,7 +103,7 @@ final class Dispatcher: Sendable {
         let reply: [UInt8]
         var failure: BrokerError?
         do {
-            try policy.authorize(method, role: caller.role)
+            try authorize(arguments.kind, caller)
             reply = try await route(serial, arguments, connection: connection, caller: caller, group: &group)
         } catch {
             failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
@@ -116,13 +138,15 @@ final class Dispatcher: Sendable {
         case .hello, .ping:
             throw BrokerError(.badRequest, "hello may be sent only once, first")
         case .sign(var request):
-            request.group = try resolve(request.group, Methods.Sign.name, caller, into: &group).name
+            request.group = try resolve(request.group, .sign, caller, into: &group).name
+            try await confirm(.sign, caller, group: request.group!)
             return reply(try await broker.sign(request))
         case .token(let args):
-            let name = try resolve(args.group, Methods.Token.name, caller, into: &group).name
+            let name = try resolve(args.group, .token, caller, into: &group).name
+            try await confirm(.token, caller, group: name)
             return reply(try await broker.token(name, renew: args.renew ?? false))
         case .login(var args):
-            let config = try resolve(args.group, Methods.Login.name, caller, into: &group)
+            let config = try resolve(args.group, .login, caller, into: &group)
             try policy.authorize(args.flow, role: role, group: config)
             args.group = config.name
             let name = config.name
@@ -135,28 +159,30 @@ final class Dispatcher: Sendable {
                 }
             })
         case .extend(let args):
-            return reply(try await broker.extend(try resolve(args.group, Methods.Extend.name, caller, into: &group).name))
+            return reply(try await broker.extend(try resolve(args.group, .extend, caller, into: &group).name))
         case .logout(let args):
             guard args.all == true else {
-                let name = try resolve(args.group, Methods.Logout.name, caller, into: &group).name
+                let name = try resolve(args.group, .logout, caller, into: &group).name
                 return reply(Methods.Logout.Result(loggedOut: try await broker.logout(name, all: false)))
             }
-            guard role == .app else { return reply(Methods.Logout.Result(loggedOut: try await broker.logout(nil, all: true))) }
+            guard policy.seesOnlyRegisteredGroups(.logout, role: role) else {
+                return reply(Methods.Logout.Result(loggedOut: try await broker.logout(nil, all: true)))
+            }
             var ended: [String] = []
             for name in caller.usableGroups(rules.configuration).sorted() { ended += try await broker.logout(name, all: false) }
             return reply(Methods.Logout.Result(loggedOut: ended))
         case .status(let args):
-            if args.group != nil || role != .app {
-                let name = try args.group.map { try resolve($0, Methods.Status.name, caller, into: &group).name }
+            if args.group != nil || !policy.seesOnlyRegisteredGroups(.status, role: role) {
+                let name = try args.group.map { try resolve($0, .status, caller, into: &group).name }
                 return reply(await statusResult(try await broker.status(name)))
             }
             let mine = caller.usableGroups(rules.configuration)
             return reply(await statusResult(try await broker.status(nil).filter { mine.contains($0.group) }))
         case .check(let args):
-            return reply(try await broker.check(try resolve(args.group, Methods.Check.name, caller, into: &group).name))
+            return reply(try await broker.check(try resolve(args.group, .check, caller, into: &group).name))
         case .subscribe(let args):
-            let names = try args.groups.map { try $0.map { try resolve($0, Methods.Subscribe.name, caller, into: &group).name } }
-                ?? (role == .app ? caller.usableGroups(rules.configuration).sorted() : nil)
+            let names = try args.groups.map { try $0.map { try resolve($0, .subscribe, caller, into: &group).name } }
+                ?? (policy.seesOnlyRegisteredGroups(.subscribe, role: role) ? caller.usableGroups(rules.configuration).sorted() : nil)
             let groups = try await broker.subscribe(connection, groups: names)
             connection.subscribedByBroker()
             return reply(Methods.Subscribe.Result(groups: groups))
@@ -165,7 +191,7 @@ final class Dispatcher: Sendable {
             let app = caller.app
             let description = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
                                                 apps: caller.registrations.map(\.name),
-                                                groups: role == .app ? caller.usableGroups(configuration).sorted() : configuration.groups.keys.sorted())
+                                                groups: role == .ownTool ? configuration.groups.keys.sorted() : caller.usableGroups(configuration).sorted())
             return reply(Methods.Apps.Result(caller: description, registrations: entitlements.registrations, ignored: entitlements.ignored,
                                              userApps: configuration.policy.userApps, userDirectory: configuration.userDirectory + "/apps.d"))
         case .audit(let args):
@@ -173,13 +199,11 @@ final class Dispatcher: Sendable {
             let entries = try audit.query(group: args.group, since: args.since, limit: min(max(args.limit ?? 1000, 0), 10_000))
             return reply(Methods.Audit.Result(entries: entries))
         case .keys(let args):
-            let name = try resolve(args.group, Methods.Keys.name, caller, into: &group).name
+            let name = try resolve(args.group, .keys, caller, into: &group).name
             return reply(try await broker.key(name, rotate: args.rotate ?? false))
         case .lock(let args):
-            try authorizeLocking(caller, Methods.Lock.name)
             return reply(try await broker.lock(passphrase: args.passphrase))
         case .unlock(let args):
-            try authorizeLocking(caller, Methods.Unlock.name)
             return reply(try await broker.unlock(passphrase: args.passphrase))
         case .diagnose:
             return reply(await diagnosis(caller))
@@ -188,7 +212,7 @@ final class Dispatcher: Sendable {
 
     /// The group a call is about, after checking the caller may use it. An app registered for
     /// exactly one of several configured groups gets that one by default.
-    private func resolve(_ name: String?, _ method: String, _ caller: Caller, into group: inout String?) throws -> GroupConfig {
+    private func resolve(_ name: String?, _ kind: CallArguments.Kind, _ caller: Caller, into group: inout String?) throws -> GroupConfig {
         let snapshot = rules.current
         let configuration = snapshot.configuration
         var name = name
@@ -198,7 +222,7 @@ final class Dispatcher: Sendable {
         }
         let resolved = try configuration.group(named: name)
         group = resolved.name
-        if policy.needsEntitlement(method, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved.name) }) {
+        if policy.needsEntitlement(kind, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved.name) }) {
             try snapshot.entitlements.authorize(caller.app, group: resolved.name) // throws NotEntitled, worded for the user
         }
         return resolved

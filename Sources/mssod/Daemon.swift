@@ -136,6 +136,7 @@ struct Daemon: AsyncParsableCommand {
             }
         }
         let notifier = notifications ? await DesktopNotifier.start(broker: broker, logger: logger, environment: environment) : nil
+        await server.confirmations.setAsker(notifier) // none: registrations with `confirm` are refused
         // Beside the wait for a shutdown request: a keyring that does not answer must not hold one
         // for the keyring timeout of every group.
         let preloading = Task { await broker.preload() }

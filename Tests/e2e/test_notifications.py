@@ -27,7 +27,8 @@ DUNSTRC = """[global]
 class Dunst:
     """Xvfb and dunst on the desktop's session bus, and a dbus-monitor of the Notifications calls."""
 
-    def __init__(self, desktop):
+    def __init__(self, desktop, dmenu=None):
+        """`dmenu`: the program dunst runs for its context menu (`dunstctl context`)."""
         self.desktop = desktop
         self.display = next(n for n in itertools.count(90) if not Path(f"/tmp/.X11-unix/X{n}").exists()
                             and not Path(f"/tmp/.X{n}-lock").exists())
@@ -35,7 +36,7 @@ class Dunst:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: Path(f"/tmp/.X11-unix/X{self.display}").exists(), what="Xvfb")
         config = desktop.home / "dunstrc"
-        config.write_text(DUNSTRC)
+        config.write_text(DUNSTRC.replace("[global]", f'[global]\n    dmenu = "{dmenu}"') if dmenu else DUNSTRC)
         self.log = desktop.home / "monitor.log"
         self.monitor = subprocess.Popen(["dbus-monitor", "--session", "interface='org.freedesktop.Notifications'"],
                                         env=desktop.env, stdout=open(self.log, "w"), stderr=subprocess.DEVNULL)

@@ -1,0 +1,84 @@
+import Glibc
+import MSSOCore
+import MSSOProtocol
+
+/// The user's answers to "may this program get a token through this tool?" (`confirm = true` on a
+/// registration, like `ssh-add -c`), asked through the desktop (``ConfirmationAsker``).
+///
+/// The same question asked while it is being asked joins the one shown (so 20 `git fetch` at
+/// once show one notification, and one answer serves them all); "Allow for 1 hour" is remembered
+/// for that long, keyed by the whole question (group, verb, tool and the programs that ran it).
+/// Bounded: at most ``maximumAsking`` different questions are shown at once (more are refused as
+/// Busy) and ``maximumRemembered`` answers are kept.
+public actor Confirmations {
+    /// How many programs above the tool are named: the one that ran it, and two more (so `git` run
+    /// by a script names the script's interpreter too).
+    public static let ancestry = 3
+    static let maximumAsking = 16
+    static let maximumRemembered = 256
+
+    private var asker: (any ConfirmationAsker)?
+    private var asking: [ConfirmationRequest: Task<ConfirmationAnswer, Never>] = [:]
+    private var allowedUntil: [ConfirmationRequest: Double] = [:]
+
+    public init() {}
+
+    /// Who asks the user; nil (no notification server): every confirmation is refused.
+    public func setAsker(_ asker: (any ConfirmationAsker)?) {
+        self.asker = asker
+    }
+
+    /// Returns when the user allowed `request`; throws `Forbidden` (denied, no answer, nobody to
+    /// ask) or `Busy`.
+    func confirm(_ request: ConfirmationRequest, now: Double) async throws(BrokerError) {
+        if let until = allowedUntil[request], until > now { return }
+        allowedUntil[request] = nil
+        guard let asker else {
+            throw BrokerError(.forbidden, "\(request.tool) asks for your confirmation before it hands out a token of \"\(request.group)\" (confirm = true), and mssod has no desktop to ask on (no notification server on its session bus); run the command from a desktop session, or ask your administrator")
+        }
+        let task: Task<ConfirmationAnswer, Never>
+        if let running = asking[request] {
+            task = running
+        } else {
+            guard asking.count < Self.maximumAsking else {
+                throw BrokerError(.busy, "\(Self.maximumAsking) confirmations are waiting for your answer already; answer them, then try again")
+            }
+            task = Task { await asker.ask(request) }
+            asking[request] = task
+        }
+        let answer = await task.value
+        asking[request] = nil
+        switch answer {
+        case .allowOnce:
+            return
+        case .allow(let seconds):
+            if allowedUntil.count >= Self.maximumRemembered { allowedUntil = allowedUntil.filter { $0.value > now } }
+            if allowedUntil.count < Self.maximumRemembered { allowedUntil[request] = now + seconds }
+            return
+        case .deny:
+            throw BrokerError(.forbidden, "you did not allow \(request.requesters.first ?? "this program") to get a token of \"\(request.group)\" through \(request.tool) (denied, dismissed or not answered in time)")
+        case .unavailable:
+            throw BrokerError(.forbidden, "\(request.tool) asks for your confirmation before it hands out a token of \"\(request.group)\" (confirm = true), and no notification server answered on mssod's session bus; run the command from a desktop session, or ask your administrator")
+        }
+    }
+
+    /// The executables of the processes that ran `pid`, nearest first (``ancestry`` at most), as
+    /// the kernel names them; a process whose executable cannot be read is named by its pid.
+    static func requesters(of pid: Int32) -> [String] {
+        var names: [String] = []
+        var current = pid
+        while names.count < ancestry, let parent = parent(of: current), parent > 1 {
+            names.append(Callers.readLink("/proc/\(parent)/exe") ?? "process \(parent)")
+            current = parent
+        }
+        return names
+    }
+
+    /// The parent pid, from /proc/PID/stat (the field after the command name, which may itself
+    /// hold spaces and parentheses: read after the last ')').
+    private static func parent(of pid: Int32) -> Int32? {
+        guard let text = Callers.readSmall("/proc/\(pid)/stat", capacity: 1024), let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 1 ? Int32(fields[1]) : nil
+    }
+}

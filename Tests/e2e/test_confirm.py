@@ -1,0 +1,125 @@
+"""`confirm = true` on a registration (like `ssh-add -c`): each new program that asks a registered
+tool for a token or a signature is shown to the user in a desktop notification, through a real
+notification server (dunst on Xvfb), whose context menu (dunstctl context, its dmenu a picker
+script) chooses Allow once, Allow for 1 hour or Deny. The tool is a registered copy of the
+interpreter; the requester, another copy, runs it, as git runs git-credential-msso."""
+import json
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+from harness import GROUP, Broker, wait_for
+from test_notifications import Dunst
+from test_trust import ENV, SIGN_ONCE, python_copy, remember_tokens
+
+pytestmark = pytest.mark.skipif(not (shutil.which("dunst") and shutil.which("Xvfb")),
+                                reason="needs dunst and xvfb (scripts/setup installs them)")
+
+# The requester: runs the tool (argv[1]) with the sign script and prints what it printed.
+REQUESTER = r'''
+import subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "{}", flush=True)
+'''
+
+
+class Picker:
+    """dunst's dmenu: a script that answers the context menu with the line for `choice`."""
+
+    def __init__(self, directory):
+        self.choice = directory / "choice"
+        self.seen = directory / "menu"
+        self.script = directory / "pick"
+        self.script.write_text(f'#!/bin/sh\ntee "{self.seen}" | grep -m1 -F "#$(cat "{self.choice}")"\n')
+        self.script.chmod(0o755)
+
+    def choose(self, label, dunst):
+        self.choice.write_text(label)
+        assert dunst.ctl("context").returncode == 0
+
+
+@pytest.fixture
+def picker(desktop):
+    return Picker(desktop.home)
+
+
+@pytest.fixture
+def dunst(desktop, picker):
+    server = Dunst(desktop, dmenu=picker.script)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def confirming(desktop, idp, tmp_path):
+    """mssod with a tool registered for the group with `confirm = true`, logged in; the tool and
+    a requester program to run it."""
+    broker = Broker(desktop, idp, register=False)
+    tool = python_copy(tmp_path, "sso-tool")
+    requester = python_copy(tmp_path, "requester")
+    (broker.admin_dir / "apps.d").mkdir(exist_ok=True)
+    (broker.admin_dir / "apps.d" / "tool.toml").write_text(
+        f'[apps.tool]\nexecutable = "{tool}"\ngroups = ["{GROUP}"]\nconfirm = true\n')
+    assert broker.login().returncode == 0
+    yield broker, tool, requester
+    broker.stop()
+
+
+def run_requester(broker, tool, requester):
+    """Starts requester → tool → sign, in the background; returns a function that waits for the reply."""
+    process = subprocess.Popen([str(requester), "-c", REQUESTER, str(tool), "-c", SIGN_ONCE, str(broker.socket), GROUP],
+                               stdout=subprocess.PIPE, text=True, env=ENV)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(json.loads(process.stdout.read().strip() or "{}")))
+    thread.start()
+
+    def reply():
+        thread.join(timeout=90)
+        process.wait(timeout=10)
+        remember_tokens(result)
+        return result.get("reply", {})
+    return reply
+
+
+def questions(dunst):
+    return [n for n in dunst.notifications() if n.get("summary", "").startswith("Allow ")]
+
+
+def test_the_user_is_asked_and_deny_allow_once_and_allow_for_an_hour_do_what_they_say(confirming, dunst, picker):
+    broker, tool, requester = confirming
+    reply = run_requester(broker, tool, requester)
+    asked = wait_for(lambda: questions(dunst)[-1:] or None, timeout=20, what="the confirmation")[0]
+    assert asked["summary"] == f"Allow {requester} to use SSO for {GROUP}?"
+    assert f"{requester} (run by " in asked["body"] and f"asks {tool} for a signature of {GROUP}" in asked["body"]
+    assert {"Allow once", "Allow for 1 hour", "Deny"} <= set(asked["actions"])
+    picker.choose("Deny", dunst)
+    denied = reply()
+    assert denied.get("type") == "error" and denied["error"] == "Forbidden", denied
+    assert f"you did not allow {requester}" in denied["message"]
+
+    reply = run_requester(broker, tool, requester)
+    wait_for(lambda: len(questions(dunst)) == 2 or None, timeout=20, what="a second confirmation")
+    picker.choose("Allow once", dunst)
+    assert reply().get("type") == "reply", "allowed once"
+
+    reply = run_requester(broker, tool, requester)
+    wait_for(lambda: len(questions(dunst)) == 3 or None, timeout=20, what="once means once: asked again")
+    picker.choose("Allow for 1 hour", dunst)
+    assert reply().get("type") == "reply"
+    assert run_requester(broker, tool, requester)().get("type") == "reply", "remembered for the hour"
+    assert len(questions(dunst)) == 3, "not asked again within the hour"
+
+    other = python_copy(tool.parent, "another-requester")
+    reply = run_requester(broker, tool, other)
+    wait_for(lambda: len(questions(dunst)) == 4 or None, timeout=20, what="another requester is asked about anew")
+    picker.choose("Deny", dunst)
+    assert reply().get("type") == "error"
+
+
+def test_a_confirming_registration_without_a_notification_server_refuses_and_says_why(confirming):
+    broker, tool, requester = confirming
+    refused = run_requester(broker, tool, requester)()
+    assert refused.get("type") == "error" and refused["error"] == "Forbidden", refused
+    assert "asks for your confirmation" in refused["message"] and "notification server" in refused["message"]
