@@ -47,6 +47,7 @@ struct Apps: ParsableCommand {
                     name:       \(app.name)
                     \(app.flatpak.map { "flatpak:    \($0)" } ?? "executable: \(app.executable ?? "-")")
                     pinned:     \(app.sha256 ?? "no")
+                    confirm:    \(app.confirm == true ? "yes: each new requester is asked about in a notification" : "no")
                     groups:     \(app.groups.joined(separator: ", "))
                     defined in: \(app.source) (\(app.admin ? "administrator" : "user"))
                     """)
@@ -61,6 +62,8 @@ struct Apps: ParsableCommand {
         @Option(help: "A Flatpak app id instead of an executable.") var flatpak: String?
         @Option(help: "The registration's name (default: the executable's file name or the Flatpak id).") var name: String?
         @Flag(help: "Pin the executable's current content (SHA-256): a changed binary is refused.") var pin = false
+        @Flag(help: "Ask, in a desktop notification, before each new program gets a token or a signature through it (for tools such as msso or git-credential-msso).")
+        var confirm = false
 
         func validate() throws {
             guard (executable == nil) != (flatpak == nil) else { throw ValidationError("give an executable or --flatpak ID") }
@@ -90,6 +93,7 @@ struct Apps: ParsableCommand {
                 }
                 let existing = (apps.registrations + apps.ignored).first { $0.name == app.name && !$0.admin }
                 app.groups = Array(Set((existing?.groups ?? []) + [options.group!])).sorted()
+                app.confirm = confirm || existing?.confirm == true ? true : nil
                 try Apps.write(app, to: apps.userDirectory)
                 if options.json { Output.json(app) } else { print("\(app.name) may now use \(app.groups.joined(separator: ", ")).") }
             }
@@ -124,7 +128,7 @@ struct Apps: ParsableCommand {
 
     static func line(_ app: AppRegistration) -> String {
         let who = app.flatpak.map { "flatpak \($0)" } ?? (app.executable ?? "-") + (app.sha256 == nil ? "" : " (pinned)")
-        return "\(app.name)  \(who)  groups: \(app.groups.joined(separator: ", "))  [\(app.admin ? "admin" : "user")]"
+        return "\(app.name)  \(who)  groups: \(app.groups.joined(separator: ", "))\(app.confirm == true ? "  (confirms)" : "")  [\(app.admin ? "admin" : "user")]"
     }
 
     static func fileName(_ name: String) -> String {
@@ -165,6 +169,7 @@ struct Apps: ParsableCommand {
         if let executable = app.executable { lines.append("executable = \(quoted(executable))") }
         if let sha256 = app.sha256 { lines.append("sha256 = \(quoted(sha256))") }
         if let flatpak = app.flatpak { lines.append("flatpak = \(quoted(flatpak))") }
+        if app.confirm == true { lines.append("confirm = true") }
         lines.append("groups = [\(app.groups.map(quoted).joined(separator: ", "))]")
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: directory + "/" + fileName(app.name)),
                                                                    options: .atomic)

@@ -123,3 +123,22 @@ def test_a_confirming_registration_without_a_notification_server_refuses_and_say
     refused = run_requester(broker, tool, requester)()
     assert refused.get("type") == "error" and refused["error"] == "Forbidden", refused
     assert "asks for your confirmation" in refused["message"] and "notification server" in refused["message"]
+
+
+def test_msso_apps_allow_confirm_registers_a_tool_that_asks(desktop, idp, tmp_path):
+    """`msso apps allow TOOL --group G --confirm` writes the user's registration with `confirm =
+    true`; `msso apps show` says so; the tool then asks before handing out anything (here, with no
+    notification server, it is refused and says why)."""
+    broker = Broker(desktop, idp)
+    try:
+        assert broker.login().returncode == 0
+        tool = python_copy(tmp_path, "my-tool")
+        requester = python_copy(tmp_path, "my-requester")
+        done = broker.msso("apps", "allow", str(tool), "--group", GROUP, "--confirm")
+        assert done.returncode == 0, done.stderr
+        assert "confirm = true" in (broker.user_dir / "apps.d" / "my-tool.toml").read_text()
+        wait_for(lambda: "yes: each new requester" in broker.msso("apps", "show", "my-tool").stdout, what="the registration read")
+        refused = run_requester(broker, tool, requester)()
+        assert refused.get("error") == "Forbidden" and "asks for your confirmation" in refused["message"], refused
+    finally:
+        broker.stop()
