@@ -45,7 +45,8 @@ extension Broker {
         lock = BrokerLock(hash: nil, lockedAt: t)
         published.withLock { $0.groups.removeAll() }
         do {
-            let hash = try await Task.detached { try PassphraseHash(passphrase) }.value
+            let rounds = passphraseRounds
+            let hash = try await Task.detached { try PassphraseHash(passphrase, rounds: rounds) }.value
             lock.hash = hash
         } catch {
             lock = BrokerLock()
@@ -75,7 +76,7 @@ extension Broker {
             let delay = BrokerLock.delay(afterFailures: lock.failures)
             lock.pausedUntil = now() + delay
             logger.warning("wrong passphrase for unlock", metadata: ["failures": "\(lock.failures)", "delay": "\(Int(delay))s"])
-            await Self.sleep(delay)
+            await clock.sleep(delay)
             throw BrokerError(.locked, "wrong passphrase; msso stays locked (\(lock.failures) wrong in a row; the next wrong one is answered after \(Int(BrokerLock.delay(afterFailures: lock.failures + 1))) s)")
         }
         lock = BrokerLock()

@@ -8,25 +8,19 @@ extension Broker {
         guard let credential = groups[name]?.credential else { return }
         let delay = credential.sessionExpiresAt - now()
         guard delay > 0 else { return }
+        let clock = self.clock
         groups[name]!.expiryTimer = Task { [weak self] in
-            await Self.sleep(delay)
+            await clock.sleep(delay)
             guard !Task.isCancelled else { return }
             await self?.windowPassed(name)
         }
         let lead = configuration.groups[name]?.expiringLead ?? 0
         guard lead > 0, delay > lead else { return }
         groups[name]!.expiringTimer = Task { [weak self] in
-            await Self.sleep(delay - lead)
+            await clock.sleep(delay - lead)
             guard !Task.isCancelled else { return }
             await self?.windowClosing(name)
         }
-    }
-
-    /// Sleeps `seconds`, clamped to what a timer can hold (stored times are checked, but a timer
-    /// must never be the thing that crashes on a number).
-    static func sleep(_ seconds: Double) async {
-        let clamped = seconds.isFinite ? min(max(seconds, 0), SessionDuration.maximum) : SessionDuration.maximum
-        try? await Task.sleep(nanoseconds: UInt64(clamped * 1_000_000_000))
     }
 
     private func windowClosing(_ name: String) {

@@ -19,7 +19,10 @@ public actor Broker {
     let keys: (any KeyStore)?
     let identity: any IdentityProvider
     let logger: Logger
-    nonisolated let now: @Sendable () -> Double
+    /// What time it is, and waiting (``BrokerClock``).
+    nonisolated let clock: any BrokerClock
+    /// PBKDF2 rounds for the lock's passphrase (``PassphraseHash/rounds``; fewer in unit tests).
+    nonisolated let passphraseRounds: Int
 
     /// Each group's signing key, once loaded or made.
     var signingKeys: [String: SigningKey] = [:]
@@ -62,22 +65,26 @@ public actor Broker {
     }
 
     public init(rules: Rules, store: any CredentialStore, keys: (any KeyStore)? = nil,
-                identity: any IdentityProvider, logger: Logger,
-                now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+                identity: any IdentityProvider, logger: Logger, clock: any BrokerClock = SystemClock(),
+                passphraseRounds: Int? = nil) {
         self.rules = rules
+        self.passphraseRounds = passphraseRounds ?? PassphraseHash.rounds
         self.store = store
         self.keys = keys
         self.identity = identity
         self.logger = logger
-        self.now = now
+        self.clock = clock
     }
+
+    /// The clock's time.
+    nonisolated func now() -> Double { clock.now() }
 
     /// A broker with a fixed configuration and no registrations (tests, benchmarks).
     public init(configuration: Configuration, store: any CredentialStore, keys: (any KeyStore)? = nil,
-                identity: any IdentityProvider, logger: Logger,
-                now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+                identity: any IdentityProvider, logger: Logger, clock: any BrokerClock = SystemClock(),
+                passphraseRounds: Int? = nil) {
         self.init(rules: Rules(configuration: configuration, entitlements: Entitlements(registrations: []), logger: logger),
-                  store: store, keys: keys, identity: identity, logger: logger, now: now)
+                  store: store, keys: keys, identity: identity, logger: logger, clock: clock, passphraseRounds: passphraseRounds)
     }
 
     // MARK: Verbs

@@ -12,7 +12,7 @@ final class BrokerLockTests: XCTestCase {
     func makeBroker() -> (Broker, GroupConfig) {
         let config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
         let broker = Broker(configuration: Configuration(groups: [config]), store: store, identity: idp,
-                            logger: Logger(label: "test"), now: { [clock] in clock.now })
+                            logger: Logger(label: "test"), clock: clock, passphraseRounds: 1000)
         return (broker, config)
     }
 
@@ -34,7 +34,7 @@ final class BrokerLockTests: XCTestCase {
 
         let state = try await broker.lock(passphrase: "pass phrase")
         XCTAssertTrue(state.locked)
-        XCTAssertEqual(state.lockedAt, clock.now)
+        XCTAssertEqual(state.lockedAt, clock.now())
         XCTAssertNil(try broker.signWithoutWaiting(request, group: config), "the hot path must not sign while locked")
         await assertLocked { try await broker.sign(request) }
         await assertLocked { try await broker.token(nil, renew: false) }
@@ -56,17 +56,33 @@ final class BrokerLockTests: XCTestCase {
     func testWrongPassphraseIsRefusedLateAndPausesUnlocking() async throws {
         let (broker, _) = makeBroker()
         _ = try await broker.lock(passphrase: "right one")
-        let start = ContinuousClock.now
-        await assertLocked { try await broker.unlock(passphrase: "wrong one") }
-        XCTAssertGreaterThanOrEqual(ContinuousClock.now - start, .seconds(1))
-        clock.advance(0.5) // still inside the 1 s pause on the broker's clock: refused unchecked
+        var wrong: Task<LockState, Error>!
+        await clock.waitForOneMoreSleeper { wrong = Task { try await broker.unlock(passphrase: "wrong one") } } // its refusal waits 1 s
+        clock.advance(0.5) // still inside the 1 s pause: refused unchecked
         do {
             _ = try await broker.unlock(passphrase: "right one")
             XCTFail("expected a pause")
         } catch let error as BrokerError {
             XCTAssertTrue(error.message.contains("unlocking is paused"), error.message)
         }
-        clock.advance(1)
+        clock.advance(0.5)
+        await assertLocked { try await wrong.value }
+        let state = try await broker.unlock(passphrase: "right one")
+        XCTAssertFalse(state.locked)
+    }
+
+    func testTheWholeLadderOfDelaysIsWaitedOnTheBrokersClock() async throws {
+        let (broker, _) = makeBroker()
+        _ = try await broker.lock(passphrase: "right one")
+        for delay in [1.0, 2, 4, 8, 16, 32, 60, 60] {
+            var wrong: Task<LockState, Error>!
+            let before = clock.sleeping
+            await clock.waitForOneMoreSleeper { wrong = Task { try await broker.unlock(passphrase: "wrong one") } }
+            clock.advance(delay - 0.001)
+            XCTAssertEqual(clock.sleeping, before + 1, "the refusal of a wrong passphrase waits \(delay) s")
+            clock.advance(0.001)
+            await assertLocked { try await wrong.value }
+        }
         let state = try await broker.unlock(passphrase: "right one")
         XCTAssertFalse(state.locked)
     }

@@ -15,7 +15,7 @@ final class BrokerTests: XCTestCase {
         config.sessionTimeout = timeout
         config.sessionMax = max
         return Broker(configuration: Configuration(groups: [config]), store: store, identity: idp,
-                      logger: Logger(label: "test"), now: { [clock] in clock.now })
+                      logger: Logger(label: "test"), clock: clock)
     }
 
     func login(_ broker: Broker) async throws -> SessionStatus {
@@ -39,8 +39,8 @@ final class BrokerTests: XCTestCase {
         let broker = makeBroker(timeout: 600, max: 3600)
         let status = try await login(broker)
         XCTAssertEqual(status.state, .valid)
-        XCTAssertEqual(status.sessionExpiresAt, clock.now + 600)
-        XCTAssertEqual(status.sessionMaxAt, clock.now + 3600)
+        XCTAssertEqual(status.sessionExpiresAt, clock.now() + 600)
+        XCTAssertEqual(status.sessionMaxAt, clock.now() + 3600)
         XCTAssertEqual(store.item(group)?.refreshToken, "rt-1")
         let actual1 = try await Self.sign(broker)
         XCTAssertEqual(actual1, "Bearer at-1")
@@ -56,7 +56,7 @@ final class BrokerTests: XCTestCase {
 
     func testExtendSlidesButNeverPastTheCap() async throws {
         let broker = makeBroker(timeout: 600, max: 1000)
-        let start = clock.now
+        let start = clock.now()
         _ = try await login(broker)
         clock.advance(300)
         let actual2 = try await broker.extend(nil).sessionExpiresAt
@@ -320,13 +320,20 @@ final class BrokerTests: XCTestCase {
     func testExpiredSignalIsSentWhenTheWindowPasses() async throws {
         let broker = Broker(configuration: Configuration(groups: [{
             var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
-            config.sessionTimeout = 0.2
+            config.sessionTimeout = 600
+            config.expiringLead = 0
             return config
-        }()]), store: store, identity: idp, logger: Logger(label: "test"))
+        }()]), store: store, identity: idp, logger: Logger(label: "test"), clock: clock)
         let sink = RecordingSink()
         _ = try await broker.subscribe(sink, groups: nil)
-        _ = try await login(broker)
-        try await Task.sleep(nanoseconds: 500_000_000)
+        await clock.waitForOneMoreSleeper {
+            Task { _ = try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in } }
+        }
+        while sink.signals.isEmpty { await Task.yield() }
+        clock.advance(599)
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn], "not before the window passes")
+        clock.advance(1)
+        while sink.signals.count < 2 { await Task.yield() }
         XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expired])
         XCTAssertEqual(sink.signals.last?.status?.state, .expired)
     }

@@ -7,11 +7,45 @@ import MSSOSigning
 // Fakes to inject faults the real keyring and IdP cannot produce on demand. The real parts are
 // exercised end to end by Tests/e2e.
 
-final class TestClock: @unchecked Sendable {
+/// A clock the test moves: `sleep` returns when `advance` has moved it past the sleeper's time.
+final class TestClock: BrokerClock, @unchecked Sendable {
     private let lock = NSLock()
     private var time: Double = 1_800_000_000
-    var now: Double { lock.withLock { time } }
-    func advance(_ seconds: Double) { lock.withLock { time += seconds } }
+    private var sleepers: [(until: Double, wake: CheckedContinuation<Void, Never>)] = []
+
+    func now() -> Double { lock.withLock { time } }
+
+    /// How many are sleeping now.
+    var sleeping: Int { lock.withLock { sleepers.count } }
+
+    func advance(_ seconds: Double) {
+        let due = lock.withLock {
+            time += seconds
+            let due = sleepers.filter { $0.until <= time }
+            sleepers.removeAll { $0.until <= time }
+            return due
+        }
+        due.forEach { $0.wake.resume() }
+    }
+
+    func sleep(_ seconds: Double) async {
+        await withCheckedContinuation { continuation in
+            let wakeNow = lock.withLock {
+                guard seconds > 0 else { return true }
+                sleepers.append((time + seconds, continuation))
+                return false
+            }
+            if wakeNow { continuation.resume() }
+        }
+    }
+
+    /// Runs `body`, then waits (in real time, briefly) until one more task sleeps on this clock
+    /// than before it started.
+    func waitForOneMoreSleeper(after body: () -> Void) async {
+        let before = sleeping
+        body()
+        while sleeping <= before { await Task.yield() }
+    }
 }
 
 final class MemoryStore: CredentialStore, @unchecked Sendable {
