@@ -28,18 +28,23 @@ struct CredentialHelper {
             case "--socket": socket = arguments.popFirst()
             case "--next": next = true
             case "get", "store", "erase": action = argument
-            case "--help", "-h": say(usage); exit(0)
-            default: say("git-credential-msso: unknown argument \(argument)\n\(usage)"); exit(ExitStatus.usage.rawValue)
+            case "--help", "-h": say(usage, lines: true); exit(0)
+            default: say("git-credential-msso: unknown argument \(argument)"); say(usage, lines: true); exit(ExitStatus.usage.rawValue)
             }
         }
         let request = readRequest() // git always writes the request; read it whole before answering
-        guard let action else { say(usage); exit(ExitStatus.usage.rawValue) }
+        guard let action else { say(usage, lines: true); exit(ExitStatus.usage.rawValue) }
         guard action != "store" else { exit(0) } // the broker keeps the tokens; nothing to store
         do throws(BrokerError) {
             let broker = try BrokerConnection.connect(socketPath: socket, clientName: "git-credential-msso", timeout: 10)
             defer { broker.close() }
             let token = try broker.call(Methods.Token.self, .init(group: group, renew: action == "erase"))
             guard action == "get" else { exit(0) }
+            guard TerminalText.safe(token.accessToken) == token.accessToken else {
+                // A line break would add lines of its own to git's answer: give none.
+                say("git-credential-msso: the access token of the group holds control characters; not giving it to git")
+                exit(0)
+            }
             var answer = ""
             for key in ["protocol", "host", "path"] { if let value = request[key] { answer += "\(key)=\(value)\n" } }
             answer += "username=\(username)\npassword=\(token.accessToken)\npassword_expiry_utc=\(Int(token.expiresAt))\n"
@@ -64,8 +69,10 @@ struct CredentialHelper {
         return request
     }
 
-    static func say(_ text: String) {
-        write(text.hasSuffix("\n") ? text : text + "\n", to: 2)
+    /// A line on standard error (git shows it to the user), control characters shown as `?`;
+    /// with `lines`, a text of the helper's own whose newlines are kept.
+    static func say(_ text: String, lines: Bool = false) {
+        write(TerminalText.safe(text, newlines: lines) + "\n", to: 2)
     }
 
     static func write(_ text: String, to fd: Int32) {

@@ -57,7 +57,7 @@ struct Doctor: ParsableCommand {
         }
         report.pamCheck(directory: environment["MSSO_PAM_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/etc/pam.d")
         report.unitCheck(environment: environment)
-        if json { Output.json(report) } else { report.checks.forEach { print($0.line) } }
+        if json { Output.json(report) } else { report.checks.forEach { Output.print($0.line) } }
         if let failed = report.checks.first(where: { $0.status == .fail }) {
             throw ExitCode(failed.exitStatus ?? ExitStatus.internalError.rawValue)
         }

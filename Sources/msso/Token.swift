@@ -34,13 +34,13 @@ struct Token: ParsableCommand {
                 token = try broker.call(Methods.Token.self, .init(group: options.group))
             } catch let error as BrokerError where format == .kubernetes && Kubernetes.mayLogIn && (error.name == .notLoggedIn || error.name == .expired) {
                 // kubectl runs us on a terminal in interactive mode: log in, as it expects a plugin to.
-                Output.toStandardError("msso: \(error.message)\n")
+                Output.error(error.message)
                 try Login.device(broker, group: options.group, quiet: false)
                 token = try broker.call(Methods.Token.self, .init(group: options.group))
             }
             switch format {
-            case .raw: print(token.accessToken)
-            case .header: print(token.header == "Bearer" ? "Authorization: Bearer \(token.accessToken)" : "\(token.header): \(token.accessToken)")
+            case .raw: Output.print(token.accessToken)
+            case .header: Output.print(token.header == "Bearer" ? "Authorization: Bearer \(token.accessToken)" : "\(token.header): \(token.accessToken)")
             case .json:
                 Output.json(["accessToken": token.accessToken, "expiresAt": String(Int(token.expiresAt)),
                              "expiresAtUTC": Kubernetes.timestamp(token.expiresAt), "header": token.header])
