@@ -120,7 +120,7 @@ final class Dispatcher: Sendable {
             return reply(try await broker.sign(request))
         case .token(let args):
             let name = try resolve(args.group, Methods.Token.name, caller, into: &group).name
-            return reply(try await broker.token(name, renew: args.renew ?? false))
+            return reply(try await broker.token(name, renew: args.renew ?? false, resource: args.resource))
         case .login(var args):
             let config = try resolve(args.group, Methods.Login.name, caller, into: &group)
             try policy.authorize(args.flow, role: role, group: config)

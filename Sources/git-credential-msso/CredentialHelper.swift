@@ -38,7 +38,7 @@ struct CredentialHelper {
         do throws(BrokerError) {
             let broker = try BrokerConnection.connect(socketPath: socket, clientName: "git-credential-msso", timeout: 10)
             defer { broker.close() }
-            let token = try broker.call(Methods.Token.self, .init(group: group, renew: action == "erase"))
+            let token = try broker.call(Methods.Token.self, .init(group: group, renew: action == "erase", resource: resource(of: request)))
             guard action == "get" else { exit(0) }
             guard TerminalText.safe(token.accessToken) == token.accessToken else {
                 // A line break would add lines of its own to git's answer: give none.
@@ -52,9 +52,19 @@ struct CredentialHelper {
         } catch {
             guard action == "get" else { exit(0) } // erase: git is giving up anyway
             say("git-credential-msso: \(error.message)")
-            if !next { write("quit=1\n", to: 1) }
+            // Not a server the group's tokens are for: no answer, and git may ask its next helper
+            // (or the user) for that server's credentials, as it would without msso.
+            if !next && error.name != .resourceForbidden { write("quit=1\n", to: 1) }
             exit(0)
         }
+    }
+
+    /// Where git will send the credential: `protocol://host/path` (the path when git sends one,
+    /// with `credential.useHttpPath`; else the origin), which the broker holds to the group's
+    /// `resources`. Nil when git names no host.
+    static func resource(of request: [String: String]) -> String? {
+        guard let scheme = request["protocol"], let host = request["host"], !scheme.isEmpty, !host.isEmpty else { return nil }
+        return "\(scheme)://\(host)/\(request["path"] ?? "")"
     }
 
     /// The `key=value` lines git writes, up to a blank line or the end (at most 64 KiB).
