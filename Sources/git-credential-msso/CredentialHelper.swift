@@ -61,10 +61,18 @@ struct CredentialHelper {
 
     /// Where git will send the credential: `protocol://host/path` (the path when git sends one,
     /// with `credential.useHttpPath`; else the origin), which the broker holds to the group's
-    /// `resources`. Nil when git names no host.
+    /// `resources`. Nil when git names no host. git sends the path decoded: it is encoded again
+    /// (all but unreserved characters, sub-delimiters, `:`, `@` and `/`), so that a space or a
+    /// `%` in it is read as the server will read it.
     static func resource(of request: [String: String]) -> String? {
         guard let scheme = request["protocol"], let host = request["host"], !scheme.isEmpty, !host.isEmpty else { return nil }
-        return "\(scheme)://\(host)/\(request["path"] ?? "")"
+        let kept = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/".utf8)
+        let digits = Array("0123456789ABCDEF".utf8)
+        var path: [UInt8] = []
+        for byte in (request["path"] ?? "").utf8 {
+            if kept.contains(byte) { path.append(byte) } else { path += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 15)]] }
+        }
+        return "\(scheme)://\(host)/" + String(decoding: path, as: UTF8.self)
     }
 
     /// The `key=value` lines git writes, up to a blank line or the end (at most 64 KiB).

@@ -77,6 +77,11 @@ def test_a_path_prefix_with_gits_use_http_path(desktop, idp, server, tmp_path): 
         within = helper_get(daemon, f"protocol=http\nhost={host}\npath=git/suite.git/info/refs\n\n")
         assert "password" in fields(within), within.stderr
         SECRETS.add(fields(within)["password"])
+        # git sends the path decoded: the helper encodes it again (a space is no reason to refuse,
+        # and a decoded `..` is still a dot segment).
+        spaced = helper_get(daemon, f"protocol=http\nhost={host}\npath=git/suite.git/a b\n\n")
+        assert "password" in fields(spaced), spaced.stderr
+        assert helper_get(daemon, f"protocol=http\nhost={host}\npath=git/suite.git/../other.git\n\n").stdout == ""
         env = git_env(daemon, tmp_path / "home")
         done = git(["-c", "credential.useHttpPath=true", "ls-remote", f"{server.url}/git/suite.git"], env)
         assert done.returncode == 0, done.stderr
