@@ -24,7 +24,7 @@ public enum ExitStatus: Int32, Sendable {
         case .keyringLocked, .keyringUnavailable, .corrupt: self = .keyring
         case .idpUnavailable: self = .idpUnavailable
         case .invalidCredentials, .loginDenied: self = .refused
-        case .forbidden, .notEntitled: self = .forbidden
+        case .forbidden, .notEntitled, .resourceForbidden: self = .forbidden
         case .locked: self = .locked
         case .badRequest, .unknownGroup, .unknownMethod, .unsupportedVersion: self = .usage
         case .configInvalid: self = .config

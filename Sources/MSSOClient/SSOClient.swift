@@ -129,9 +129,10 @@ public final class SSOClient: Sendable {
     }
 
     /// The access token itself (bearer groups only), for handing to a program that cannot have
-    /// each request signed.
-    public func token(group: String? = nil, renew: Bool = false) async throws -> Methods.Token.Result {
-        try await call(Methods.Token.self, .init(group: group, renew: renew))
+    /// each request signed. `resource`: where the program will send it (needed when the group
+    /// names `resources`).
+    public func token(group: String? = nil, renew: Bool = false, resource: String? = nil) async throws -> Methods.Token.Result {
+        try await call(Methods.Token.self, .init(group: group, renew: renew, resource: resource))
     }
 
     /// Round trip with no broker state involved (for health checks and benchmarks).

@@ -41,6 +41,7 @@ extension Broker {
     /// for a malformed request.
     public nonisolated func signWithoutWaiting(_ request: SignRequest, group config: GroupConfig) throws(BrokerError) -> SignResponse? {
         let url = try request.validatedURL()
+        if let resources = config.resources { try resources.authorize(request.url, group: config.name, verb: "signature") }
         if request.dpopNonce != nil && config.signing.token == .dpop { return nil }
         let (entry, nonce) = published.withLock { published in
             (published.groups[config.name], config.signing.token == .dpop ? published.nonces[url.origin] : nil)

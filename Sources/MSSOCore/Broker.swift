@@ -205,6 +205,7 @@ public actor Broker {
     public func sign(_ request: SignRequest) async throws -> SignResponse {
         let config = try group(request.group)
         let url = try request.validatedURL()
+        if let resources = config.resources { try resources.authorize(request.url, group: config.name, verb: "signature") }
         try requireUnlocked()
         var credential = try requireValid(try await credential(config.name), config.name)
         if credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
@@ -229,11 +230,12 @@ public actor Broker {
     /// curl): only for bearer tokens. With `renew` (a server refused the token), it is refreshed
     /// first, at most once every 10 seconds per group, so no caller can make the broker hammer
     /// the IdP.
-    public func token(_ name: String?, renew: Bool) async throws -> Methods.Token.Result {
+    public func token(_ name: String?, renew: Bool, resource: String? = nil) async throws -> Methods.Token.Result {
         let config = try group(name)
         if config.signing.token == .dpop {
             throw BrokerError(.forbidden, "the tokens of \"\(config.name)\" are bound to msso's key (sign = \"dpop\"), so no other program can use them; have msso sign each request (`msso sign`)")
         }
+        if let resources = config.resources { try resources.authorize(resource, group: config.name, verb: "token") }
         try requireUnlocked()
         var credential = try requireValid(try await credential(config.name), config.name)
         let renewing = renew && now() - (groups[config.name]?.renewedAt ?? 0) >= 10

@@ -191,6 +191,10 @@ public struct Configuration: Equatable, Sendable {
                 case "notifications":
                     guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
                     group.notifications = on
+                case "resources":
+                    do { group.resources = try Resources(try value.strings(fail, key)) } catch let problem as Resources.Problem {
+                        throw fail(value.line, key, problem.message)
+                    }
                 default:
                     throw fail(value.line, key, "unknown key in group \"\(name)\"")
                 }

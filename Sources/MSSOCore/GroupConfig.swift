@@ -98,6 +98,9 @@ public struct GroupConfig: Equatable, Sendable {
     /// Whether mssod shows desktop notifications for the group (`Expiring`, `Expired`) when a
     /// notification server is on the session bus.
     public var notifications = true
+    /// The servers the group's tokens are for (`resources`): nil, the default, holds `sign` and
+    /// `token` to nothing; else the daemon refuses a URL outside them (``Resources``).
+    public var resources: Resources?
 
     public init(name: String, issuer: String, clientID: String) {
         self.name = name

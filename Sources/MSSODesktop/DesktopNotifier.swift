@@ -217,7 +217,8 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
                 switch prompt {
                 case .device(let device):
                     show(group, summary: "Log in to SSO for \(group)",
-                         body: "Open \(device.verificationURIComplete ?? device.verificationURI) and enter the code \(device.userCode).", action: nil)
+                         body: "Open \(Self.shown(device.verificationURIComplete ?? device.verificationURI)) and enter the code \(Self.shown(device.userCode)).",
+                         action: nil)
                 case .browser(let browser):
                     Self.open(browser.url)
                 }
@@ -225,7 +226,8 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
             logger.info("logged in from a notification", metadata: ["group": "\(group)", "flow": "\(flow.rawValue)"])
         } catch let error as BrokerError {
             logger.warning("login from a notification failed", metadata: ["group": "\(group)", "error": "\(error.name)"])
-            show(group, summary: "Log in again", body: "The login for \(group) did not finish: \(error.message)", action: .login, label: "Log in")
+            show(group, summary: "Log in again", body: "The login for \(group) did not finish: \(Self.shown(error.message))", action: .login,
+                 label: "Log in")
         } catch {}
     }
 

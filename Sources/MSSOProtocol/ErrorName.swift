@@ -36,6 +36,9 @@ public struct ErrorName: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let loginDenied = ErrorName(rawValue: "LoginDenied")
     /// The caller may not use this method (another user, or root asking for a state change).
     public static let forbidden = ErrorName(rawValue: "Forbidden")
+    /// The group names the resources its tokens are for (`resources`), and this `sign`'s URL or
+    /// this `token`'s `resource` is not among them (or the `token` named none).
+    public static let resourceForbidden = ErrorName(rawValue: "ResourceForbidden")
     /// The calling app is not registered for the access group.
     public static let notEntitled = ErrorName(rawValue: "NotEntitled")
     /// The group is not configured.

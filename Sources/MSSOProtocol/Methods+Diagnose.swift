@@ -67,9 +67,13 @@ public struct Diagnosis: Codable, Sendable, Equatable {
     /// `sign` and `token`, even by the user's own tools).
     public var caller: CallerDescription
     public var locked: Bool
+    /// The `resources` of each group that names them (absent from older daemons).
+    public var resources: [String: [String]]?
 
     public init(keyring: Finding, configuration: Finding, configurationChanged: Bool, configurationWarnings: [String],
-                groups: [String], discovery: [DiscoveryCheck], caller: CallerDescription, locked: Bool) {
+                groups: [String], discovery: [DiscoveryCheck], caller: CallerDescription, locked: Bool,
+                resources: [String: [String]]? = nil) {
+        self.resources = resources
         self.keyring = keyring
         self.configuration = configuration
         self.configurationChanged = configurationChanged

@@ -17,9 +17,14 @@ extension Methods {
             /// Refresh the token first even if it looks fresh (a server refused it: git's `erase`).
             /// At most once every 10 seconds per group; more often, the current token is returned.
             public var renew: Bool?
-            public init(group: String? = nil, renew: Bool = false) {
+            /// Where the caller will send the token (an absolute http(s) URL: git's remote, the
+            /// cluster's server). A group that names `resources` hands out its token only for a
+            /// URL within them, and never without one; other groups ignore it.
+            public var resource: String?
+            public init(group: String? = nil, renew: Bool = false, resource: String? = nil) {
                 self.group = group
                 self.renew = renew ? true : nil
+                self.resource = resource
             }
         }
         public struct Result: Codable, Sendable, Equatable {

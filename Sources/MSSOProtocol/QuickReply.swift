@@ -211,6 +211,7 @@ extension GroupArguments: QuickCodable {
 extension Methods.Token.Arguments: QuickCodable {
     public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
         (arguments.group.map { [("group", .string($0))] } ?? []) + (arguments.renew.map { [("renew", .bool($0))] } ?? [])
+            + (arguments.resource.map { [("resource", .string($0))] } ?? [])
     }
 }
 

@@ -20,6 +20,7 @@ extension Dispatcher {
                                             groups: caller.usableGroups(configuration).sorted())
         return Diagnosis(keyring: found.keyring, configuration: found.configuration, configurationChanged: found.changed,
                          configurationWarnings: found.warnings, groups: configuration.groups.keys.sorted(),
-                         discovery: found.discovery, caller: description, locked: await broker.lockState.locked)
+                         discovery: found.discovery, caller: description, locked: await broker.lockState.locked,
+                         resources: configuration.groups.compactMapValues { $0.resources?.entries })
     }
 }

@@ -138,13 +138,16 @@ final class Dispatcher: Sendable {
         case .hello, .ping:
             throw BrokerError(.badRequest, "hello may be sent only once, first")
         case .sign(var request):
-            request.group = try resolve(request.group, .sign, caller, into: &group).name
-            try await confirm(.sign, caller, group: request.group!)
+            let config = try resolve(request.group, .sign, caller, into: &group)
+            request.group = config.name
+            try config.resources?.authorize(request.url, group: config.name, verb: "signature") // before asking the user
+            try await confirm(.sign, caller, group: config.name)
             return reply(try await broker.sign(request))
         case .token(let args):
-            let name = try resolve(args.group, .token, caller, into: &group).name
-            try await confirm(.token, caller, group: name)
-            return reply(try await broker.token(name, renew: args.renew ?? false))
+            let config = try resolve(args.group, .token, caller, into: &group)
+            try config.resources?.authorize(args.resource, group: config.name, verb: "token") // before asking the user
+            try await confirm(.token, caller, group: config.name)
+            return reply(try await broker.token(config.name, renew: args.renew ?? false, resource: args.resource))
         case .login(var args):
             let config = try resolve(args.group, .login, caller, into: &group)
             try policy.authorize(args.flow, role: role, group: config)

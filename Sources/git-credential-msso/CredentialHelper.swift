@@ -28,18 +28,23 @@ struct CredentialHelper {
             case "--socket": socket = arguments.popFirst()
             case "--next": next = true
             case "get", "store", "erase": action = argument
-            case "--help", "-h": say(usage); exit(0)
-            default: say("git-credential-msso: unknown argument \(argument)\n\(usage)"); exit(ExitStatus.usage.rawValue)
+            case "--help", "-h": say(usage, lines: true); exit(0)
+            default: say("git-credential-msso: unknown argument \(argument)"); say(usage, lines: true); exit(ExitStatus.usage.rawValue)
             }
         }
         let request = readRequest() // git always writes the request; read it whole before answering
-        guard let action else { say(usage); exit(ExitStatus.usage.rawValue) }
+        guard let action else { say(usage, lines: true); exit(ExitStatus.usage.rawValue) }
         guard action != "store" else { exit(0) } // the broker keeps the tokens; nothing to store
         do throws(BrokerError) {
             let broker = try BrokerConnection.connect(socketPath: socket, clientName: "git-credential-msso", timeout: 10)
             defer { broker.close() }
-            let token = try broker.call(Methods.Token.self, .init(group: group, renew: action == "erase"))
+            let token = try broker.call(Methods.Token.self, .init(group: group, renew: action == "erase", resource: resource(of: request)))
             guard action == "get" else { exit(0) }
+            guard TerminalText.safe(token.accessToken) == token.accessToken else {
+                // A line break would add lines of its own to git's answer: give none.
+                say("git-credential-msso: the access token of the group holds control characters; not giving it to git")
+                exit(0)
+            }
             var answer = ""
             for key in ["protocol", "host", "path"] { if let value = request[key] { answer += "\(key)=\(value)\n" } }
             answer += "username=\(username)\npassword=\(token.accessToken)\npassword_expiry_utc=\(Int(token.expiresAt))\n"
@@ -47,9 +52,27 @@ struct CredentialHelper {
         } catch {
             guard action == "get" else { exit(0) } // erase: git is giving up anyway
             say("git-credential-msso: \(error.message)")
-            if !next { write("quit=1\n", to: 1) }
+            // Not a server the group's tokens are for: no answer, and git may ask its next helper
+            // (or the user) for that server's credentials, as it would without msso.
+            if !next && error.name != .resourceForbidden { write("quit=1\n", to: 1) }
             exit(0)
         }
+    }
+
+    /// Where git will send the credential: `protocol://host/path` (the path when git sends one,
+    /// with `credential.useHttpPath`; else the origin), which the broker holds to the group's
+    /// `resources`. Nil when git names no host. git sends the path decoded: it is encoded again
+    /// (all but unreserved characters, sub-delimiters, `:`, `@` and `/`), so that a space or a
+    /// `%` in it is read as the server will read it.
+    static func resource(of request: [String: String]) -> String? {
+        guard let scheme = request["protocol"], let host = request["host"], !scheme.isEmpty, !host.isEmpty else { return nil }
+        let kept = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/".utf8)
+        let digits = Array("0123456789ABCDEF".utf8)
+        var path: [UInt8] = []
+        for byte in (request["path"] ?? "").utf8 {
+            if kept.contains(byte) { path.append(byte) } else { path += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 15)]] }
+        }
+        return "\(scheme)://\(host)/" + String(decoding: path, as: UTF8.self)
     }
 
     /// The `key=value` lines git writes, up to a blank line or the end (at most 64 KiB).
@@ -64,8 +87,10 @@ struct CredentialHelper {
         return request
     }
 
-    static func say(_ text: String) {
-        write(text.hasSuffix("\n") ? text : text + "\n", to: 2)
+    /// A line on standard error (git shows it to the user), control characters shown as `?`;
+    /// with `lines`, a text of the helper's own whose newlines are kept.
+    static func say(_ text: String, lines: Bool = false) {
+        write(TerminalText.safe(text, newlines: lines) + "\n", to: 2)
     }
 
     static func write(_ text: String, to fd: Int32) {

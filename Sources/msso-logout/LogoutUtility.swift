@@ -25,9 +25,9 @@ struct LogoutUtility: ParsableCommand {
             let broker = try BrokerConnection.connect(socketPath: socket, clientName: "msso-logout")
             defer { broker.close() }
             let ended = try broker.call(Methods.Logout.self, .init(group: group, all: group == nil)).loggedOut
-            print(ended.isEmpty ? "No SSO session was active." : "Logged out of \(ended.joined(separator: ", ")).")
+            print(TerminalText.safe(ended.isEmpty ? "No SSO session was active." : "Logged out of \(ended.joined(separator: ", "))."))
         } catch {
-            let line = Array("msso-logout: \(error.message)\n".utf8)
+            let line = Array("msso-logout: \(TerminalText.safe(error.message))\n".utf8)
             _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }
             throw ExitCode(ExitStatus(error).rawValue)
         }

@@ -24,9 +24,9 @@ struct Apps: ParsableCommand {
             try options.run { broker in
                 let apps = try broker.call(Methods.Apps.self, Empty())
                 if options.json { return Output.json(apps) }
-                if apps.registrations.isEmpty { print("No app is registered.") }
-                for app in apps.registrations { print(Apps.line(app)) }
-                for app in apps.ignored { print(Apps.line(app) + "  (ignored: " + (apps.userApps ? "the administrator defines this name)" : "user registrations are off)")) }
+                if apps.registrations.isEmpty { Output.print("No app is registered.") }
+                for app in apps.registrations { Output.print(Apps.line(app)) }
+                for app in apps.ignored { Output.print(Apps.line(app) + "  (ignored: " + (apps.userApps ? "the administrator defines this name)" : "user registrations are off)")) }
             }
         }
     }
@@ -43,14 +43,13 @@ struct Apps: ParsableCommand {
                     throw BrokerError(.badRequest, "no app named \"\(name)\" is registered; `msso apps` lists them")
                 }
                 if options.json { return Output.json(app) }
-                print("""
-                    name:       \(app.name)
-                    \(app.flatpak.map { "flatpak:    \($0)" } ?? "executable: \(app.executable ?? "-")")
-                    pinned:     \(app.sha256 ?? "no")
-                    confirm:    \(app.confirm == true ? "yes: each new requester is asked about in a notification" : "no")
-                    groups:     \(app.groups.joined(separator: ", "))
-                    defined in: \(app.source) (\(app.admin ? "administrator" : "user"))
-                    """)
+                // A line each: a newline in a name or path (from a file) cannot fake a field.
+                Output.print("name:       \(app.name)")
+                Output.print(app.flatpak.map { "flatpak:    \($0)" } ?? "executable: \(app.executable ?? "-")")
+                Output.print("pinned:     \(app.sha256 ?? "no")")
+                Output.print("confirm:    \(app.confirm == true ? "yes: each new requester is asked about in a notification" : "no")")
+                Output.print("groups:     \(app.groups.joined(separator: ", "))")
+                Output.print("defined in: \(app.source) (\(app.admin ? "administrator" : "user"))")
             }
         }
     }
@@ -95,7 +94,7 @@ struct Apps: ParsableCommand {
                 app.groups = Array(Set((existing?.groups ?? []) + [options.group!])).sorted()
                 app.confirm = confirm || existing?.confirm == true ? true : nil
                 try Apps.write(app, to: apps.userDirectory)
-                if options.json { Output.json(app) } else { print("\(app.name) may now use \(app.groups.joined(separator: ", ")).") }
+                if options.json { Output.json(app) } else { Output.print("\(app.name) may now use \(app.groups.joined(separator: ", ")).") }
             }
         }
     }
@@ -117,10 +116,10 @@ struct Apps: ParsableCommand {
                 app.groups.removeAll { options.group == nil || $0 == options.group }
                 if app.groups.isEmpty {
                     try FileManager.default.removeItem(atPath: apps.userDirectory + "/" + Apps.fileName(name))
-                    print("\(name) is no longer registered.")
+                    Output.print("\(name) is no longer registered.")
                 } else {
                     try Apps.write(app, to: apps.userDirectory)
-                    print("\(name) may now use \(app.groups.joined(separator: ", ")).")
+                    Output.print("\(name) may now use \(app.groups.joined(separator: ", ")).")
                 }
             }
         }

@@ -29,7 +29,7 @@ struct Audit: ParsableCommand {
                 let outcome = row.outcome == "ok" ? "ok" : row.error ?? row.outcome
                 let who = "\(row.executable ?? "?")\(row.app.map { " (\($0))" } ?? "") pid \(row.pid) uid \(row.uid)"
                 let detail = row.detail.map { "  \($0)" } ?? ""
-                print("\(Output.local(row.time, "%Y-%m-%d %H:%M:%S"))  \(row.verb)  \(row.group ?? "-")  \(outcome)  \(who)\(detail)")
+                Output.print("\(Output.local(row.time, "%Y-%m-%d %H:%M:%S"))  \(row.verb)  \(row.group ?? "-")  \(outcome)  \(who)\(detail)")
             }
         }
     }

@@ -53,18 +53,38 @@ struct CommonOptions: ParsableArguments {
 
 /// What the commands print, without Foundation's formatters (a command starts in milliseconds).
 enum Output {
+    // Everything the commands show goes through these, and through TerminalText: text from
+    // outside (the IdP, the broker, files) never reaches the terminal with a control character.
+
     static func json(_ value: some Encodable) {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         let data = (try? encoder.encode(value)) ?? Data("{}".utf8)
-        print(String(decoding: data, as: UTF8.self))
+        Swift.print(TerminalText.json(String(decoding: data, as: UTF8.self)))
+    }
+
+    /// A line on standard output, control characters shown as `?`.
+    static func print(_ line: String) {
+        Swift.print(TerminalText.safe(line))
+    }
+
+    /// A text the command composed of several lines (its newlines kept), on standard output.
+    static func print(lines text: String, terminator: String = "\n") {
+        Swift.print(TerminalText.safe(text, newlines: true), terminator: terminator)
     }
 
     /// A line on standard error, `msso: ` first.
     static func error(_ message: String) {
-        toStandardError("msso: \(message)\n")
+        note("msso: \(message)")
     }
 
+    /// A line on standard error, control characters shown as `?`.
+    static func note(_ line: String) {
+        toStandardError(TerminalText.safe(line) + "\n")
+    }
+
+    /// Bytes for standard error as they are: only for control sequences of the command's own
+    /// (the countdown's carriage return); anything from outside goes through ``note(_:)``.
     static func toStandardError(_ text: String) {
         var bytes = Array(text.utf8)
         var written = 0

@@ -10,14 +10,17 @@ struct Doctor: ParsableCommand {
         discussion: """
             Checks: mssod answers; the Secret Service is there and unlocked; the configuration \
             parses (read again now by mssod); each group's identity provider answers discovery \
-            (with the time it took); msso is registered for the groups (needed by sign, token \
-            and exec); msso is not locked; a PAM service uses pam_msso.so; the systemd user units \
-            are installed and enabled. The last two are optional setup: when absent they are \
-            warnings (!), which do not change the exit status.
+            (with the time it took); whether msso is registered for the groups (sign, token and \
+            exec need it) and what that gives away; msso is not locked; a PAM service uses \
+            pam_msso.so; the systemd user units are installed and enabled. Registration, PAM and \
+            the units are optional setup: they are warnings (!), which do not change the exit \
+            status. Registering a tool (msso, git-credential-msso) lets any program of yours run \
+            it and get the group's token or signatures, within the group's `resources`: set those \
+            first (and `confirm = true` on the registration).
 
             Exit status: 0 when every check passes (or only warns); else the status of the first \
-            failed check: 3 broker, 4 keyring, 78 configuration, 5 identity provider, 7 \
-            registration, 8 locked. MSSO_PAM_DIR replaces /etc/pam.d, and SYSTEMD_UNIT_PATH the unit \
+            failed check: 3 broker, 4 keyring, 78 configuration, 5 identity provider, 8 locked. \
+            MSSO_PAM_DIR replaces /etc/pam.d, and SYSTEMD_UNIT_PATH the unit \
             directories (as for systemd), e.g. for tests.
             """)
 
@@ -57,7 +60,7 @@ struct Doctor: ParsableCommand {
         }
         report.pamCheck(directory: environment["MSSO_PAM_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/etc/pam.d")
         report.unitCheck(environment: environment)
-        if json { Output.json(report) } else { report.checks.forEach { print($0.line) } }
+        if json { Output.json(report) } else { report.checks.forEach { Output.print($0.line) } }
         if let failed = report.checks.first(where: { $0.status == .fail }) {
             throw ExitCode(failed.exitStatus ?? ExitStatus.internalError.rawValue)
         }
@@ -143,23 +146,35 @@ struct Report: Encodable {
             }
         }
 
-        let me = found.caller.executable ?? "msso"
-        let missing = found.groups.filter { !found.caller.groups.contains($0) }
-        if found.groups.isEmpty {
-            skip("registration", "not checked: no access group is configured")
-        } else if found.caller.groups.isEmpty {
-            fail("registration", "\(me) is not registered for any access group, so `msso sign`, `msso token` and `msso exec` are refused; register it with `msso apps allow \(me) --group \(found.groups[0])`, or ask your administrator (/etc/msso/apps.d)",
-                 status: .forbidden)
-        } else {
-            let others = missing.isEmpty ? "" : " (not for \(missing.joined(separator: ", ")): `msso apps allow \(me) --group G` adds one)"
-            pass("registration", "\(me) is registered for \(found.caller.groups.joined(separator: ", "))\(others)")
-        }
+        registrationCheck(found)
 
         if found.locked {
             fail("lock", "msso is locked, so nothing signs or gets a token; run `msso unlock`", status: .locked)
         } else {
             pass("lock", "msso is not locked")
         }
+    }
+
+    /// Whether msso is registered, and what that gives away. Registering it is optional (login,
+    /// status, logout and the rest need none): a registered tool gives any program of the user the
+    /// group's token or signatures, so the safe setups are no registration, or one for a group
+    /// that names its `resources`. Never a failure: a warning says what to weigh.
+    mutating func registrationCheck(_ found: Diagnosis) {
+        let me = found.caller.executable ?? "msso"
+        let resources = found.resources ?? [:]
+        guard !found.groups.isEmpty else { return skip("registration", "not checked: no access group is configured") }
+        let mine = found.caller.groups
+        let giveaway = "any program of yours can then run it and get the group's token or signatures"
+        let advice = "set `resources` for the group (the servers its tokens are for, msso.toml(5)) and, on the registration, `confirm = true` (a desktop confirmation per requesting program)"
+        if mine.isEmpty {
+            return warn("registration", "\(me) is not registered for any access group, so `msso sign`, `msso token` and `msso exec` are refused (everything else works); optional: registering a tool (`msso`, `git-credential-msso`) means \(giveaway) (within its `resources`), so first \(advice), then `msso apps allow \(me) --group \(found.groups[0])`, or ask your administrator (/etc/msso/apps.d)")
+        }
+        let open = mine.filter { resources[$0] == nil }
+        if !open.isEmpty {
+            return warn("registration", "\(me) is registered for \(open.joined(separator: ", ")), which name\(open.count == 1 ? "s" : "") no `resources`: \(giveaway), for any server; \(advice)")
+        }
+        let held = mine.map { "\($0) (only for \(resources[$0]!.joined(separator: ", ")))" }
+        pass("registration", "\(me) is registered for \(held.joined(separator: "; "))")
     }
 
     /// A PAM service file that names pam_msso.so, and the module it names on disk.

@@ -11,7 +11,7 @@ struct Extend: ParsableCommand {
     func run() throws {
         try options.run { broker in
             let status = try broker.call(Methods.Extend.self, GroupArguments(group: options.group))
-            if options.json { Output.json(status) } else { print(Output.line(status)) }
+            if options.json { Output.json(status) } else { Output.print(Output.line(status)) }
         }
     }
 }

@@ -24,7 +24,7 @@ struct Keys: ParsableCommand {
             let key = try broker.call(Methods.Keys.self, .init(group: options.group, rotate: rotate))
             if options.json { return Output.json(key) }
             switch format {
-            case .pem: print(key.pem, terminator: "")
+            case .pem: Output.print(lines: key.pem, terminator: "")
             case .jwk:
                 let jwk = key.jwk.merging(["kid": key.keyID, "use": "sig"]) { first, _ in first }
                 Output.json(jwk)

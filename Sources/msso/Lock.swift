@@ -21,7 +21,7 @@ struct Lock: ParsableCommand {
         try options.run { broker in
             let passphrase = try Passphrase.read(fromStandardInput: passphraseStdin, confirm: true)
             let state = try broker.call(Methods.Lock.self, PassphraseArguments(passphrase: passphrase))
-            if options.json { Output.json(state) } else { print("msso is locked: no app signs or gets a token until `msso unlock`.") }
+            if options.json { Output.json(state) } else { Output.print("msso is locked: no app signs or gets a token until `msso unlock`.") }
         }
     }
 }
@@ -48,7 +48,7 @@ struct Unlock: ParsableCommand {
         try common.run { broker in
             let passphrase = try Passphrase.read(fromStandardInput: passphraseStdin, confirm: false)
             let state = try broker.call(Methods.Unlock.self, PassphraseArguments(passphrase: passphrase))
-            if common.json { Output.json(state) } else { print("msso is unlocked.") }
+            if common.json { Output.json(state) } else { Output.print("msso is unlocked.") }
         }
     }
 }

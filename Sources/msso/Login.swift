@@ -49,7 +49,7 @@ struct Login: ParsableCommand {
             } else {
                 status = try Login.device(broker, group: options.group, quiet: options.json)
             }
-            if options.json { Output.json(status) } else { print(Output.line(status)) }
+            if options.json { Output.json(status) } else { Output.print(Output.line(status)) }
         }
     }
 
@@ -65,7 +65,8 @@ struct Login: ParsableCommand {
 
     /// Prints the login address, and opens it in the desktop's browser when there is one.
     static func open(_ prompt: BrowserPrompt) {
-        Output.toStandardError("To log in, open this address in a browser on this machine:\n\(prompt.url)\n")
+        Output.note("To log in, open this address in a browser on this machine:")
+        Output.note(prompt.url)
         let environment = ProcessInfo.processInfo.environment
         guard environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil, access("/usr/bin/xdg-open", X_OK) == 0 else { return }
         var actions = posix_spawn_file_actions_t()
@@ -77,7 +78,7 @@ struct Login: ParsableCommand {
         let argv = ["/usr/bin/xdg-open", prompt.url].map { (text: String) in strdup(text) } + [nil]
         defer { argv.forEach { free($0) } }
         if posix_spawn(&pid, "/usr/bin/xdg-open", &actions, nil, argv, environ) == 0 {
-            Output.toStandardError("(opened in your browser)\n")
+            Output.note("(opened in your browser)")
         }
     }
 }
@@ -91,12 +92,12 @@ final class Countdown {
 
     func start(_ prompt: DevicePrompt) {
         self.prompt = prompt
-        Output.toStandardError("To log in, open \(prompt.verificationURI) and enter the code \(prompt.userCode)\n")
+        Output.note("To log in, open \(prompt.verificationURI) and enter the code \(prompt.userCode)")
         if let complete = prompt.verificationURIComplete {
-            Output.toStandardError("(or open \(complete))\n")
+            Output.note("(or open \(complete))")
         }
         if isatty(STDERR_FILENO) != 1 {
-            Output.toStandardError("Waiting for approval (\(Output.span(prompt.expiresAt - Output.now)) left)…\n")
+            Output.note("Waiting for approval (\(Output.span(prompt.expiresAt - Output.now)) left)…")
             self.prompt = nil // no live countdown off a terminal
         } else {
             tick()

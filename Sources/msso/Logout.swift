@@ -21,7 +21,7 @@ struct Logout: ParsableCommand {
             if options.json {
                 Output.json(Methods.Logout.Result(loggedOut: ended))
             } else {
-                print(ended.isEmpty ? "No SSO session was active." : "Logged out of \(ended.joined(separator: ", ")).")
+                Output.print(ended.isEmpty ? "No SSO session was active." : "Logged out of \(ended.joined(separator: ", ")).")
             }
         }
     }

@@ -19,7 +19,7 @@ enum QuickStart {
         var flags = Set<String>()
         var headers: [String] = []
         let takesValue = Set(["group", "socket", "timeout"])
-            .union(verb == "sign" ? ["method", "url", "header", "body-file", "dpop-nonce"] : verb == "token" ? ["format"] : [])
+            .union(verb == "sign" ? ["method", "url", "header", "body-file", "dpop-nonce"] : verb == "token" ? ["format", "resource"] : [])
         let takesNoValue: Set<String> = verb == "check" ? ["json", "quiet"] : ["json"]
         var rest = arguments.dropFirst()
         while let argument = rest.popFirst() {
@@ -69,7 +69,7 @@ enum QuickStart {
                                  dpopNonce: single["dpop-nonce"])
             default:
                 guard let format = Token.Format(rawValue: single["format"] ?? "raw") else { return false }
-                try Token.perform(options, format: format)
+                try Token.perform(options, format: format, resource: single["resource"])
             }
         } catch {
             Msso.exit(withError: error) // an exit status (check), or a file that cannot be read: said as the full command would

@@ -63,7 +63,7 @@ struct Sign: ParsableCommand {
             if options.json {
                 Output.json(SignResponse(headers: added))
             } else {
-                added.forEach { print("\($0.name): \($0.value)") }
+                added.forEach { Output.print("\($0.name): \($0.value)") }
             }
         }
     }

@@ -16,12 +16,12 @@ struct Status: ParsableCommand {
                 return
             }
             if result.locked == true {
-                print("msso is locked since \(Output.when(result.lockedAt)): nothing signs until `msso unlock`.")
+                Output.print("msso is locked since \(Output.when(result.lockedAt)): nothing signs until `msso unlock`.")
             }
             if groups.isEmpty {
-                print("No access group is configured.")
+                Output.print("No access group is configured.")
             } else {
-                groups.forEach { print(Output.line($0)) }
+                groups.forEach { Output.print(Output.line($0)) }
             }
         }
     }

@@ -13,7 +13,9 @@ struct Token: ParsableCommand {
             --group, G, --format, kubernetes]; the apiVersion is taken from KUBERNETES_EXEC_INFO.
             Only for groups whose tokens are bearer tokens; the broker refreshes the token first \
             when it is about to expire. Like `msso sign`, needs the msso command to be registered \
-            for the group.
+            for the group. When the group names `resources`, the broker hands the token out only \
+            for a --resource within them (kubectl: the cluster's server, which kubectl tells the \
+            plugin when its exec config says `provideClusterInfo: true`).
             """)
 
     @OptionGroup var options: CommonOptions
@@ -25,22 +27,27 @@ struct Token: ParsableCommand {
     @Option(help: "raw (the token), header (`Authorization: Bearer …`), json (with its expiry), or kubernetes (an ExecCredential).")
     var format: Format = .raw
 
-    func run() throws { try Self.perform(options.values, format: format) }
+    @Option(help: ArgumentHelp("Where the token will be sent (an http(s) URL); needed when the group names `resources`. With --format kubernetes, the cluster's server kubectl names wins.", valueName: "url"))
+    var resource: String?
 
-    static func perform(_ options: Common, format: Format) throws {
+    func run() throws { try Self.perform(options.values, format: format, resource: resource) }
+
+    static func perform(_ options: Common, format: Format, resource given: String?) throws {
+        // kubectl says where it sends the credential (provideClusterInfo): that is the resource.
+        let resource = format == .kubernetes ? Kubernetes.info?.spec?.cluster?.server ?? given : given
         try options.run { broker in
             let token: Methods.Token.Result
             do {
-                token = try broker.call(Methods.Token.self, .init(group: options.group))
+                token = try broker.call(Methods.Token.self, .init(group: options.group, resource: resource))
             } catch let error as BrokerError where format == .kubernetes && Kubernetes.mayLogIn && (error.name == .notLoggedIn || error.name == .expired) {
                 // kubectl runs us on a terminal in interactive mode: log in, as it expects a plugin to.
-                Output.toStandardError("msso: \(error.message)\n")
+                Output.error(error.message)
                 try Login.device(broker, group: options.group, quiet: false)
-                token = try broker.call(Methods.Token.self, .init(group: options.group))
+                token = try broker.call(Methods.Token.self, .init(group: options.group, resource: resource))
             }
             switch format {
-            case .raw: print(token.accessToken)
-            case .header: print(token.header == "Bearer" ? "Authorization: Bearer \(token.accessToken)" : "\(token.header): \(token.accessToken)")
+            case .raw: Output.print(token.accessToken)
+            case .header: Output.print(token.header == "Bearer" ? "Authorization: Bearer \(token.accessToken)" : "\(token.header): \(token.accessToken)")
             case .json:
                 Output.json(["accessToken": token.accessToken, "expiresAt": String(Int(token.expiresAt)),
                              "expiresAtUTC": Kubernetes.timestamp(token.expiresAt), "header": token.header])
@@ -53,7 +60,12 @@ struct Token: ParsableCommand {
 /// The client.authentication.k8s.io ExecCredential kubectl reads from a credential plugin.
 enum Kubernetes {
     struct ExecInfo: Decodable {
-        struct Spec: Decodable { var interactive: Bool? }
+        struct Spec: Decodable {
+            struct Cluster: Decodable { var server: String? }
+            var interactive: Bool?
+            /// Present when the kubeconfig's exec config says `provideClusterInfo: true`.
+            var cluster: Cluster?
+        }
         var apiVersion: String?
         var spec: Spec?
     }

@@ -12,6 +12,7 @@ final class QuickReplyTests: XCTestCase {
         try same(Methods.Check.self, GroupArguments(group: "com.example.suite"))
         try same(Methods.Check.self, GroupArguments())
         try same(Methods.Token.self, .init(group: "g", renew: true))
+        try same(Methods.Token.self, .init(group: "g", resource: "https://git.example.com/team/repo.git"))
         let hello = try XCTUnwrap(Methods.Hello.quickCall(serial: 1, .init(client: "msso")))
         let decoded = try WireCodec.decode(Call<Methods.Hello.Arguments>.self, from: hello.dropFirst(4))
         XCTAssertEqual(decoded.args.version, protocolVersion)

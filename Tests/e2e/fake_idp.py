@@ -15,6 +15,8 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
   second (each byte well within any read timeout: only a deadline on the whole answer ends it);
 - `device_interval`: the `interval` of the device authorization answer, replaced by this JSON
   value (`1e20`, `"inf"`);
+- `device_overrides`: fields of the device authorization answer replaced, e.g.
+  `{"user_code": "\x1b]0;title\x07ABCD"}` (the code and addresses the user is shown);
 - `device_poll_error`: device-code polls of the token endpoint get HTTP 400 with this OAuth error
   (`"expired_token"`) instead of glewlwyd's answer;
 - `fail_refresh(kind, count, retry_after=None)`: the next `count` refresh-grant requests get
@@ -187,6 +189,7 @@ class FakeIdP(_Recording):
         self.token_body_chunked = False
         self.token_drip = False
         self.device_interval = None
+        self.device_overrides = {}
         self.device_poll_error = None
 
     def fail_refresh(self, kind, count, retry_after=None):
@@ -230,11 +233,14 @@ class FakeIdP(_Recording):
                     return self._refresh_fault(handler, *fault)
             if request.grant == "urn:ietf:params:oauth:grant-type:device_code" and self.device_poll_error:
                 return handler._json(400, {"error": self.device_poll_error})
-        if path.endswith("/device_authorization") and request.method == "POST" and self.device_interval is not None:
+        if path.endswith("/device_authorization") and request.method == "POST" and (self.device_interval is not None
+                                                                                    or self.device_overrides):
             status, headers, body = self._forward(request)
             if status == 200:
                 document = json.loads(body)
-                document["interval"] = self.device_interval
+                if self.device_interval is not None:
+                    document["interval"] = self.device_interval
+                document.update(self.device_overrides)
                 return handler._json(200, document)
             return handler._answer(status, body, headers)
         status, headers, body = self._forward(request)
