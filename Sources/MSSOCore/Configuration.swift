@@ -211,6 +211,12 @@ public struct Configuration: Equatable, Sendable {
                         throw fail(value.line, key, "expected \"p-256\" or \"ed25519\", got \"\(text)\"")
                     }
                     group.keyKind = kind
+                case "proxy":
+                    let text = try value.string(fail, key)
+                    guard Self.isProxyURL(text) else {
+                        throw fail(value.line, key, "expected a proxy URL such as \"http://proxy.example.com:3128\" or \"socks5://proxy.example.com:1080\", got \"\(text)\"")
+                    }
+                    group.proxy = text
                 case "notifications":
                     guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
                     group.notifications = on
@@ -227,6 +233,16 @@ public struct Configuration: Equatable, Sendable {
             groups.append(group)
         }
         return (groups, policy)
+    }
+
+    /// `http://[user:password@]host:port` (also `https://`, which names the same plain connection to
+    /// the proxy, as curl reads it), `socks5://host:port` or `socks5h://host:port`.
+    static func isProxyURL(_ text: String) -> Bool {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+              ["http", "https", "socks5", "socks5h"].contains(scheme),
+              let host = url.host, !host.isEmpty, url.port.map({ (1...65535).contains($0) }) ?? true,
+              url.path.isEmpty || url.path == "/", url.query == nil, url.fragment == nil else { return false }
+        return true
     }
 
     static func parsePolicy(_ table: TOMLSubset.Table, _ fail: (Int?, String?, String) -> ConfigError) throws -> Policy {

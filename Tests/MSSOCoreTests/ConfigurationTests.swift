@@ -243,4 +243,51 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(same.groups["a"]?.admin, true)
         XCTAssertEqual(same.warnings, [], "the admin's file named again is read once, as the admin's")
     }
+
+    // MARK: The route to an identity provider
+
+    func testProxyIsAGroupKey() throws {
+        let text = """
+            [groups.a]
+            issuer = "https://idp.example"
+            client_id = "c"
+            proxy = "http://proxy.corp:3128"
+            [groups.b]
+            issuer = "https://idp.example"
+            client_id = "c"
+            proxy = "socks5://127.0.0.1:1080"
+            """
+        let groups = try Configuration.parse(text, file: "/etc/msso/config.toml")
+        XCTAssertEqual(groups.map(\.proxy), ["http://proxy.corp:3128", "socks5://127.0.0.1:1080"])
+        for bad in ["proxy.corp:3128", "ftp://proxy.corp", "http://", "http://proxy.corp:3128/path", "http://proxy.corp:0"] {
+            XCTAssertThrowsError(try Configuration.parse("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nproxy = \"\(bad)\"\n", file: "/c.toml"), bad) { error in
+                XCTAssertTrue("\(error)".hasPrefix("/c.toml:4: `proxy`: expected a proxy URL"), "\(error)")
+            }
+        }
+        // A user's group may name its own proxy: it could set https_proxy for mssod anyway.
+        let user = try Configuration.parseFile(text, file: "/home/u/.config/msso/config.toml", admin: false).groups
+        XCTAssertEqual(user.map(\.proxy), ["http://proxy.corp:3128", "socks5://127.0.0.1:1080"])
+    }
+
+    func testAnAdministratorsGroupAndAUsersGroupNamingTheSameIssuerNeverShareARoute() {
+        var admin = GroupConfig(name: "corp", issuer: "https://login.corp/realms/x", clientID: "msso")
+        admin.admin = true
+        var user = GroupConfig(name: "mine", issuer: admin.issuer, clientID: "msso")
+        user.admin = false
+        XCTAssertEqual(IdPRoute(admin).proxy, .direct, "an admin's group never takes the environment's proxy")
+        XCTAssertEqual(IdPRoute(user).proxy, .environment)
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(user), "the same issuer: still two routes, two discovery documents")
+        user.caFile = "/home/u/evil-ca.pem"
+        user.proxy = "http://127.0.0.1:8080"
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(user))
+        var twin = admin
+        twin.name = "corp2"
+        XCTAssertEqual(IdPRoute(admin), IdPRoute(twin), "two admin groups of one provider, CA and proxy share its document")
+        twin.caFile = "/etc/msso/corp-ca.pem"
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(twin), "another CA: another fetch")
+        twin.caFile = nil
+        twin.proxy = "http://proxy.corp:3128"
+        XCTAssertEqual(IdPRoute(twin).proxy, .configured("http://proxy.corp:3128"))
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(twin), "another proxy: another fetch")
+    }
 }
