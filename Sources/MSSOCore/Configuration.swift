@@ -111,6 +111,9 @@ public struct Configuration: Equatable, Sendable {
             }
             if let filePolicy { policy = filePolicy }
         }
+        if !testPaths, let ignored = environment["MSSO_SYSTEM_DIR"], !ignored.isEmpty, ignored != administratorDirectory {
+            warnings.append("MSSO_SYSTEM_DIR=\(ignored) is ignored: mssod reads the administrator's files from \(administratorDirectory) only (a debug build made for msso's tests reads the variable)")
+        }
         var configuration = Configuration(groups: Array(groups.values))
         configuration.policy = policy
         configuration.warnings = warnings

@@ -220,6 +220,8 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(moved.policy, etc.policy)
         XCTAssertEqual(moved.systemDirectory, "/etc/msso")
         XCTAssertNil(moved.groups["z"])
+        XCTAssertEqual(moved.warnings.last, "MSSO_SYSTEM_DIR=\(elsewhere) is ignored: mssod reads the administrator's files from /etc/msso only (a debug build made for msso's tests reads the variable)",
+                       "said in the log and by msso doctor")
         XCTAssertEqual(try Configuration.load(environment: ["MSSO_SYSTEM_DIR": elsewhere, "HOME": "/nonexistent"], testPaths: true).groups["z"]?.admin,
                        true, "the tests' build reads it")
     }
