@@ -39,6 +39,10 @@ let package = Package(
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "CryptoExtras", package: "swift-crypto"),
             .product(name: "Logging", package: "swift-log"),
+        ], swiftSettings: [
+            // Debug builds (the tests') take the administrator's directory from $MSSO_SYSTEM_DIR;
+            // a release build reads /etc/msso and nothing else (Configuration.swift).
+            .define("MSSO_TEST_PATHS", .when(configuration: .debug)),
         ]),
         // The Secret Service store (libsecret).
         .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1",

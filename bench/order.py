@@ -115,7 +115,7 @@ def main():
     broker = Broker(desktop, idp, groups=groups, args=["--idle-timeout", "3600"], start=False,
                     executable=DAEMON,
                     launcher=[TOOLS / "trace", work / "functions", work / "hits", "--"],
-                    environment={"MSSO_LOG_LEVEL": "info", "SWIFT_BACKTRACE": "enable=no"})
+                    environment={"MSSO_LOG_LEVEL": "info", "SWIFT_BACKTRACE": "enable=no"}, admin_files=False)
     try:
         broker.register("order", [PYTHON, TOOLS / "load", MSSO], list(groups))
         broker.start()

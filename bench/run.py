@@ -211,7 +211,7 @@ def main():
     groups = {name: {"sign": profile, "refresh_lead": "30s"} for profile, name in PROFILES.items()}
     # At the log level a user runs it at (the tests' broker logs every call at debug).
     broker = Broker(desktop, idp, groups=groups, args=["--idle-timeout", "3600"], start=False,
-                    environment={"MSSO_LOG_LEVEL": "info"})
+                    environment={"MSSO_LOG_LEVEL": "info"}, admin_files=False)
     servers, holders = [], []  # the floors' servers; the processes holding 1,000 connections
     try:
         broker.register("bench", [PYTHON, TOOLS / "load", MSSO, HELPER], list(groups))

@@ -29,16 +29,20 @@ public struct Policy: Equatable, Sendable {
 
 /// The broker's configuration: the access groups and the admin's policy, from TOML files.
 ///
-/// The admin's directory (`/etc/msso`, or `$MSSO_SYSTEM_DIR`) holds `config.toml` and `apps.d/`;
-/// so does the user's (`$XDG_CONFIG_HOME/msso`). The admin's files count as the admin's only when
-/// root owns them and the directories above them (``AdminFiles``); otherwise they are ignored,
-/// with a warning. `[policy]` is read from the admin's file only. The user's file may add groups,
-/// never redefine one of the admin's (its issuer, client or policy). `MSSO_CONFIG` names one file
-/// to read instead of both `config.toml`s: the admin's if root owns it, else the user's.
+/// The admin's directory, ``administratorDirectory`` (`/etc/msso`, fixed when msso is built),
+/// holds `config.toml` and `apps.d/`; so does the user's (`$XDG_CONFIG_HOME/msso`). The admin's
+/// files count as the admin's only when root owns them and the directories above them
+/// (``AdminFiles``); otherwise they are ignored, with a warning. `[policy]` is read from the
+/// admin's file only. The user's file may add groups, never redefine one of the admin's (its
+/// issuer, client or policy). `MSSO_CONFIG` names a file to read instead of the user's
+/// `config.toml`, never instead of the admin's: whoever sets the daemon's environment is the user,
+/// so nothing in it may move, hide or replace the administrator's files. Only a build made for
+/// the tests (`MSSO_TEST_PATHS`, defined for debug builds) takes the admin's directory from
+/// `$MSSO_SYSTEM_DIR`.
 public struct Configuration: Equatable, Sendable {
     public var groups: [String: GroupConfig]
     public var policy = Policy()
-    public var systemDirectory = "/etc/msso"
+    public var systemDirectory = Configuration.administratorDirectory
     public var userDirectory = "~/.config/msso"
     /// What was ignored while reading, each in a sentence naming the file and the fix.
     public var warnings: [String] = []
@@ -47,11 +51,25 @@ public struct Configuration: Equatable, Sendable {
         self.groups = Dictionary(groups.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
     }
 
-    /// The admin's and the user's configuration directories.
-    public static func directories(environment: [String: String]) -> (system: String, user: String) {
+    /// Where the administrator's `config.toml` and `apps.d/` are: fixed when msso is built.
+    public static let administratorDirectory = "/etc/msso"
+
+    /// Whether this build takes the administrator's directory from `$MSSO_SYSTEM_DIR`: only one
+    /// made for the tests (debug builds define `MSSO_TEST_PATHS`; a release build never does).
+    #if MSSO_TEST_PATHS
+    public static let testPaths = true
+    #else
+    public static let testPaths = false
+    #endif
+
+    /// The admin's and the user's configuration directories. `testPaths` is the build's
+    /// (``testPaths``); the tests pass `false` to check what a release build reads.
+    public static func directories(environment: [String: String], testPaths: Bool = Configuration.testPaths)
+        -> (system: String, user: String) {
         let home = environment["HOME"] ?? homeDirectory()
         let userConfig = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.config"
-        return (environment["MSSO_SYSTEM_DIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/etc/msso", userConfig + "/msso")
+        let override = testPaths ? environment["MSSO_SYSTEM_DIR"].flatMap { $0.isEmpty ? nil : $0 } : nil
+        return (override ?? administratorDirectory, userConfig + "/msso")
     }
 
     /// The home directory of the user this process runs as, from the password database.
@@ -60,11 +78,16 @@ public struct Configuration: Equatable, Sendable {
         return String(cString: directory)
     }
 
-    /// The files read, in order, for an environment, each with whether it claims to be the admin's.
-    public static func searchPath(environment: [String: String]) -> [(path: String, admin: Bool)] {
-        if let only = environment["MSSO_CONFIG"], !only.isEmpty { return [(only, AdminFiles.problem(with: only) == nil)] }
-        let (system, user) = directories(environment: environment)
-        return [(system + "/config.toml", true), (user + "/config.toml", false)]
+    /// The files read, in order, each with whether it is the admin's: the admin's `config.toml`
+    /// always, then the user's (or `$MSSO_CONFIG`, which is the user's whoever owns it).
+    public static func searchPath(environment: [String: String], testPaths: Bool = Configuration.testPaths)
+        -> [(path: String, admin: Bool)] {
+        let (system, user) = directories(environment: environment, testPaths: testPaths)
+        let admin = system + "/config.toml"
+        guard let only = environment["MSSO_CONFIG"], !only.isEmpty else { return [(admin, true), (user + "/config.toml", false)] }
+        // The admin's own file named again: read once, as the admin's.
+        if let resolved = AdminFiles.realPath(only), resolved == AdminFiles.realPath(admin) { return [(admin, true)] }
+        return [(admin, true), (only, false)]
     }
 
     /// The biggest config.toml read.
@@ -72,11 +95,11 @@ public struct Configuration: Equatable, Sendable {
 
     /// Reads every existing file of the search path. A missing file is skipped, as is an admin's
     /// file root does not own (with a warning); a malformed one throws.
-    public static func load(environment: [String: String]) throws -> Configuration {
+    public static func load(environment: [String: String], testPaths: Bool = Configuration.testPaths) throws -> Configuration {
         var groups: [String: GroupConfig] = [:]
         var policy = Policy()
         var warnings: [String] = []
-        for (path, admin) in searchPath(environment: environment) {
+        for (path, admin) in searchPath(environment: environment, testPaths: testPaths) {
             guard let text = try AdminFiles.text(of: path, admin: admin, maximumSize: maximumFileSize, warnings: &warnings) else { continue }
             let (fileGroups, filePolicy) = try parseFile(text, file: path, admin: admin)
             for group in fileGroups {
@@ -88,10 +111,13 @@ public struct Configuration: Equatable, Sendable {
             }
             if let filePolicy { policy = filePolicy }
         }
+        if !testPaths, let ignored = environment["MSSO_SYSTEM_DIR"], !ignored.isEmpty, ignored != administratorDirectory {
+            warnings.append("MSSO_SYSTEM_DIR=\(ignored) is ignored: mssod reads the administrator's files from \(administratorDirectory) only (a debug build made for msso's tests reads the variable)")
+        }
         var configuration = Configuration(groups: Array(groups.values))
         configuration.policy = policy
         configuration.warnings = warnings
-        (configuration.systemDirectory, configuration.userDirectory) = directories(environment: environment)
+        (configuration.systemDirectory, configuration.userDirectory) = directories(environment: environment, testPaths: testPaths)
         return configuration
     }
 
@@ -188,6 +214,12 @@ public struct Configuration: Equatable, Sendable {
                         throw fail(value.line, key, "expected \"p-256\" or \"ed25519\", got \"\(text)\"")
                     }
                     group.keyKind = kind
+                case "proxy":
+                    let text = try value.string(fail, key)
+                    guard Self.isProxyURL(text) else {
+                        throw fail(value.line, key, "expected a proxy URL such as \"http://proxy.example.com:3128\" or \"socks5://proxy.example.com:1080\", got \"\(text)\"")
+                    }
+                    group.proxy = text
                 case "notifications":
                     guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
                     group.notifications = on
@@ -208,6 +240,16 @@ public struct Configuration: Equatable, Sendable {
             groups.append(group)
         }
         return (groups, policy)
+    }
+
+    /// `http://[user:password@]host:port` (also `https://`, which names the same plain connection to
+    /// the proxy, as curl reads it), `socks5://host:port` or `socks5h://host:port`.
+    static func isProxyURL(_ text: String) -> Bool {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+              ["http", "https", "socks5", "socks5h"].contains(scheme),
+              let host = url.host, !host.isEmpty, url.port.map({ (1...65535).contains($0) }) ?? true,
+              url.path.isEmpty || url.path == "/", url.query == nil, url.fragment == nil else { return false }
+        return true
     }
 
     static func parsePolicy(_ table: TOMLSubset.Table, _ fail: (Int?, String?, String) -> ConfigError) throws -> Policy {

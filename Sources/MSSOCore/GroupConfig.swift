@@ -92,6 +92,11 @@ public struct GroupConfig: Equatable, Sendable {
     /// A CA certificate file (PEM) to verify a private IdP's TLS certificate with, instead of the
     /// system's trust store.
     public var caFile: String?
+    /// The proxy (`http://host:port`, `socks5://host:port`) the group's requests to its identity
+    /// provider go through, loopback addresses excepted. Without it, an administrator's group
+    /// reaches its provider directly, and a user's group takes the proxy from the environment
+    /// (`https_proxy`, `all_proxy`, `no_proxy`): see ``IdPRoute``.
+    public var proxy: String?
     /// Whether the administrator defined the group (in a root-owned file). Only such a group is
     /// given a password at session start: its issuer is one the user could not have chosen.
     public var admin = true
@@ -106,5 +111,38 @@ public struct GroupConfig: Equatable, Sendable {
         self.name = name
         self.issuer = issuer
         self.clientID = clientID
+    }
+}
+
+/// Everything that decides where a group's requests to its identity provider go and whom they
+/// trust: the issuer (whose discovery document names every endpoint), the trust anchors
+/// (`ca_file`), the proxy, and whether the administrator defined the group. It is the key of every
+/// per-provider cache (discovery documents, DPoP nonces) and picks the connection pool, so that
+/// nothing a user's group fetched, through whatever proxy and trusting whatever CA, is ever used
+/// for an administrator's group that names the same issuer.
+///
+/// An administrator's group takes all of it from the administrator's files: its proxy is its own
+/// `proxy` key or none, never the environment's (which is the user's to set). A user's group
+/// takes its `proxy` key, else the environment's (`https_proxy`, `all_proxy`, `no_proxy`).
+public struct IdPRoute: Hashable, Sendable {
+    public enum Proxy: Hashable, Sendable {
+        /// Straight to the provider.
+        case direct
+        /// Through this proxy (the group's `proxy` key).
+        case configured(String)
+        /// As the daemon's environment says (user groups only).
+        case environment
+    }
+
+    public var admin: Bool
+    public var issuer: String
+    public var caFile: String?
+    public var proxy: Proxy
+
+    public init(_ group: GroupConfig) {
+        admin = group.admin
+        issuer = group.issuer
+        caFile = group.caFile
+        proxy = group.proxy.map(Proxy.configured) ?? (group.admin ? .direct : .environment)
     }
 }

@@ -8,42 +8,88 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// HTTP to identity providers, through AsyncHTTPClient on the daemon's own event loops.
 ///
 /// Strict where a broker must be: no redirect is ever followed (a 3xx from an IdP endpoint is an
 /// error, so a client secret or a code can never be carried to a third origin); bodies are read up
 /// to a cap; every request has a deadline; TLS is verified against the system's trust store, or
-/// against the group's own CA file (`ca_file`) for a private IdP. Proxies are taken from the
-/// environment as curl takes them (``ProxySettings``).
+/// against the group's own CA file (`ca_file`) for a private IdP. Each request goes the way its
+/// group's ``IdPRoute`` says: an administrator's group directly or through its own `proxy`, never
+/// through a proxy of the environment; a user's group through its `proxy`, else as the
+/// environment says, as curl reads it (``ProxySettings``). Connections are pooled per proxy and
+/// per kind of group, so an administrator's group never reuses a connection a user's group made.
 final class IdPHTTP: Sendable {
-    private let direct: HTTPClient
-    private let proxied: HTTPClient?
-    private let proxy: ProxySettings
+    /// The proxy of the daemon's environment: for user groups only.
+    private let environmentProxy: ProxySettings
+    private let pools = Mutex(Pools())
+
+    /// Which HTTP client (and connection pool) a request uses.
+    struct Pool: Hashable {
+        var admin: Bool
+        /// The proxy's URL, nil for direct connections.
+        var proxy: String?
+    }
+
+    private struct Pools {
+        var clients: [Pool: HTTPClient] = [:]
+        var closed = false
+    }
 
     /// The most an IdP answer may hold.
     static let maximumBody = 256 * 1024
 
     init(environment: [String: String]) {
-        proxy = ProxySettings(environment: environment)
-        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
-        configuration.timeout = .init(connect: .seconds(10), read: .seconds(30))
-        configuration.httpVersion = .http1Only
-        // An IdP that refuses connections is down now: say so at once rather than retry until the
-        // deadline (the broker has its own backoff for refreshes).
-        configuration.connectionPool.retryConnectionEstablishment = false
-        direct = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
-        if let server = proxy.server {
-            configuration.proxy = server
-            proxied = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
-        } else {
-            proxied = nil
-        }
+        environmentProxy = ProxySettings(environment: environment)
     }
 
     func shutdown() async {
-        try? await direct.shutdown()
-        try? await proxied?.shutdown()
+        let clients = pools.withLock { pools in
+            pools.closed = true
+            defer { pools.clients = [:] }
+            return Array(pools.clients.values)
+        }
+        for client in clients { try? await client.shutdown() }
+    }
+
+    /// The pool a request of `route` to `url` goes through. Loopback addresses are always reached
+    /// directly.
+    func pool(for route: IdPRoute, to url: URL) -> Pool {
+        guard let host = url.host?.lowercased(), !IdPEndpoints.isLoopback(host) else { return Pool(admin: route.admin, proxy: nil) }
+        switch route.proxy {
+        case .direct: return Pool(admin: route.admin, proxy: nil)
+        case .configured(let proxy): return Pool(admin: route.admin, proxy: proxy)
+        case .environment:
+            // Never for an administrator's group, whatever a caller made of its route.
+            guard !route.admin, environmentProxy.applies(to: url) else { return Pool(admin: route.admin, proxy: nil) }
+            return Pool(admin: false, proxy: environmentProxy.text)
+        }
+    }
+
+    /// The client of a pool, made at its first use.
+    private func client(_ pool: Pool) throws(Failure) -> HTTPClient {
+        var proxy: HTTPClient.Configuration.Proxy?
+        if let text = pool.proxy {
+            guard let parsed = ProxySettings.parse(text) else { throw .unreachable("the proxy URL cannot be used") }
+            proxy = parsed
+        }
+        let made: HTTPClient? = pools.withLock { pools in
+            if let client = pools.clients[pool] { return client }
+            guard !pools.closed else { return nil }
+            var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+            configuration.timeout = .init(connect: .seconds(10), read: .seconds(30))
+            configuration.httpVersion = .http1Only
+            // An IdP that refuses connections is down now: say so at once rather than retry until
+            // the deadline (the broker has its own backoff for refreshes).
+            configuration.connectionPool.retryConnectionEstablishment = false
+            configuration.proxy = proxy
+            let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
+            pools.clients[pool] = client
+            return client
+        }
+        guard let made else { throw .unreachable("shut down") }
+        return made
     }
 
     /// An IdP's answer: status, the headers that matter, and the body (at most ``maximumBody``).
@@ -62,18 +108,18 @@ final class IdPHTTP: Sendable {
     }
 
     /// Sends one request and reads its answer; throws ``Failure`` when there is none.
-    func send(_ url: URL, method: HTTPMethod, headers: [(String, String)], body: [UInt8]?, caFile: String?,
+    func send(_ url: URL, method: HTTPMethod, headers: [(String, String)], body: [UInt8]?, route: IdPRoute,
               timeout: Double) async throws(Failure) -> Answer {
         var request = HTTPClientRequest(url: url.absoluteString)
         request.method = method
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         if let body { request.body = .bytes(body) }
-        if let caFile {
+        if let caFile = route.caFile {
             var tls = TLSConfiguration.makeClientConfiguration()
             tls.trustRoots = .file(caFile)
             request.tlsConfiguration = tls
         }
-        let client = (proxy.applies(to: url) ? proxied : nil) ?? direct
+        let client = try self.client(pool(for: route, to: url))
         let milliseconds = Int64(min(max(timeout, 0.001), 86400) * 1000)
         let deadline = ContinuousClock.now + .milliseconds(milliseconds)
         do {
@@ -141,8 +187,10 @@ final class IdPHTTP: Sendable {
 /// else `all_proxy` (or `ALL_PROXY`); `no_proxy` (or `NO_PROXY`) lists hosts to reach directly,
 /// each with its subdomains (a leading dot changes nothing), `*` for all. Loopback addresses are
 /// always reached directly, and only they may be plain http, so `http_proxy` never applies.
+/// For user groups only: the environment is the user's to set.
 struct ProxySettings: Sendable {
-    var server: HTTPClient.Configuration.Proxy?
+    /// The proxy's URL as the environment gives it, when it can be used.
+    var text: String?
     var exempt: [String] = []
 
     init(environment: [String: String]) {
@@ -150,7 +198,7 @@ struct ProxySettings: Sendable {
             names.lazy.compactMap { environment[$0] }.first { !$0.isEmpty }
         }
         let https = value("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
-        server = https.flatMap(Self.parse)
+        text = https.flatMap { Self.parse($0) == nil ? nil : $0 }
         exempt = (value("no_proxy", "NO_PROXY") ?? "").split(separator: ",").map {
             var entry = $0.filter { $0 != " " && $0 != "\t" }.lowercased()
             if entry.hasPrefix(".") { entry.removeFirst() }
@@ -172,7 +220,7 @@ struct ProxySettings: Sendable {
     }
 
     func applies(to url: URL) -> Bool {
-        guard server != nil, let host = url.host?.lowercased() else { return false }
+        guard text != nil, let host = url.host?.lowercased() else { return false }
         if IdPEndpoints.isLoopback(host) { return false }
         return !exempt.contains { $0 == "*" || host == $0 || host.hasSuffix("." + $0) }
     }

@@ -21,9 +21,17 @@ public final class OpenIDProvider: IdentityProvider {
     private let logger: Logger
     private let requestTimeout: Double
     private let revokeTimeout: Double
-    private let discoveries = Mutex([String: (endpoints: IdPEndpoints, fetched: Double)]())
-    /// The newest DPoP nonce each token endpoint's origin asked for.
-    private let dpopNonces = Mutex([String: String]())
+    /// Discovery documents by everything that decided their fetch (``IdPRoute``: issuer, CA,
+    /// proxy, admin or not), never by issuer alone: a user's group naming an administrator's
+    /// issuer, with a CA and a proxy of its choosing, gets a document of its own.
+    private let discoveries = Mutex([IdPRoute: (endpoints: IdPEndpoints, fetched: Double)]())
+    /// The newest DPoP nonce each token endpoint's origin asked for, per route.
+    private let dpopNonces = Mutex([NonceKey: String]())
+
+    struct NonceKey: Hashable {
+        var route: IdPRoute
+        var origin: String
+    }
 
     /// A discovery document is fetched again after this many seconds.
     static let discoveryLifetime: Double = 3600
@@ -215,9 +223,9 @@ public final class OpenIDProvider: IdentityProvider {
     private func exchange(_ url: URL, group: GroupConfig, timeout: Double?, dpop: SigningKey?, form: [(String, String)],
                           attempt: Int) async throws(BrokerError) -> Exchange {
         var headers = [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")]
-        let origin = url.origin
+        let nonceKey = NonceKey(route: IdPRoute(group), origin: url.origin)
         if let dpop {
-            let nonce = dpopNonces.withLock { $0[origin] }
+            let nonce = dpopNonces.withLock { $0[nonceKey] }
             guard let proof = try? DPoPProof.make(key: dpop, method: "POST", url: url, nonce: nonce) else {
                 throw BrokerError(.internal, "could not make a DPoP proof")
             }
@@ -233,7 +241,7 @@ public final class OpenIDProvider: IdentityProvider {
         }
         let body = Array(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
         let answer = try await send(url, group: group, method: .POST, headers: headers, body: body, timeout: timeout)
-        if let nonce = answer.dpopNonce, nonce.utf8.count <= 1024 { dpopNonces.withLock { $0[origin] = nonce } }
+        if let nonce = answer.dpopNonce, nonce.utf8.count <= 1024 { dpopNonces.withLock { $0[nonceKey] = nonce } }
         let data = Data(answer.body.readableBytesView)
         switch answer.status {
         case 200: return .answered(data) // RFC 7009: a revocation endpoint answers 200 with an empty body
@@ -254,7 +262,7 @@ public final class OpenIDProvider: IdentityProvider {
         let limit = timeout ?? requestTimeout
         let answer: IdPHTTP.Answer
         do {
-            answer = try await http.send(url, method: method, headers: headers, body: body, caFile: group.caFile, timeout: limit)
+            answer = try await http.send(url, method: method, headers: headers, body: body, route: IdPRoute(group), timeout: limit)
         } catch .timedOut {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) did not answer within \(Int(limit)) s; check your network and try again")
         } catch .tooLarge {
@@ -271,9 +279,10 @@ public final class OpenIDProvider: IdentityProvider {
 
     private func discover(_ group: GroupConfig) async throws(BrokerError) -> IdPEndpoints {
         let now = Date().timeIntervalSince1970
-        if let known = discoveries.withLock({ $0[group.issuer] }), now - known.fetched < Self.discoveryLifetime { return known.endpoints }
+        let route = IdPRoute(group)
+        if let known = discoveries.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime { return known.endpoints }
         let endpoints = try await fetchDiscovery(group)
-        discoveries.withLock { $0[group.issuer] = (endpoints, now) }
+        discoveries.withLock { $0[route] = (endpoints, now) }
         return endpoints
     }
 

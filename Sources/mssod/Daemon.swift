@@ -21,8 +21,11 @@ struct Daemon: AsyncParsableCommand {
         abstract: "The msso single-sign-on broker (one per user).",
         discussion: """
             Listens on $MSSO_SOCKET, else $XDG_RUNTIME_DIR/msso/broker.sock, or on the socket \
-            systemd passes (msso.socket, socket activation). Reads \
-            /etc/msso/config.toml, then ~/.config/msso/config.toml (or only $MSSO_CONFIG). \
+            systemd passes (msso.socket, socket activation). Reads the administrator's \
+            /etc/msso/config.toml and /etc/msso/apps.d (always there: no variable or option moves \
+            them), then the user's ~/.config/msso/config.toml (or $MSSO_CONFIG instead) and \
+            ~/.config/msso/apps.d. An administrator's group reaches its identity provider directly \
+            or through its own `proxy`; a user's group through its `proxy`, else https_proxy. \
             Logs to standard error; MSSO_LOG_LEVEL=debug shows every call (never a secret). \
             SIGHUP reloads the configuration; SIGTERM and SIGINT shut down cleanly.
             """)

@@ -191,4 +191,105 @@ final class ConfigurationTests: XCTestCase {
         }
         XCTAssertEqual(SessionDuration.format(5400), "1h30m")
     }
+
+    // MARK: Where the administrator's files are, and what the environment may change
+
+    func testAReleaseBuildReadsTheAdministratorsFilesFromEtcMssoWhateverTheEnvironmentSays() {
+        let environment = ["MSSO_SYSTEM_DIR": "/usr", "MSSO_CONFIG": "/home/u/mine.toml", "XDG_CONFIG_HOME": "/home/u/.config",
+                           "HOME": "/home/u"]
+        XCTAssertEqual(Configuration.directories(environment: environment, testPaths: false).system, "/etc/msso")
+        XCTAssertEqual(Configuration.directories(environment: environment, testPaths: false).user, "/home/u/.config/msso")
+        let path = Configuration.searchPath(environment: environment, testPaths: false)
+        XCTAssertEqual(path.map(\.path), ["/etc/msso/config.toml", "/home/u/mine.toml"], "MSSO_CONFIG stands in for the user's file only")
+        XCTAssertEqual(path.map(\.admin), [true, false])
+        XCTAssertEqual(Configuration.searchPath(environment: ["HOME": "/home/u"], testPaths: false).map(\.path),
+                       ["/etc/msso/config.toml", "/home/u/.config/msso/config.toml"])
+        // The tests' build (debug: MSSO_TEST_PATHS) takes the directory from the environment.
+        XCTAssertTrue(Configuration.testPaths, "unit tests run the debug build")
+        XCTAssertEqual(Configuration.directories(environment: environment, testPaths: true).system, "/usr")
+        XCTAssertEqual(Configuration.searchPath(environment: environment, testPaths: true).map(\.path), ["/usr/config.toml", "/home/u/mine.toml"])
+    }
+
+    func testAReleaseBuildKeepsThePolicyOfEtcMssoWhenTheEnvironmentNamesAnotherRootDirectory() throws {
+        try XCTSkipUnless(getuid() == 0, "makes root-owned files")
+        // A root-owned directory holding no policy: what MSSO_SYSTEM_DIR=/usr did to mssod.
+        let elsewhere = try adminDirectory(text: "[groups.z]\nissuer = \"https://elsewhere.example\"\nclient_id = \"c\"\n")
+        let etc = try Configuration.load(environment: ["HOME": "/nonexistent"], testPaths: false)
+        let moved = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": elsewhere, "HOME": "/nonexistent"], testPaths: false)
+        XCTAssertEqual(moved.groups, etc.groups, "the groups of /etc/msso, not of \(elsewhere)")
+        XCTAssertEqual(moved.policy, etc.policy)
+        XCTAssertEqual(moved.systemDirectory, "/etc/msso")
+        XCTAssertNil(moved.groups["z"])
+        XCTAssertEqual(moved.warnings.last, "MSSO_SYSTEM_DIR=\(elsewhere) is ignored: mssod reads the administrator's files from /etc/msso only (a debug build made for msso's tests reads the variable)",
+                       "said in the log and by msso doctor")
+        XCTAssertEqual(try Configuration.load(environment: ["MSSO_SYSTEM_DIR": elsewhere, "HOME": "/nonexistent"], testPaths: true).groups["z"]?.admin,
+                       true, "the tests' build reads it")
+    }
+
+    func testMSSOConfigReplacesTheUsersFileNeverTheAdministrators() throws {
+        try XCTSkipUnless(getuid() == 0, "makes root-owned files")
+        let admin = try adminDirectory(text: "[groups.a]\nissuer = \"https://admin.example\"\nclient_id = \"corp\"\n[policy]\nuser_apps = false\n")
+        // Root's file, in a root-owned directory: before, MSSO_CONFIG read it alone, as the admin's.
+        let other = try adminDirectory(text: "[groups.b]\nissuer = \"https://user.example\"\nclient_id = \"mine\"\n")
+        let configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": admin, "MSSO_CONFIG": other + "/config.toml", "HOME": "/nonexistent"])
+        XCTAssertEqual(configuration.groups["a"]?.admin, true, "the admin's groups are read whatever MSSO_CONFIG says")
+        XCTAssertEqual(configuration.groups["b"]?.admin, false, "MSSO_CONFIG's groups are the user's, whoever owns the file")
+        XCTAssertFalse(configuration.policy.userApps, "the admin's policy stands")
+        XCTAssertEqual(configuration.warnings, [])
+
+        let withPolicy = try adminDirectory(text: "[policy]\nuser_apps = true\n")
+        XCTAssertThrowsError(try Configuration.load(environment: ["MSSO_SYSTEM_DIR": admin, "MSSO_CONFIG": withPolicy + "/config.toml", "HOME": "/nonexistent"])) { error in
+            XCTAssertEqual("\(error)", "\(withPolicy)/config.toml:1: only the administrator's config.toml may set [policy]")
+        }
+        let same = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": admin, "MSSO_CONFIG": admin + "/config.toml", "HOME": "/nonexistent"])
+        XCTAssertEqual(same.groups["a"]?.admin, true)
+        XCTAssertEqual(same.warnings, [], "the admin's file named again is read once, as the admin's")
+    }
+
+    // MARK: The route to an identity provider
+
+    func testProxyIsAGroupKey() throws {
+        let text = """
+            [groups.a]
+            issuer = "https://idp.example"
+            client_id = "c"
+            proxy = "http://proxy.corp:3128"
+            [groups.b]
+            issuer = "https://idp.example"
+            client_id = "c"
+            proxy = "socks5://127.0.0.1:1080"
+            """
+        let groups = try Configuration.parse(text, file: "/etc/msso/config.toml")
+        XCTAssertEqual(groups.map(\.proxy), ["http://proxy.corp:3128", "socks5://127.0.0.1:1080"])
+        for bad in ["proxy.corp:3128", "ftp://proxy.corp", "http://", "http://proxy.corp:3128/path", "http://proxy.corp:0"] {
+            XCTAssertThrowsError(try Configuration.parse("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\nproxy = \"\(bad)\"\n", file: "/c.toml"), bad) { error in
+                XCTAssertTrue("\(error)".hasPrefix("/c.toml:4: `proxy`: expected a proxy URL"), "\(error)")
+            }
+        }
+        // A user's group may name its own proxy: it could set https_proxy for mssod anyway.
+        let user = try Configuration.parseFile(text, file: "/home/u/.config/msso/config.toml", admin: false).groups
+        XCTAssertEqual(user.map(\.proxy), ["http://proxy.corp:3128", "socks5://127.0.0.1:1080"])
+    }
+
+    func testAnAdministratorsGroupAndAUsersGroupNamingTheSameIssuerNeverShareARoute() {
+        var admin = GroupConfig(name: "corp", issuer: "https://login.corp/realms/x", clientID: "msso")
+        admin.admin = true
+        var user = GroupConfig(name: "mine", issuer: admin.issuer, clientID: "msso")
+        user.admin = false
+        XCTAssertEqual(IdPRoute(admin).proxy, .direct, "an admin's group never takes the environment's proxy")
+        XCTAssertEqual(IdPRoute(user).proxy, .environment)
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(user), "the same issuer: still two routes, two discovery documents")
+        user.caFile = "/home/u/evil-ca.pem"
+        user.proxy = "http://127.0.0.1:8080"
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(user))
+        var twin = admin
+        twin.name = "corp2"
+        XCTAssertEqual(IdPRoute(admin), IdPRoute(twin), "two admin groups of one provider, CA and proxy share its document")
+        twin.caFile = "/etc/msso/corp-ca.pem"
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(twin), "another CA: another fetch")
+        twin.caFile = nil
+        twin.proxy = "http://proxy.corp:3128"
+        XCTAssertEqual(IdPRoute(twin).proxy, .configured("http://proxy.corp:3128"))
+        XCTAssertNotEqual(IdPRoute(admin), IdPRoute(twin), "another proxy: another fetch")
+    }
 }

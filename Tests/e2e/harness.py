@@ -217,10 +217,12 @@ class Broker:
     """mssod on a Desktop, configured for one IdP."""
 
     def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True, register=True,
-                 executable=None, launcher=(), environment=None):
+                 executable=None, launcher=(), environment=None, admin_files=True):
         """`executable`: the mssod to run (the build's by default); `launcher`: a command it runs
         under, before the drop to the desktop's uid (e.g. `unshare --mount --`); `environment`:
-        variables added to its own."""
+        variables added to its own. `admin_files`: the groups and registrations in the stand-in
+        for /etc/msso ($MSSO_SYSTEM_DIR, which only debug builds read), else in the user's own
+        files: a release mssod reads the administrator's files from /etc/msso alone."""
         self.desktop = desktop
         self.executable = Path(executable or BIN / "mssod")
         self.launcher = list(launcher)
@@ -228,8 +230,9 @@ class Broker:
         self.socket = desktop.runtime / "msso" / "broker.sock"
         self.admin_dir = admin_directory()  # stands in for /etc/msso: root's, whatever uid the desktop runs as
         desktop.extra_dirs.append(self.admin_dir)
-        self.config = self.admin_dir / "config.toml"
         self.user_dir = desktop.home / ".config" / "msso"
+        self.admin_files = admin_files
+        self.config = (self.admin_dir if admin_files else self.user_dir) / "config.toml"
         self.args = list(args)
         self.log = LOG_DIR / f"mssod-{len(LOGS)}.log"
         LOGS.append(self.log)
@@ -242,8 +245,10 @@ class Broker:
         if start:
             self.start()
 
-    def register(self, name, executables, groups, admin=True, sha256=None):
-        """An apps.d file registering executables for groups, in the admin's or the user's directory."""
+    def register(self, name, executables, groups, admin=None, sha256=None):
+        """An apps.d file registering executables for groups, in the admin's or the user's directory
+        (by default, where the broker's configuration is)."""
+        admin = self.admin_files if admin is None else admin
         directory = (self.admin_dir if admin else self.user_dir) / "apps.d"
         directory.mkdir(parents=True, exist_ok=True)
         lines = []
@@ -265,7 +270,10 @@ class Broker:
             values.update(overrides)
             lines.append(f'[groups."{name}"]')
             lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+        self.config.parent.mkdir(parents=True, exist_ok=True)
         self.config.write_text("\n".join(lines) + "\n")
+        if not self.admin_files:
+            self.desktop.chown(self.desktop.home / ".config", recursive=True)
 
     @property
     def env(self):
