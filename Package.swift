@@ -4,7 +4,6 @@ import PackageDescription
 // One target per responsibility; see docs/ARCHITECTURE.md for how they fit together.
 let package = Package(
     name: "msso",
-    platforms: [.macOS(.v13)],
     products: [
         .library(name: "MSSOClient", targets: ["MSSOClient"]),
         .library(name: "MSSOClientFoundation", targets: ["MSSOClientFoundation"]),
@@ -59,7 +58,7 @@ let package = Package(
         .target(name: "MSSOSigning", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // OpenID Connect / OAuth 2.0 client flows, over AsyncHTTPClient.
         .target(name: "MSSOIdentity", dependencies: [
-            "MSSOCore",
+            "MSSOCore", "MSSOSigning",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
