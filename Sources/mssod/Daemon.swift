@@ -128,6 +128,7 @@ struct Daemon: AsyncParsableCommand {
                                             ownTools: Self.ownTools(), logger: logger, limits: limits)
         } catch {
             logger.critical("cannot listen: \(error)")
+            await identity.shutdown() // an HTTP client dropped unshut stops the process with a trap
             throw ExitCode(1)
         }
         reloads.set {

@@ -341,3 +341,4 @@ def test_broken_config_exits_78_naming_file_line_and_key(desktop, idp):
     assert done.returncode == 78, output
     assert f"{daemon.config}:4" in output and "session_timeout" in output, output
     assert not daemon.socket.exists()
+
