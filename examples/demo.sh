@@ -41,6 +41,7 @@ issuer = "$ISSUER"
 client_id = "msso"
 client_secret_file = "$WORK/idp/client_secret"
 scopes = ["openid", "app1", "app2"]
+resources = ["http://127.0.0.1:$API_PORT/"]   # the suite's API: nothing else gets its tokens
 session_timeout = "${TIMEOUT}s"   # 30m in real life; short so the demo can show expiry
 session_max = "1h"
 TOML

@@ -19,3 +19,47 @@ extension SSOClient {
         for header in headers { request.setValue(header.value, forHTTPHeaderField: header.name) }
     }
 }
+
+extension SSOClient {
+    /// Sends `request` signed by the broker, and returns what came back. A redirect within the
+    /// request's origin (scheme, host and port) is followed with a request signed anew for its URL,
+    /// at most `maximumRedirects` times; a redirect to another origin is not followed but returned,
+    /// so that the headers signed for one server never reach another (Foundation's own redirect
+    /// handling would copy them to wherever a server, or an open redirect on it, points).
+    public func data(for request: URLRequest, group: String? = nil, maximumRedirects: Int = 5) async throws -> (Data, URLResponse) {
+        var request = request
+        let unsigned = request
+        for _ in 0...maximumRedirects {
+            try await sign(&request, group: group)
+            let (data, response) = try await Self.session.data(for: request)
+            guard let http = response as? HTTPURLResponse, (300..<400).contains(http.statusCode),
+                  let location = http.value(forHTTPHeaderField: "Location"),
+                  let next = URL(string: location, relativeTo: request.url)?.absoluteURL,
+                  let from = request.url, Self.sameOrigin(from, next) else { return (data, response) }
+            var following = unsigned
+            following.url = next
+            if http.statusCode == 303 || ((http.statusCode == 301 || http.statusCode == 302) && request.httpMethod == "POST") {
+                following.httpMethod = "GET"
+                following.httpBody = nil
+            }
+            request = following
+        }
+        throw BrokerError(.badRequest, "more than \(maximumRedirects) redirects from \(unsigned.url?.absoluteString ?? "the request")")
+    }
+
+    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+        func port(_ url: URL) -> Int? { url.port ?? (url.scheme?.lowercased() == "https" ? 443 : url.scheme?.lowercased() == "http" ? 80 : nil) }
+        return a.scheme?.lowercased() == b.scheme?.lowercased() && a.host?.lowercased() == b.host?.lowercased() && port(a) == port(b)
+    }
+
+    /// A session that follows no redirect by itself (``data(for:group:maximumRedirects:)`` does).
+    private static let session = URLSession(configuration: .ephemeral, delegate: NoRedirects(), delegateQueue: nil)
+}
+
+/// Refuses every redirect, so that the response that asked for it is what the caller gets.
+private final class NoRedirects: NSObject, URLSessionTaskDelegate, @unchecked Sendable {
+    func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+                    newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
+        completionHandler(nil)
+    }
+}

@@ -58,9 +58,8 @@ public struct SuiteApp: Sendable {
     /// Calls the suite's API with a request the broker signed; the app never sees a password.
     private func fetch(_ sso: SSOClient, _ address: String) async throws {
         guard let url = URL(string: address) else { return say("not a URL: \(address)") }
-        var request = URLRequest(url: url)
-        try await sso.sign(&request)
-        let (data, response) = try await URLSession.shared.data(for: request)
+        // Signed, and followed only within the URL's origin: never the headers to another server.
+        let (data, response) = try await sso.data(for: URLRequest(url: url))
         let code = (response as? HTTPURLResponse)?.statusCode ?? 0
         say("GET \(url.path) -> \(code) \(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))")
         if code != 200 { exit(1) }
