@@ -921,12 +921,15 @@ def test_a_broker_started_from_a_file_since_replaced_gets_no_password(tmp_path, 
         shutil.copy2(installed_mssod(), directory / "mssod.new")
         os.rename(directory / "mssod.new", directory / "mssod")
         stack = Stack(tmp_path, broker, mssod=directory / "mssod")
-        stack.service(LOGIN_STACK)
-        out = stack.run("authenticate", "open_session")
-        assert f"error: SSO: not sending your password: the program behind the broker's socket is not {directory / 'mssod'}" in out, out
+        stack.service(ACCOUNT_AND_LOGIN)
+        out = stack.run("authenticate", "acct_mgmt", "open_session")
+        why = f"the program behind the broker's socket is not {directory / 'mssod'}"
+        assert f"error: SSO: not sending your password: {why}" in out, out
+        assert f"error: SSO: not trusting the broker's answer: {why}" in out and result(out, "acct_mgmt")[1] == 9, out
         broker.restart()
-        out = stack.run("authenticate", "open_session")
+        out = stack.run("authenticate", "open_session", "acct_mgmt")
         assert f"info: SSO {GROUP}: valid until" in out and "not sending" not in out, out
+        assert result(out, "acct_mgmt")[1] == 0 and "not trusting" not in out, out
     finally:
         broker.stop()
         shutil.rmtree(directory)
