@@ -486,7 +486,9 @@ def test_a_socket_activated_broker_gets_the_password(tmp_path, user_desktop, idp
                                  env=broker.env, start_new_session=True, stdout=subprocess.DEVNULL,
                                  stderr=open(broker.log, "a"))
     try:
-        wait_for(lambda: answers(broker.socket), what="the activator's socket")
+        # Until mssod asks for senders' credentials on the listener: it drops connections before (as
+        # the test above waits; waiting for the socket alone failed once here, on a loaded machine).
+        wait_for(lambda: "listening on the socket systemd passed" in broker.log.read_text(), what="mssod")
         stack = Stack(tmp_path, broker, uid=USER)
         stack.service(LOGIN_STACK)
         out = stack.run("authenticate", "open_session")
