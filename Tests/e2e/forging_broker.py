@@ -21,7 +21,8 @@ HOW:
                namespace (the real mssod): the kernel looks the pid up in the forger's namespace
 
 Appends every byte received to RECORD, and what it did to EVENTS, one line each: `forger HOSTPID`
-(the process that listens, as the host numbers it), `mssod PID` (as the forger numbers it),
+(the process that listens, as the host numbers it), `mssod PID DIR` (as the forger numbers it; its
+runtime directory, where it listens once started),
 `listening`, then per reply `forged PID`, or `refused ERRNO-NAME` when the kernel refused the
 forged credentials (the reply is then sent with the forger's true ones)."""
 import ctypes
@@ -59,8 +60,10 @@ def note(events, line):
 
 
 def start_mssod(mssod, nested, report):
-    """Forks the genuine mssod; its pid in this process's pid namespace, through `report`."""
-    env = dict(os.environ, XDG_RUNTIME_DIR=tempfile.mkdtemp(prefix="msso-forged-run-"))
+    """Forks the genuine mssod; its pid in this process's pid namespace and its runtime directory,
+    through `report`."""
+    runtime = tempfile.mkdtemp(prefix="msso-forged-run-")
+    env = dict(os.environ, XDG_RUNTIME_DIR=runtime)
     read, write = os.pipe()
     child = os.fork()
     if child == 0:
@@ -79,7 +82,7 @@ def start_mssod(mssod, nested, report):
     os.close(write)
     pid = int(os.read(read, 32))
     os.close(read)
-    report(pid)
+    report(pid, runtime)
     return pid
 
 
@@ -120,7 +123,7 @@ def listen_and_serve(path, record, events, mssod, how, host_pid):
     listener.listen()
     named = 0
     if how != "plain":
-        mssod_pid = start_mssod(mssod, how == "nested", lambda pid: note(events, f"mssod {pid}"))
+        mssod_pid = start_mssod(mssod, how == "nested", lambda pid, runtime: note(events, f"mssod {pid} {runtime}"))
         named = host_pid if how == "host-pid" else mssod_pid
     note(events, "listening")
     while True:
