@@ -211,11 +211,30 @@ static int any_admin_group(const msso_sessions *sessions) {
 
 /* Whether every byte read from the broker so far was written by the installed mssod (peer.c says
  * what that stops, and what not). If not, `why` says why, and so does syslog. Called after the
- * last read it vouches for: the writer's pidfd is checked alive then, so no other process can
- * have written under its pid meanwhile. */
+ * last read it vouches for.
+ *
+ * The check sees the writer as it is now, not as it was when it wrote: a process can write its
+ * replies, then exec the genuine mssod before the check, while a child of it keeps the connection
+ * to read the password. So the process checked must answer once more (a ping) after the check, and
+ * be checked again, alive: mssod answers only connections it accepted, and a process that was
+ * mssod at the first check is still mssod (exec does not turn it back into anything else). */
 static int broker_trusted(pam_handle_t *pamh, const options *o, msso_broker *b, char *why, size_t size) {
     char shown[512];
-    if (msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, size) == 0) return 1;
+    pid_t checked = b->writer;
+    int trusted = msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, size) == 0;
+    if (trusted) {
+        json_object *args = json_object_new_object(), *result = NULL;
+        json_object_object_add(args, "data", json_object_new_string("pam_msso"));
+        msso_status answered = msso_broker_call(b, "ping", args, &result);
+        json_object_put(result);
+        if (answered != MSSO_OK || b->writer != checked) {
+            snprintf(why, size, "the broker's process did not answer again once checked");
+            trusted = 0;
+        } else {
+            trusted = msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, size) == 0;
+        }
+    }
+    if (trusted) return 1;
     msso_printable(shown, sizeof shown, why);
     pam_syslog(pamh, LOG_WARNING, "the broker of uid %u is not the installed mssod: %s", (unsigned)b->uid, shown);
     return 0;

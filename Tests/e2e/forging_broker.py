@@ -12,6 +12,9 @@ its pid namespace, and derives SCM_PIDFD from the pid named.
 
 HOW:
   plain        no namespace, no mssod, no forging: any process of the user answering on SOCKET
+  exec-after-reply
+               no namespace, no forging: the process that accepts a connection writes the replies
+               and execs the genuine mssod, while a child of it keeps reading the connection
   pidns        mssod is pid 2 of the forger's pid namespace (the audit's attack)
   nested       mssod runs in a pid and user namespace below the forger's, and is named by its pid
                in the forger's namespace
@@ -24,7 +27,8 @@ Appends every byte received to RECORD, and what it did to EVENTS, one line each:
 (the process that listens, as the host numbers it), `mssod PID DIR` (as the forger numbers it; its
 runtime directory, where it listens once started),
 `listening`, then per reply `forged PID`, or `refused ERRNO-NAME` when the kernel refused the
-forged credentials (the reply is then sent with the forger's true ones)."""
+forged credentials (the reply is then sent with the forger's true ones); with `exec-after-reply`,
+`exec PID DIR` before the exec and `closed` when the reader saw the connection's end."""
 import ctypes
 import errno
 import json
@@ -122,13 +126,36 @@ def listen_and_serve(path, record, events, mssod, how, host_pid):
     listener.bind(path)
     listener.listen()
     named = 0
-    if how != "plain":
+    if how not in ("plain", "exec-after-reply"):
         mssod_pid = start_mssod(mssod, how == "nested", lambda pid, runtime: note(events, f"mssod {pid} {runtime}"))
         named = host_pid if how == "host-pid" else mssod_pid
     note(events, "listening")
+    if how == "exec-after-reply":
+        conn, _ = listener.accept()
+        exec_after_reply(conn, record, events, mssod)
     while True:
         conn, _ = listener.accept()
         threading.Thread(target=serve_quietly, args=(conn, record, events, named), daemon=True).start()
+
+
+def exec_after_reply(conn, record, events, mssod):
+    """Writes the replies to hello and status (serials 1 and 2) at once, before they are asked for,
+    leaves the connection to a child that only reads, and becomes the genuine mssod: the process
+    the kernel names as the writer of every reply is then mssod, by the time anyone looks."""
+    # Signals before the status reply, which the module reads past: time for the exec meanwhile.
+    signals = fake_broker.message({"type": "signal", "signal": "x" * 2000}) * 64
+    replies = (fake_broker.reply(1, {"version": 1, "daemon": "mssod 0.1.0", "peer": {"uid": 0, "pid": 1}}) + signals +
+               fake_broker.reply(2, {"groups": [fake_broker.session()]}))
+    if os.fork() == 0:  # the reader
+        while fake_broker.read_exactly(conn, 1, record) is not None:
+            pass
+        note(events, "closed")
+        os._exit(0)
+    runtime = tempfile.mkdtemp(prefix="msso-forged-run-")
+    env = dict(os.environ, XDG_RUNTIME_DIR=runtime)
+    note(events, f"exec {os.getpid()} {runtime}")
+    conn.sendall(replies)
+    os.execve(mssod, [mssod], env)
 
 
 def serve_quietly(conn, record, events, named):
@@ -143,7 +170,7 @@ def serve_quietly(conn, record, events, named):
 def main():
     path, record, events, mssod, how, *rest = sys.argv[1:]
     host_pid = int(rest[0]) if rest else 0
-    if how != "plain":
+    if how not in ("plain", "exec-after-reply"):
         unshare(CLONE_NEWUSER if how == "userns-only" else CLONE_NEWUSER | CLONE_NEWPID)
     forger = os.fork()  # in a new pid namespace, its pid 1
     if forger == 0:

@@ -654,7 +654,7 @@ class Forger:
         wait_for(lambda: "listening" in self.events.read_text() or self.process.poll() is not None, what="the forger")
         assert self.process.poll() is None, broker.log.read_text()
         self.mssod = self.runtime = None
-        if how != "plain":
+        if how not in ("plain", "exec-after-reply"):
             forger = int(re.search(r"^forger (\d+)$", self.events.read_text(), re.M).group(1))
             self.mssod = wait_for(lambda: self.find_mssod(forger), what="the genuine mssod, the forger's child")
             # Until it has started (it re-execs itself first): it listens in a runtime directory of its own.
@@ -693,10 +693,11 @@ class Forger:
         except ProcessLookupError:
             pass
         self.process.wait()
+        for runtime in [self.runtime, *re.findall(r"^exec \d+ (\S+)$", self.said(), re.M)]:
+            if runtime:
+                shutil.rmtree(runtime, ignore_errors=True)
         for each in self.files:
             each.unlink()
-        if self.runtime:
-            shutil.rmtree(self.runtime, ignore_errors=True)
 
 
 def nothing_sent(received):
@@ -818,6 +819,31 @@ def test_a_forger_in_a_pid_namespace_cannot_name_the_real_mssod_running_beside_i
     assert result(out, "acct_mgmt")[1] == 9
     assert nothing_sent(received), received
     assert user_broker.alive()
+
+
+def test_a_process_that_wrote_the_replies_then_became_mssod_gets_no_password(tmp_path, user_broker):
+    """The kernel names the process that wrote, and the check sees what it runs by the time it looks:
+    malware writes the replies to hello and status before they are asked for (with signals the
+    module reads past in between), then execs the genuine mssod, while a child of it keeps the
+    connection to read the password. The exec won the race against the check in about half the
+    attempts here; without the module's ping after the check, the child read the password in 5 runs
+    of this test out of 5. The process checked must now answer once more after the check, which
+    mssod does not do on a connection it never accepted."""
+    user_broker.stop()
+    stack = Stack(tmp_path, user_broker, uid=USER)
+    stack.service([*LOGIN_STACK[:2], "session optional MODULE login timeout=500"])
+    lost = ("not sending your password: the program behind the broker's socket is not",  # the check came first
+            "not sending your password: the broker's process did not answer again once checked")  # the exec did
+    for _ in range(6):
+        forger = Forger(user_broker, "exec-after-reply")
+        try:
+            out = stack.run("authenticate", "open_session")
+            wait_for(lambda: "closed" in forger.said(), what="the end of the connection")
+            received = forger.received()
+        finally:
+            forger.stop()
+        assert nothing_sent(received), received
+        assert any(sentence in out for sentence in lost), out
 
 
 # Run as root before the drop to the user: a user namespace mapping every uid and gid to itself
@@ -957,3 +983,4 @@ def test_the_default_mssod_is_where_make_install_puts_it(tmp_path):
     top = (ROOT / "Makefile").read_text()
     assert "PREFIX ?= /usr/local" in top and "$(MAKE) -C pam install PREFIX=$(PREFIX)" in top
     assert "$(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod" in top
+
