@@ -2,13 +2,17 @@
  * and talks to the user; all logic stays in the broker.
  *
  *   auth      with `login`: keeps the password the stack read, for the session's SSO login
- *   account   with `enforce`: fails unless every group's SSO session is valid
- *   session   open: SSO login with the kept password (with `login`), then one line per group
- *             saying whether the SSO session is valid; close: logout (with `logout_on_close`)
+ *   account   with `enforce`: fails unless every group's SSO session is valid, as said by the
+ *             installed mssod (peer.c): any other answer fails closed
+ *   session   open: SSO login with the kept password (with `login`; only to the installed mssod),
+ *             then one line per group saying whether the SSO session is valid, marked as the
+ *             broker's word only when it is not the installed mssod; close: logout (with
+ *             `logout_on_close`)
  *
  * Arguments: group=NAME (repeatable; none means every configured group), timeout=MS (default
  * 1000), socket=PATH (default /run/user/%u/msso/broker.sock, %u = the user's uid), mssod=PATH
- * (the installed daemon, default MSSOD_PATH: only it gets the password), login, try_first_pass,
+ * (the installed daemon, default MSSOD_PATH: only it gets the password or is believed by
+ * `enforce`), login, try_first_pass,
  * enforce, logout_on_close, quiet, debug.  See the README for the PAM lines.
  *
  * Everything the broker sends is checked (replies.c) before use, and shown only through say(),
@@ -205,33 +209,60 @@ static int any_admin_group(const msso_sessions *sessions) {
     return 0;
 }
 
-/* The password goes only to the installed mssod (peer.c says what that stops, and what not). */
-static int broker_verified(pam_handle_t *pamh, const options *o, msso_broker *b, const char *user) {
-    char why[512], shown[512];
-    if (msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, sizeof why) == 0) return 1;
+/* Whether every byte read from the broker so far was written by the installed mssod (peer.c says
+ * what that stops, and what not). If not, `why` says why, and so does syslog. Called after the
+ * last read it vouches for.
+ *
+ * The check sees the writer as it is now, not as it was when it wrote: a process can write its
+ * replies, then exec the genuine mssod before the check, while a child of it keeps the connection
+ * to read the password. So the process checked must answer once more (a ping) after the check, and
+ * be checked again, alive: mssod answers only connections it accepted, and a process that was
+ * mssod at the first check is still mssod (exec does not turn it back into anything else). */
+static int broker_trusted(pam_handle_t *pamh, const options *o, msso_broker *b, char *why, size_t size) {
+    char shown[512];
+    pid_t checked = b->writer;
+    int trusted = msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, size) == 0;
+    if (trusted) {
+        json_object *args = json_object_new_object(), *result = NULL;
+        json_object_object_add(args, "data", json_object_new_string("pam_msso"));
+        msso_status answered = msso_broker_call(b, "ping", args, &result);
+        json_object_put(result);
+        if (answered != MSSO_OK || b->writer != checked) {
+            snprintf(why, size, "the broker's process did not answer again once checked");
+            trusted = 0;
+        } else {
+            trusted = msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, size) == 0;
+        }
+    }
+    if (trusted) return 1;
     msso_printable(shown, sizeof shown, why);
-    pam_syslog(pamh, LOG_WARNING, "not sending the password of %s to the broker: %s", user, shown);
-    say(pamh, PAM_ERROR_MSG, "SSO: not sending your password: %s", why);
+    pam_syslog(pamh, LOG_WARNING, "the broker of uid %u is not the installed mssod: %s", (unsigned)b->uid, shown);
     return 0;
 }
 
 /* Logs the user in with the password kept at auth, then forgets the password. Only groups the
  * administrator defined get it: a group from the user's own config.toml names an issuer that
  * whoever can write that file (malware of the user included) chose. Others are skipped silently
- * (the broker refuses them to root too). */
-static void login_with_kept_password(pam_handle_t *pamh, const options *o, msso_broker *b) {
+ * (the broker refuses them to root too). Only the installed mssod gets it: 1 when the module said
+ * it would not send it, and why. */
+static int login_with_kept_password(pam_handle_t *pamh, const options *o, msso_broker *b) {
     const void *data = NULL;
     const char *user = NULL;
-    if (pam_get_data(pamh, PASSWORD_KEY, &data) != PAM_SUCCESS || !data) return;
+    char why[512];
+    int refused = 0;
+    if (pam_get_data(pamh, PASSWORD_KEY, &data) != PAM_SUCCESS || !data) return 0;
     msso_sessions sessions;
     json_object *error = NULL;
     if (pam_get_user(pamh, &user, NULL) == PAM_SUCCESS && user && statuses(b, o, &sessions, &error) == MSSO_OK &&
-        any_admin_group(&sessions) && broker_verified(pamh, o, b, user)) {
-        for (size_t i = 0; i < sessions.count; i++)
+        any_admin_group(&sessions)) {
+        refused = !broker_trusted(pamh, o, b, why, sizeof why);
+        if (refused) say(pamh, PAM_ERROR_MSG, "SSO: not sending your password: %s", why);
+        for (size_t i = 0; i < sessions.count && !refused; i++)
             if (sessions.items[i].admin) login_one(pamh, b, sessions.items[i].group, user, data);
     }
     json_object_put(error);
     pam_set_data(pamh, PASSWORD_KEY, NULL, NULL); /* replacing runs the cleanup: wiped and freed */
+    return refused;
 }
 
 /* PAM's answer for the account phase, from the sessions: all valid, or the worst of them. */
@@ -250,19 +281,27 @@ static void say_unreachable(pam_handle_t *pamh, int enforcing) {
         "SSO: the credential broker is not reachable, so the SSO session could not be checked.");
 }
 
-/* Session open and account: the common path. Returns the PAM code for the account phase. */
+/* Session open and account: the common path. Returns the PAM code for the account phase. What
+ * the broker answered is believed only from the installed mssod: the account phase (`enforce`)
+ * fails closed on anyone else's answer, as on no answer; session open, which only informs, shows
+ * it followed by a line saying whose word it is. */
 static int check_sessions(pam_handle_t *pamh, const options *o, int enforcing) {
     msso_broker b;
     if (open_broker(pamh, o, &b) != MSSO_OK) {
         say_unreachable(pamh, enforcing);
         return PAM_AUTHINFO_UNAVAIL;
     }
-    if (o->login) login_with_kept_password(pamh, o, &b);
+    int refused = o->login && login_with_kept_password(pamh, o, &b);
     msso_sessions sessions;
     json_object *error = NULL;
     msso_status status = statuses(&b, o, &sessions, &error);
+    char why[512];
+    int answered = status == MSSO_OK || status == MSSO_ERROR_REPLY;
+    int trusted = answered && broker_trusted(pamh, o, &b, why, sizeof why);
     int code = PAM_AUTHINFO_UNAVAIL;
-    if (status == MSSO_ERROR_REPLY) {
+    if (answered && !trusted && enforcing) {
+        say(pamh, PAM_ERROR_MSG, "SSO: not trusting the broker's answer: %s", why);
+    } else if (status == MSSO_ERROR_REPLY) {
         say(pamh, enforcing ? PAM_ERROR_MSG : PAM_TEXT_INFO, "SSO: %s", error_message(error));
     } else if (status == MSSO_MALFORMED) {
         if (o->debug) pam_syslog(pamh, LOG_DEBUG, "the broker's reply is not the protocol");
@@ -272,6 +311,10 @@ static int check_sessions(pam_handle_t *pamh, const options *o, int enforcing) {
     } else {
         for (size_t i = 0; i < sessions.count; i++) tell(pamh, o, &sessions.items[i]);
         code = account_code(&sessions);
+    }
+    if (answered && !trusted && !enforcing) {
+        if (refused) say(pamh, PAM_TEXT_INFO, "SSO: the state shown comes from that unverified broker.");
+        else say(pamh, PAM_TEXT_INFO, "SSO: the state shown comes from an unverified broker: %s", why);
     }
     json_object_put(error);
     msso_broker_close(&b);
@@ -332,14 +375,19 @@ PUBLIC int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, const c
     if (open_broker(pamh, &o, &b) != MSSO_OK) return PAM_SUCCESS;
     json_object *args = json_object_new_object();
     if (o.group_count == 0) json_object_object_add(args, "all", json_object_new_boolean(1));
+    int done = 0;
     for (int i = 0; i < (o.group_count ? o.group_count : 1); i++) {
         json_object *result = NULL;
         json_object *call_args = o.group_count ? group_args(o.groups[i]) : json_object_get(args);
-        if (msso_broker_call(&b, "logout", call_args, &result) == MSSO_OK && !o.quiet)
-            say(pamh, PAM_TEXT_INFO, "SSO: logged out.");
+        done += msso_broker_call(&b, "logout", call_args, &result) == MSSO_OK;
         json_object_put(result);
     }
     json_object_put(args);
+    char why[512];
+    if (done && !broker_trusted(pamh, &o, &b, why, sizeof why))
+        say(pamh, PAM_TEXT_INFO, "SSO: the logout was answered by an unverified broker: %s", why);
+    else if (done && !o.quiet)
+        say(pamh, PAM_TEXT_INFO, "SSO: logged out.");
     msso_broker_close(&b);
     return PAM_SUCCESS;
 }

@@ -60,8 +60,8 @@ static int proc_path(char *out, size_t size, pid_t pid, const char *entry) {
     return snprintf(out, size, "/proc/%d/%s", (int)pid, entry) < (int)size ? 0 : -1;
 }
 
-/* Whether a file in /proc/PID is the same as in /proc/self: the executable, the mount namespace,
- * the root directory. */
+/* Whether a file in /proc/PID is the same as in /proc/self: the executable, a namespace, the root
+ * directory. */
 static int same_as_mine(pid_t pid, const char *entry) {
     char theirs[64], mine[64];
     return proc_path(theirs, sizeof theirs, pid, entry) == 0 && snprintf(mine, sizeof mine, "/proc/self/%s", entry) > 0 &&
@@ -144,10 +144,24 @@ static int check_process(pid_t pid, const char *mssod, char *why, size_t size) {
     if (access(mssod, F_OK) != 0) return fail(why, size, "there is no %s", mssod);
     if (root_only(mssod) != 0)
         return fail(why, size, "%s is not an absolute path (without symbolic links) to a file only root can change", mssod);
-    if (proc_path(exe, sizeof exe, pid, "exe") != 0 || !same_file(exe, mssod))
-        return fail(why, size, "the program behind the broker's socket is not %s", mssod);
+    struct stat st;
+    if (proc_path(exe, sizeof exe, pid, "exe") != 0 || stat(exe, &st) != 0) /* not root's to read, or gone */
+        return fail(why, size, "the broker's process cannot be examined (that takes root)");
+    if (!same_file(exe, mssod)) return fail(why, size, "the program behind the broker's socket is not %s", mssod);
     if (!same_as_mine(pid, "ns/mnt") || !same_as_mine(pid, "root"))
         return fail(why, size, "the broker runs in a mount namespace or root directory of its own");
+    /* The pid itself is only as good as the pid namespace it lives in. The kernel lets a sender
+     * name any process of its own pid namespace (or below) in SCM_CREDENTIALS when it holds
+     * CAP_SYS_ADMIN over the user namespace owning that pid namespace, and derives SCM_PIDFD from
+     * the pid named: any user gets that with `unshare -U -r -p -f`, runs the real mssod as its
+     * child and names it. A process of the module's own pid namespace cannot be named so: that
+     * takes CAP_SYS_ADMIN over the namespace's owner, which for the host's pid namespace is the
+     * initial user namespace (root), and a forger in a namespace below sees no process above it. */
+    if (!same_as_mine(pid, "ns/pid")) return fail(why, size, "the broker runs in a PID namespace of its own");
+    /* And in a user namespace the user made, the user holds every capability over mssod, which is
+     * then no longer protected by being non-dumpable: it can be traced (and its memory read) as
+     * soon as this check is over. */
+    if (!same_as_mine(pid, "ns/user")) return fail(why, size, "the broker runs in a user namespace of its own");
     int loaded = environment_loading_code(pid, name, sizeof name);
     if (loaded != 0)
         return loaded > 0 ? fail(why, size, "the broker was started with %s set", name)

@@ -6,8 +6,12 @@
  *
  * What this stops: malware running as the user that stops mssod and listens on its socket (or
  * runs some other program there), or starts mssod with code of its own preloaded (LD_*, GCONV_PATH,
- * GIO modules, a Swift backtracer setting), under a debugger, or in a mount namespace or root of
- * its own where "mssod" is a file it chose. What it does not stop: code that gets into a genuine
+ * GIO modules, a Swift backtracer setting), under a debugger, in a mount namespace or root of its
+ * own where "mssod" is a file it chose, or in a user namespace of its own (where the user may trace
+ * it); and malware that forges the writer's credentials from a pid namespace of its own, naming a
+ * genuine mssod there (the kernel lets it: see peer.c). A process that writes the replies and
+ * then execs mssod before the check passes it: the caller makes the process checked answer once
+ * more (pam_msso.c, broker_trusted). What it does not stop: code that gets into a genuine
  * mssod without leaving a trace in these places (a tracer that attached before mssod made itself
  * non-dumpable and has detached; a preloaded library that overwrote its own environment strings),
  * nor root. See docs/SECURITY.md. */
