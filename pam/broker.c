@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -221,9 +222,11 @@ msso_status msso_broker_open(msso_broker *b, const char *path, uid_t uid, int ti
     json_object_object_add(args, "version", json_object_new_int(1));
     json_object_object_add(args, "client", json_object_new_string("pam_msso"));
     json_object *result = NULL;
-    if (msso_broker_call(b, "hello", args, &result) != MSSO_OK) {
+    msso_status said = msso_broker_call(b, "hello", args, &result);
+    if (said != MSSO_OK) {
         json_object_put(result);
-        goto fail;
+        msso_broker_close(b);
+        return said == MSSO_MALFORMED ? MSSO_MALFORMED : MSSO_UNREACHABLE;
     }
     json_object_put(result);
     return MSSO_OK;
@@ -234,7 +237,13 @@ fail:
 
 msso_status msso_broker_call(msso_broker *b, const char *method, json_object *args, json_object **result) {
     *result = NULL;
-    unsigned serial = ++b->serial;
+    /* A serial nobody can guess: an answer must have been written after the call was sent (a
+     * process that wrote answers in advance, then exec'd the genuine mssod, would otherwise pass
+     * the check of the writer; pam_msso.c, broker_trusted). 0 is for errors about no call. */
+    unsigned serial = 0;
+    while (serial == 0)
+        if (getrandom(&serial, sizeof serial, 0) != (ssize_t)sizeof serial) return MSSO_UNREACHABLE;
+    b->serial = serial;
     json_object *call = json_object_new_object();
     json_object_object_add(call, "type", json_object_new_string("call"));
     json_object_object_add(call, "serial", json_object_new_int64(serial));
@@ -266,6 +275,8 @@ msso_status msso_broker_call(msso_broker *b, const char *method, json_object *ar
             return MSSO_ERROR_REPLY;
         }
         json_object_put(message);
+        /* An answer to a call this module never made: written in advance, or by someone else. */
+        if (strcmp(type, "reply") == 0 || strcmp(type, "error") == 0) return MSSO_MALFORMED;
     }
 }
 

@@ -10,7 +10,7 @@ typedef struct {
     int fd;
     int timeout_ms;   /* budget for the whole exchange, connect included */
     long deadline_ms; /* monotonic time at which the budget runs out */
-    unsigned serial;
+    unsigned serial; /* the last call's, random (broker.c) */
     uid_t uid;        /* the user whose broker this must be */
     /* The process that wrote every byte read so far, from the kernel (SCM_CREDENTIALS): 0 before
      * the first byte, -1 when more than one did or one could not be identified or was not the

@@ -139,15 +139,22 @@ def listen_and_serve(path, record, events, mssod, how, host_pid):
 
 
 def exec_after_reply(conn, record, events, mssod):
-    """Writes the replies to hello and status (serials 1 and 2) at once, before they are asked for,
+    """Writes the replies to hello and status (serials 1 and 2), and to the next calls (serials 3 to
+    8), at once, before they are asked for,
     leaves the connection to a child that only reads, and becomes the genuine mssod: the process
     the kernel names as the writer of every reply is then mssod, by the time anyone looks."""
     # Signals before the status reply, which the module reads past: time for the exec meanwhile.
     signals = fake_broker.message({"type": "signal", "signal": "x" * 2000}) * 64
     replies = (fake_broker.reply(1, {"version": 1, "daemon": "mssod 0.1.0", "peer": {"uid": 0, "pid": 1}}) + signals +
                fake_broker.reply(2, {"groups": [fake_broker.session()]}))
+    # And the answers to whatever the module asks next, should it ask after checking (a ping to
+    # see the checked process answer again): its serials are 3, 4, … if it counts them.
+    replies += b"".join(fake_broker.reply(serial, {}) for serial in range(3, 9))
     if os.fork() == 0:  # the reader
-        while fake_broker.read_exactly(conn, 1, record) is not None:
+        try:
+            while fake_broker.read_exactly(conn, 1, record) is not None:
+                pass
+        except ConnectionResetError:  # the module closed with answers it did not read
             pass
         note(events, "closed")
         os._exit(0)

@@ -828,12 +828,17 @@ def test_a_process_that_wrote_the_replies_then_became_mssod_gets_no_password(tmp
     connection to read the password. The exec won the race against the check in about half the
     attempts here; without the module's ping after the check, the child read the password in 5 runs
     of this test out of 5. The process checked must now answer once more after the check, which
-    mssod does not do on a connection it never accepted."""
+    mssod does not do on a connection it never accepted. The forger also writes the answers to
+    the module's next calls in advance (an outside attack did, with counted serials: the password
+    went out); serials are random, so an answer written before its call matches none."""
     user_broker.stop()
     stack = Stack(tmp_path, user_broker, uid=USER)
     stack.service([*LOGIN_STACK[:2], "session optional MODULE login timeout=500"])
     lost = ("not sending your password: the program behind the broker's socket is not",  # the check came first
-            "not sending your password: the broker's process did not answer again once checked")  # the exec did
+            "not sending your password: the broker's process did not answer again once checked",  # the exec did
+            # Answers written before their calls: the module draws each call's serial at random and
+            # takes an answer to a call it never made as no broker at all.
+            "SSO: the credential broker is not reachable")
     for _ in range(6):
         forger = Forger(user_broker, "exec-after-reply")
         try:
