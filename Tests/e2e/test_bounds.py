@@ -634,3 +634,81 @@ def test_a_ping_whose_echo_would_outgrow_the_frame_cap_is_answered_with_its_seri
     assert answer["serial"] == 9, answer
     assert answer["type"] == "reply" and answer["result"]["data"] == "\b" * 30000
     assert_served(logged_in)
+
+
+# -- 8. DPoP nonces from a registered app --------------------------------------------------------
+
+NONCE_FLOODER = r"""
+import json, socket, struct, sys
+path, count, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), 16
+s = socket.socket(socket.AF_UNIX); s.connect(path)
+def frame(p): return struct.pack(">I", len(p)) + p
+def read_exactly(n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk: raise SystemExit("closed")
+        data += chunk
+    return data
+def receive():
+    while True:
+        m = json.loads(read_exactly(struct.unpack(">I", read_exactly(4))[0]))
+        if m.get("type") != "signal": return m
+def call(serial, method, args):
+    return frame(json.dumps({"type": "call", "serial": serial, "method": method, "args": args}).encode())
+s.sendall(call(1, "hello", {"version": 1})); receive()
+outcomes, messages = {}, set()
+serial = 1
+while serial <= count:
+    batch = range(serial + 1, min(serial + window, count + 1) + 1)
+    # A new origin and a new nonce every time: the map the nonces were kept in had no cap.
+    s.sendall(b"".join(call(n, "sign", {"method": "GET", "url": f"https://o{n}.example/items",
+                                        "dpopNonce": (f"{n}-" + "n" * size)[:size]}) for n in batch))
+    for _ in batch:
+        m = receive()
+        key = m["type"] if m["type"] == "reply" else m["error"]
+        outcomes[key] = outcomes.get(key, 0) + 1
+        if m["type"] == "error": messages.add(m["message"])
+    serial += len(batch)
+print(json.dumps({"outcomes": outcomes, "messages": sorted(messages)}), flush=True)
+"""
+
+
+@pytest.fixture
+def dpop_logged_in(desktop, idp):
+    daemon = Broker(desktop, idp, groups={GROUP: {"sign": "dpop"}})
+    try:
+        assert daemon.login().returncode == 0
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def test_8000_signs_each_with_a_new_origin_and_a_60_kb_dpop_nonce(dpop_logged_in):
+    """Attack (7a): a registered app of a `dpop` group sends 8,000 `sign` calls, each with a new
+    origin and a 60 KB `dpopNonce`; then 8,000 more whose nonces are within the cap (512 bytes).
+    Before: every nonce was kept, keyed by origin, with no cap (mssod 32 -> 514 MB, never given
+    back). Expected: a nonce over 512 bytes is refused (BadRequest naming the cause) and never
+    kept; the short ones are kept for at most 16 origins per group; mssod's memory stays within
+    16 MiB of where it started."""
+    broker = dpop_logged_in
+    pid = broker.process.pid
+    assert broker.msso("sign", "--url", URL).returncode == 0  # the key is made, the session loaded
+    start = memory(pid)
+    long_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 60_000), timeout=300)
+    after_long = memory(pid)
+    short_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 512), timeout=300)
+    after = settle(pid, start["VmRSS"], 4 * MIB)
+    bound = 16 * MIB
+    print(f"\n8,000 signs with new origins and 60 KB nonces: {long_flood['outcomes']}; 8,000 with 512-byte nonces: "
+          f"{short_flood['outcomes']}; mssod VmRSS {mib(start['VmRSS'])} before, {mib(after_long['VmRSS'])} after the "
+          f"60 KB ones, {mib(after['VmRSS'])} after both, peak {mib(after['VmHWM'])} "
+          f"(bound: {mib(start['VmRSS'] + bound)}, start + 16 MiB)")
+    assert long_flood["outcomes"] == {"BadRequest": 8000}, long_flood
+    assert any("DPoP nonce" in m and "at most 512 bytes" in m for m in long_flood["messages"]), long_flood["messages"]
+    assert short_flood["outcomes"] == {"reply": 8000}, short_flood
+    assert after_long["VmRSS"] < start["VmRSS"] + bound
+    assert after["VmRSS"] < start["VmRSS"] + bound
+    assert after["VmHWM"] < start["VmRSS"] + bound
+    assert broker.msso("sign", "--url", URL).returncode == 0
+
