@@ -10,8 +10,9 @@ import MSSOProtocol
 /// ``deliver(_:)``.
 ///
 /// Bounded in every way a peer could push: calls in flight (reading pauses at the cap), bytes
-/// waiting to be written (reading pauses past the high-water mark; a subscriber that stops
-/// reading is let go), a frame's bytes (a frame once begun must arrive within the frame
+/// waiting to be written (reading pauses past the high-water mark, or past 16 KiB once the
+/// server's ``ReplyBudget`` is half used; past the whole budget the biggest holders are closed;
+/// a subscriber that stops reading is let go), a frame's bytes (a frame once begun must arrive within the frame
 /// timeout; only a few connections at a time may hold a large one), and time (hello, idleness).
 final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     let fd: Int32
@@ -28,8 +29,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     private var inputMixed = false
     private var frameStarted: UInt64 = 0
     private var holdsLargeFrame = false
-    private var output: [UInt8] = []
-    private var outputSent = 0
+    /// Replies the peer has not read yet, counted in the server's ``ReplyBudget`` too.
+    private var outbox = OutputQueue()
     private var lastWrite: UInt64
     private var lastActivity: UInt64
     private let connectedAt: UInt64
@@ -373,7 +374,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     // MARK: Writing
 
-    private var pendingOutput: Int { output.count - outputSent }
+    var pendingOutput: Int { outbox.pending }
 
     /// The whole length of the frame begun in `input` (0 before its header is in): a large
     /// frame, once it has a slot, is read in as few reads as it takes.
@@ -384,30 +385,24 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     func send(_ frame: [UInt8]) {
         guard !closed else { return }
+        var written = 0
         if pendingOutput == 0 {
-            let written = frame.withUnsafeBytes { cmsso_send(fd, $0.baseAddress, $0.count) }
+            written = frame.withUnsafeBytes { cmsso_send(fd, $0.baseAddress, $0.count) }
             if written == frame.count { return lastWrite = cmsso_monotonic_ns() }
             if written < 0 && written != -Int(EAGAIN) { return close() }
-            output = Array(frame[max(written, 0)...])
-            outputSent = 0
-        } else {
-            output.append(contentsOf: frame)
         }
+        // The peer's buffer is full: the rest waits here, and counts against the budget of all.
+        server.holdReplies(outbox.enqueue(frame, after: max(written, 0)))
     }
 
     private func flush() {
-        while pendingOutput > 0 {
-            let written = output.withUnsafeBytes { cmsso_send(fd, $0.baseAddress! + outputSent, $0.count - outputSent) }
-            if written == -Int(EAGAIN) { break }
-            guard written > 0 else { return close() }
-            outputSent += written
+        let (written, failed) = outbox.drain(again: -Int(EAGAIN)) { bytes in cmsso_send(fd, bytes.baseAddress, bytes.count) }
+        if written > 0 {
+            server.releaseReplies(written)
             lastWrite = cmsso_monotonic_ns()
         }
-        if pendingOutput == 0 {
-            output = []
-            outputSent = 0
-            if closing { return close() }
-        }
+        if failed { return close() }
+        if pendingOutput == 0, closing { return close() }
         updateInterest()
     }
 
@@ -426,7 +421,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         claimLargeFrameIfNeeded() // a connection waiting for a slot gets one as soon as one is free
         var wanted: UInt32 = 0
         let canRead = !closing && held == nil && inFlight < server.limits.callsInFlight
-            && pendingOutput < server.limits.outputHighWater && (input.count < Self.smallFrameRoom || holdsLargeFrame)
+            && server.replies.mayRead(holding: pendingOutput) && (input.count < Self.smallFrameRoom || holdsLargeFrame)
         if canRead { wanted |= CMSSO_READABLE }
         if pendingOutput > 0 { wanted |= CMSSO_WRITABLE }
         guard wanted != interest else { return }
@@ -469,7 +464,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         if var waiting = held?.sender { waiting.release() }
         held = nil
         input = []
-        output = []
+        server.releaseReplies(pendingOutput)
+        outbox.clear()
         releaseLargeFrame()
         for task in cancelOnClose.values { task.cancel() }
         cancelOnClose = [:]

@@ -712,3 +712,85 @@ def test_8000_signs_each_with_a_new_origin_and_a_60_kb_dpop_nonce(dpop_logged_in
     assert after["VmHWM"] < start["VmRSS"] + bound
     assert broker.msso("sign", "--url", URL).returncode == 0
 
+
+# -- 9. replies never read, on a thousand connections ---------------------------------------------
+
+PING_FLOODER = r"""
+import json, socket, struct, sys, time
+path, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def frame(p): return struct.pack(">I", len(p)) + p
+hello = frame(json.dumps({"type": "call", "serial": 1, "method": "hello", "args": {"version": 1}}).encode())
+data = "p" * size
+pings = b"".join(frame(json.dumps({"type": "call", "serial": n, "method": "ping", "args": {"data": data}}).encode())
+                 for n in range(2, 2 + (1024 * 1024) // size))
+socks = []
+for _ in range(count):
+    s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(hello); socks.append(s)
+print("{}", flush=True)
+pending = {s: memoryview(pings) for s in socks}
+for s in socks: s.setblocking(False)
+closed, last = 0, time.monotonic()
+# Writes until nothing more goes in for 3 s (the daemon stopped reading every one), reading nothing.
+while pending and time.monotonic() - last < 3:
+    for s in list(pending):
+        try:
+            sent = s.send(pending[s][:65536])
+        except BlockingIOError:
+            continue
+        except OSError:
+            del pending[s]; closed += 1; continue
+        last = time.monotonic()
+        pending[s] = pending[s][sent:]
+        if not pending[s]: del pending[s]
+    time.sleep(0.005)
+print(json.dumps({"closed": closed, "stalled": len(pending)}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_1020_connections_pipelining_pings_whose_replies_are_never_read(logged_in):
+    """Attack (7b): four processes open 255 connections each (1,020) and pipeline 8 KB pings on
+    every one, never reading a reply. Before: each connection could hold 256 KiB of replies, its
+    own budget, so mssod grew by 300 MB and held it for up to 10 minutes. Expected: the replies
+    waiting across all connections stay within the shared budget (16 MiB: past half of it a
+    connection holding more than 16 KiB is no longer read, past all of it the biggest holders
+    are closed), so mssod's peak stays within start + 16 MiB + 32 MiB (the connections' own
+    state); and a legitimate `msso check` from another process answers meanwhile."""
+    broker = logged_in
+    pid = broker.process.pid
+    start = memory(pid)
+    flooders = [run_child(PING_FLOODER, broker.socket, 255, 8000) for _ in range(4)]
+    try:
+        for flooder in flooders:
+            read_json_line(flooder)  # connected and greeted
+        # Each flooder reports once the daemon has stopped reading (or closed) all of its connections.
+        outcomes = [None] * len(flooders)
+
+        def collect(index):
+            outcomes[index] = read_json_line(flooders[index], timeout=300)
+
+        collectors = [threading.Thread(target=collect, args=(index,)) for index in range(len(flooders))]
+        for collector in collectors:
+            collector.start()
+        checks = []
+        while any(collector.is_alive() for collector in collectors):
+            checks.append(legit_check(broker))
+            time.sleep(0.2)  # pace, not order
+        for collector in collectors:
+            collector.join()
+        for _ in range(3):
+            checks.append(legit_check(broker))
+        peak = memory(pid)
+        bound = 16 * MIB + 32 * MIB
+        print(f"\n1,020 connections pipelining 8 KB pings, never read: closed by the daemon "
+              f"{sum(o['closed'] for o in outcomes)}, left unread {sum(o['stalled'] for o in outcomes)}; mssod VmRSS "
+              f"{mib(start['VmRSS'])} before, {mib(peak['VmRSS'])} while held, peak {mib(peak['VmHWM'])} (bound: "
+              f"{mib(start['VmRSS'] + bound)}, start + 16 MiB budget + 32 MiB); legit check {len(checks)}x, "
+              f"slowest {max(checks):.3f} s")
+        assert peak["VmHWM"] < start["VmRSS"] + bound
+        assert max(checks) < 2, checks
+        assert_served(broker)
+    finally:
+        for flooder in flooders:
+            flooder.kill()
+            flooder.wait()
