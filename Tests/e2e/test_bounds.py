@@ -640,7 +640,7 @@ def test_a_ping_whose_echo_would_outgrow_the_frame_cap_is_answered_with_its_seri
 
 NONCE_FLOODER = r"""
 import json, socket, struct, sys
-path, count, size, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), 16
+path, count, size, prefix, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], 16
 s = socket.socket(socket.AF_UNIX); s.connect(path)
 def frame(p): return struct.pack(">I", len(p)) + p
 def read_exactly(n):
@@ -662,7 +662,7 @@ serial = 1
 while serial <= count:
     batch = range(serial + 1, min(serial + window, count + 1) + 1)
     # A new origin and a new nonce every time: the map the nonces were kept in had no cap.
-    s.sendall(b"".join(call(n, "sign", {"method": "GET", "url": f"https://o{n}.example/items",
+    s.sendall(b"".join(call(n, "sign", {"method": "GET", "url": f"https://{prefix}{n}.example/items",
                                         "dpopNonce": (f"{n}-" + "n" * size)[:size]}) for n in batch))
     for _ in batch:
         m = receive()
@@ -695,9 +695,9 @@ def test_8000_signs_each_with_a_new_origin_and_a_60_kb_dpop_nonce(dpop_logged_in
     pid = broker.process.pid
     assert broker.msso("sign", "--url", URL).returncode == 0  # the key is made, the session loaded
     start = memory(pid)
-    long_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 60_000), timeout=300)
+    long_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 60_000, "long"), timeout=300)
     after_long = memory(pid)
-    short_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 512), timeout=300)
+    short_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 512, "short"), timeout=300)
     after = settle(pid, start["VmRSS"], 4 * MIB)
     bound = 16 * MIB
     print(f"\n8,000 signs with new origins and 60 KB nonces: {long_flood['outcomes']}; 8,000 with 512-byte nonces: "
