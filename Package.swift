@@ -58,7 +58,7 @@ let package = Package(
         .target(name: "MSSOSigning", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // OpenID Connect / OAuth 2.0 client flows, over AsyncHTTPClient.
         .target(name: "MSSOIdentity", dependencies: [
-            "MSSOCore", "MSSOSigning",
+            "MSSOCore", "MSSOSigning", "CMSSOSystem",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -103,7 +103,7 @@ let package = Package(
         .testTarget(name: "MSSOClientTests", dependencies: ["MSSOClient"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
-        .testTarget(name: "MSSOIdentityTests", dependencies: ["MSSOIdentity", "MSSOCore", "MSSOProtocol"]),
+        .testTarget(name: "MSSOIdentityTests", dependencies: ["MSSOIdentity", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
         .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
     ]
 )

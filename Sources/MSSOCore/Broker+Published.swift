@@ -10,8 +10,8 @@ struct Published: Sendable {
     /// Groups with a stored, valid-looking session (the window and the token's age are checked
     /// at each sign).
     var groups: [String: Group] = [:]
-    /// The newest DPoP nonce each origin asked for.
-    var nonces: [String: String] = [:]
+    /// The newest DPoP nonce each origin asked for, per group (``Broker/dpopNonces``).
+    var nonces: [String: DPoPNonces] = [:]
 }
 
 extension Broker {
@@ -30,9 +30,9 @@ extension Broker {
         published.withLock { $0.groups[name] = entry }
     }
 
-    func publishNonces() {
-        let nonces = dpopNonces
-        published.withLock { $0.nonces = nonces }
+    func publishNonces(_ name: String) {
+        let nonces = dpopNonces[name]
+        published.withLock { $0.nonces[name] = nonces }
     }
 
     /// The headers for `request` when the group's session is valid and its token fresh, computed
@@ -44,7 +44,7 @@ extension Broker {
         if let resources = config.resources { try resources.authorize(request.url, group: config.name, verb: "signature") }
         if request.dpopNonce != nil && config.signing.token == .dpop { return nil }
         let (entry, nonce) = published.withLock { published in
-            (published.groups[config.name], config.signing.token == .dpop ? published.nonces[url.origin] : nil)
+            (published.groups[config.name], config.signing.token == .dpop ? published.nonces[config.name]?.nonce(for: url.origin) : nil)
         }
         guard let entry else { return nil }
         let now = self.now()

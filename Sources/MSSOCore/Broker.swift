@@ -26,8 +26,8 @@ public actor Broker {
 
     /// Each group's signing key, once loaded or made.
     var signingKeys: [String: SigningKey] = [:]
-    /// The newest DPoP nonce each origin asked for (RFC 9449 §8, §9).
-    var dpopNonces: [String: String] = [:]
+    /// The newest DPoP nonce each origin asked for (RFC 9449 §8, §9), per group, bounded.
+    var dpopNonces: [String: DPoPNonces] = [:]
     var groups: [String: GroupState] = [:]
     var subscribers = Subscribers()
     /// Device and browser logins waiting for the user right now.
@@ -214,16 +214,28 @@ public actor Broker {
         }
         let key = config.signing.needsKey ? try await signingKey(config) : nil
         var nonce: String?
+        var origin = ""
         if config.signing.token == .dpop { // nonces matter to DPoP only: keep bearer's path bare
-            let origin = url.origin
-            if let given = request.dpopNonce, given != dpopNonces[origin] {
-                dpopNonces[origin] = given
-                publishNonces()
+            origin = url.origin
+            if let given = request.dpopNonce {
+                try DPoPNonces.check(given, origin: origin)
+                nonce = given
+            } else {
+                nonce = dpopNonces[config.name]?.nonce(for: origin)
             }
-            nonce = dpopNonces[origin]
         }
-        return SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: credential.accessToken,
-                                                                key: key, dpopNonce: nonce, now: now()))
+        let response = SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: credential.accessToken,
+                                                                         key: key, dpopNonce: nonce, now: now()))
+        // Kept only once the proof that carries it is made: a sign that fails leaves nothing behind.
+        if let nonce, config.signing.token == .dpop {
+            if request.dpopNonce != nil, nonce != dpopNonces[config.name]?.nonce(for: origin) {
+                dpopNonces[config.name, default: DPoPNonces()].remember(nonce, for: origin)
+                publishNonces(config.name)
+            } else {
+                dpopNonces[config.name]?.touch(origin)
+            }
+        }
+        return response
     }
 
     /// The access token itself, for programs that cannot have each request signed (git, kubectl,

@@ -14,6 +14,10 @@ public struct ServerLimits: Sendable {
     /// Bytes waiting to be written to one connection before its reading pauses (and before a
     /// subscriber that stopped reading is let go).
     public var outputHighWater = 256 * 1024
+    /// Bytes waiting to be written to all connections together (``ReplyBudget``): past half of
+    /// it, a connection holding more than 16 KiB stops being read; past all of it, the
+    /// connections holding the most are closed.
+    public var outputBudget = 16 * 1024 * 1024
     /// Connections that may hold more than 4 KiB of an unfinished frame at once.
     public var largeFrames = 64
     /// Nanoseconds: for `hello`, for a frame once begun, and for an idle connection (no call in
@@ -47,6 +51,9 @@ public final class BrokerServer: @unchecked Sendable {
     private var connections: [UInt64: Connection] = [:]
     private var perProcess: [Int32: Int] = [:]
     private var largeFramesHeld = 0
+    /// Replies written but not yet read, across all connections.
+    private(set) var replies: ReplyBudget
+    private var shedding = false
     private var listenerToken: UInt64 = 0
     private var acceptingAgainAt: UInt64 = 0
     /// Kept open to be given up when descriptors run out, so a refused peer can still be told why.
@@ -71,6 +78,7 @@ public final class BrokerServer: @unchecked Sendable {
         self.callers = Callers(reactor: reactor, rules: rules, ownTools: policy.ownTools, pidfds: pidfds)
         self.limits = limits
         self.logger = logger
+        self.replies = ReplyBudget(total: limits.outputBudget, perConnection: limits.outputHighWater)
     }
 
     /// Starts serving `broker`: on `inheritedSocket` (a listening descriptor passed by systemd
@@ -218,6 +226,25 @@ public final class BrokerServer: @unchecked Sendable {
             let broker = dispatcher.broker
             Task { await broker.unsubscribe(connection) }
         }
+    }
+
+    /// A connection queued `bytes` of replies its peer has not read: past the budget, the
+    /// connections holding the most are closed (the caller may be one of them).
+    func holdReplies(_ bytes: Int) {
+        replies.add(bytes)
+        guard replies.exceeded, !shedding else { return }
+        shedding = true
+        defer { shedding = false }
+        let holders = connections.values.map { (holder: $0, bytes: $0.pendingOutput) }
+        let victims = replies.victims(holders)
+        logger.notice("replies waiting to be read passed the budget; closing the connections holding the most",
+                      metadata: ["held": "\(replies.held)", "budget": "\(replies.total)", "closing": "\(victims.count)"])
+        for victim in victims { victim.close() }
+    }
+
+    /// A connection's peer read `bytes` of its replies, or the connection closed with them.
+    func releaseReplies(_ bytes: Int) {
+        replies.remove(bytes)
     }
 
     func claimLargeFrame() -> Bool {

@@ -10,8 +10,9 @@ import MSSOProtocol
 /// ``deliver(_:)``.
 ///
 /// Bounded in every way a peer could push: calls in flight (reading pauses at the cap), bytes
-/// waiting to be written (reading pauses past the high-water mark; a subscriber that stops
-/// reading is let go), a frame's bytes (a frame once begun must arrive within the frame
+/// waiting to be written (reading pauses past the high-water mark, or past 16 KiB once the
+/// server's ``ReplyBudget`` is half used; past the whole budget the biggest holders are closed;
+/// a subscriber that stops reading is let go), a frame's bytes (a frame once begun must arrive within the frame
 /// timeout; only a few connections at a time may hold a large one), and time (hello, idleness).
 final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     let fd: Int32
@@ -21,15 +22,11 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     let connectedPid: Int32
     private unowned let server: BrokerServer
 
-    private var input: [UInt8] = []
-    /// Who sent the bytes of the partial frame in `input`, and whether more than one process did.
-    /// (`process`: see ``Sender/process``; the pid alone could be another process's by now.)
-    private var inputSender: (pid: Int32, uid: UInt32, process: UInt64)?
-    private var inputMixed = false
-    private var frameStarted: UInt64 = 0
+    /// Bytes read that do not yet make a whole frame, and who wrote them.
+    private var input = InboundFrames()
     private var holdsLargeFrame = false
-    private var output: [UInt8] = []
-    private var outputSent = 0
+    /// Replies the peer has not read yet, counted in the server's ``ReplyBudget`` too.
+    private var outbox = OutputQueue()
     private var lastWrite: UInt64
     private var lastActivity: UInt64
     private let connectedAt: UInt64
@@ -44,11 +41,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     private var interest: UInt32 = CMSSO_READABLE
     private(set) var closed = false
 
-    /// A frame as read: a call, or what was wrong with it (and the serial to answer, 0 if none).
-    enum Decoded {
-        case call(IncomingCall)
-        case malformed(UInt32, BrokerError)
-    }
+    typealias Decoded = InboundFrames.Decoded
 
     init(fd: Int32, connectedPid: Int32, server: BrokerServer) {
         self.fd = fd
@@ -71,18 +64,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         }
     }
 
-    /// Bytes of unfinished frames a connection may hold without a large-frame slot.
-    static let smallFrameRoom = 4096
-    /// Bytes read from a connection per round of the reactor: the unit of fairness. A peer that
-    /// pipelines thousands of calls gets about ten answered per round, as does every other
-    /// connection; the rest wait in the kernel's buffer, where epoll reports them again.
-    static let fairShare = 512
-
     private func receive() {
-        // Without a slot, read no more than fits in the small room: bytes already read would be
-        // held whether or not a slot comes, so the cap on large frames must bound the read itself.
-        let room = min(holdsLargeFrame ? server.scratch.count : Self.smallFrameRoom - input.count,
-                       max(Self.fairShare, Framing.headerSize + expectedFrameLength - input.count))
+        let room = input.room(holdsLargeFrame: holdsLargeFrame, scratch: server.scratch.count)
         guard room > 0 else { return updateInterest() } // waits for a slot (tried again on every tick)
         var credentials = cmsso_credentials()
         let count = server.scratch.withUnsafeMutableBytes { cmsso_receive(fd, $0.baseAddress, min(room, $0.count), &credentials) }
@@ -97,57 +80,22 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             return closeAfterWriting()
         }
         lastActivity = cmsso_monotonic_ns()
-        let process = sender.process
-        if !input.isEmpty, let previous = inputSender, previous != (sender.pid, sender.uid, process) { inputMixed = true }
-        if input.isEmpty { inputMixed = false }
-        input.append(contentsOf: server.scratch[..<count])
-        inputSender = (sender.pid, sender.uid, process)
-
-        var calls: [Decoded] = []
-        var start = 0
-        parsing: while true {
-            let parse = input.withUnsafeBytes { Framing.parse(UnsafeRawBufferPointer(rebasing: $0[start...])) }
-            switch parse {
-            case .incomplete:
-                break parsing
-            case .tooLarge(let announced):
-                sender.release()
-                send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, FramingError.tooLarge(announced).description)))
-                return closeAfterWriting()
-            case .frame(let payload):
-                defer { start += payload.upperBound }
-                if inputMixed {
-                    // Its bytes came from more than one process: nobody can be held to it.
-                    inputMixed = false
-                    calls.append(.malformed(0, BrokerError(.forbidden, "a call was written by more than one process; each process must write its calls whole")))
-                    continue
-                }
-                calls.append(Self.decode(input[(start + payload.lowerBound)..<(start + payload.upperBound)]))
-            }
+        let calls: [Decoded]
+        switch input.take(server.scratch[..<count], from: (sender.pid, sender.uid, sender.process), now: cmsso_monotonic_ns) {
+        case .tooLarge(let announced):
+            sender.release()
+            send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, FramingError.tooLarge(announced).description)))
+            return closeAfterWriting()
+        case .frames(let frames):
+            calls = frames
         }
-        input.removeFirst(start)
-        if input.isEmpty {
-            inputSender = nil
-            frameStarted = 0
-            if input.capacity > Self.smallFrameRoom { input = [] }
-        } else if frameStarted == 0 || start > 0 {
-            frameStarted = cmsso_monotonic_ns()
-        }
-        if input.count < Self.smallFrameRoom, holdsLargeFrame {
+        if !input.needsLargeFrameSlot, holdsLargeFrame {
             releaseLargeFrame()
-            if input.capacity > 2 * Self.smallFrameRoom { input = Array(input) }
+            input.compact()
         }
         claimLargeFrameIfNeeded()
         handle(calls, from: sender)
         updateInterest()
-    }
-
-    static func decode(_ payload: ArraySlice<UInt8>) -> Decoded {
-        let read = payload.withUnsafeBytes { bytes in Result { () throws(BrokerError) in try IncomingCall.read(bytes) } }
-        switch read {
-        case .success(let call): return .call(call)
-        case .failure(let error): return .malformed(0, error)
-        }
     }
 
     /// Answers calls in order; stops (and holds the rest) at one whose sender must first be
@@ -373,41 +321,28 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     // MARK: Writing
 
-    private var pendingOutput: Int { output.count - outputSent }
-
-    /// The whole length of the frame begun in `input` (0 before its header is in): a large
-    /// frame, once it has a slot, is read in as few reads as it takes.
-    private var expectedFrameLength: Int {
-        guard input.count >= Framing.headerSize else { return 0 }
-        return Int(input[0]) << 24 | Int(input[1]) << 16 | Int(input[2]) << 8 | Int(input[3])
-    }
+    var pendingOutput: Int { outbox.pending }
 
     func send(_ frame: [UInt8]) {
         guard !closed else { return }
+        var written = 0
         if pendingOutput == 0 {
-            let written = frame.withUnsafeBytes { cmsso_send(fd, $0.baseAddress, $0.count) }
+            written = frame.withUnsafeBytes { cmsso_send(fd, $0.baseAddress, $0.count) }
             if written == frame.count { return lastWrite = cmsso_monotonic_ns() }
             if written < 0 && written != -Int(EAGAIN) { return close() }
-            output = Array(frame[max(written, 0)...])
-            outputSent = 0
-        } else {
-            output.append(contentsOf: frame)
         }
+        // The peer's buffer is full: the rest waits here, and counts against the budget of all.
+        server.holdReplies(outbox.enqueue(frame, after: max(written, 0)))
     }
 
     private func flush() {
-        while pendingOutput > 0 {
-            let written = output.withUnsafeBytes { cmsso_send(fd, $0.baseAddress! + outputSent, $0.count - outputSent) }
-            if written == -Int(EAGAIN) { break }
-            guard written > 0 else { return close() }
-            outputSent += written
+        let (written, failed) = outbox.drain(again: -Int(EAGAIN)) { bytes in cmsso_send(fd, bytes.baseAddress, bytes.count) }
+        if written > 0 {
+            server.releaseReplies(written)
             lastWrite = cmsso_monotonic_ns()
         }
-        if pendingOutput == 0 {
-            output = []
-            outputSent = 0
-            if closing { return close() }
-        }
+        if failed { return close() }
+        if pendingOutput == 0, closing { return close() }
         updateInterest()
     }
 
@@ -426,7 +361,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         claimLargeFrameIfNeeded() // a connection waiting for a slot gets one as soon as one is free
         var wanted: UInt32 = 0
         let canRead = !closing && held == nil && inFlight < server.limits.callsInFlight
-            && pendingOutput < server.limits.outputHighWater && (input.count < Self.smallFrameRoom || holdsLargeFrame)
+            && server.replies.mayRead(holding: pendingOutput) && (!input.needsLargeFrameSlot || holdsLargeFrame)
         if canRead { wanted |= CMSSO_READABLE }
         if pendingOutput > 0 { wanted |= CMSSO_WRITABLE }
         guard wanted != interest else { return }
@@ -443,7 +378,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         if !greeted, now - connectedAt > limits.helloTimeout {
             return timeOut(BrokerError(.badRequest, "no hello received in time; closing"))
         }
-        if frameStarted != 0, now - frameStarted > limits.frameTimeout {
+        if input.frameStarted != 0, now - input.frameStarted > limits.frameTimeout {
             return timeOut(BrokerError(.timedOut, "a frame was begun but not finished within \(limits.frameTimeout / 1_000_000_000) s; closing"))
         }
         if let waiting = held, now - waiting.since > Callers.resolutionTimeoutNanoseconds {
@@ -468,8 +403,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         Glibc.close(fd)
         if var waiting = held?.sender { waiting.release() }
         held = nil
-        input = []
-        output = []
+        input.clear()
+        server.releaseReplies(pendingOutput)
+        outbox.clear()
         releaseLargeFrame()
         for task in cancelOnClose.values { task.cancel() }
         cancelOnClose = [:]
@@ -478,7 +414,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     /// An unfinished frame that fills the small room needs a large-frame slot to be read further.
     private func claimLargeFrameIfNeeded() {
-        if input.count >= Self.smallFrameRoom, !holdsLargeFrame, !closed {
+        if input.needsLargeFrameSlot, !holdsLargeFrame, !closed {
             holdsLargeFrame = server.claimLargeFrame()
         }
     }

@@ -634,3 +634,163 @@ def test_a_ping_whose_echo_would_outgrow_the_frame_cap_is_answered_with_its_seri
     assert answer["serial"] == 9, answer
     assert answer["type"] == "reply" and answer["result"]["data"] == "\b" * 30000
     assert_served(logged_in)
+
+
+# -- 8. DPoP nonces from a registered app --------------------------------------------------------
+
+NONCE_FLOODER = r"""
+import json, socket, struct, sys
+path, count, size, prefix, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], 16
+s = socket.socket(socket.AF_UNIX); s.connect(path)
+def frame(p): return struct.pack(">I", len(p)) + p
+def read_exactly(n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk: raise SystemExit("closed")
+        data += chunk
+    return data
+def receive():
+    while True:
+        m = json.loads(read_exactly(struct.unpack(">I", read_exactly(4))[0]))
+        if m.get("type") != "signal": return m
+def call(serial, method, args):
+    return frame(json.dumps({"type": "call", "serial": serial, "method": method, "args": args}).encode())
+s.sendall(call(1, "hello", {"version": 1})); receive()
+outcomes, messages = {}, set()
+serial = 1
+while serial <= count:
+    batch = range(serial + 1, min(serial + window, count + 1) + 1)
+    # A new origin and a new nonce every time: the map the nonces were kept in had no cap.
+    s.sendall(b"".join(call(n, "sign", {"method": "GET", "url": f"https://{prefix}{n}.example/items",
+                                        "dpopNonce": (f"{n}-" + "n" * size)[:size]}) for n in batch))
+    for _ in batch:
+        m = receive()
+        key = m["type"] if m["type"] == "reply" else m["error"]
+        outcomes[key] = outcomes.get(key, 0) + 1
+        if m["type"] == "error": messages.add(m["message"])
+    serial += len(batch)
+print(json.dumps({"outcomes": outcomes, "messages": sorted(messages)}), flush=True)
+"""
+
+
+@pytest.fixture
+def dpop_logged_in(desktop, idp):
+    daemon = Broker(desktop, idp, groups={GROUP: {"sign": "dpop"}})
+    try:
+        assert daemon.login().returncode == 0
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def test_8000_signs_each_with_a_new_origin_and_a_60_kb_dpop_nonce(dpop_logged_in):
+    """Attack (7a): a registered app of a `dpop` group sends 8,000 `sign` calls, each with a new
+    origin and a 60 KB `dpopNonce`; then 8,000 more whose nonces are within the cap (512 bytes).
+    Before: every nonce was kept, keyed by origin, with no cap (mssod 32 -> 514 MB, never given
+    back). Expected: a nonce over 512 bytes is refused (BadRequest naming the cause) and never
+    kept; the short ones are kept for at most 16 origins per group; mssod's memory stays within
+    16 MiB of where it started."""
+    broker = dpop_logged_in
+    pid = broker.process.pid
+    assert broker.msso("sign", "--url", URL).returncode == 0  # the key is made, the session loaded
+    start = memory(pid)
+    long_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 60_000, "long"), timeout=300)
+    after_long = memory(pid)
+    short_flood = read_json_line(run_child(NONCE_FLOODER, broker.socket, 8000, 512, "short"), timeout=300)
+    after = settle(pid, start["VmRSS"], 4 * MIB)
+    bound = 16 * MIB
+    print(f"\n8,000 signs with new origins and 60 KB nonces: {long_flood['outcomes']}; 8,000 with 512-byte nonces: "
+          f"{short_flood['outcomes']}; mssod VmRSS {mib(start['VmRSS'])} before, {mib(after_long['VmRSS'])} after the "
+          f"60 KB ones, {mib(after['VmRSS'])} after both, peak {mib(after['VmHWM'])} "
+          f"(bound: {mib(start['VmRSS'] + bound)}, start + 16 MiB)")
+    assert long_flood["outcomes"] == {"BadRequest": 8000}, long_flood
+    assert any("DPoP nonce" in m and "at most 512 bytes" in m for m in long_flood["messages"]), long_flood["messages"]
+    assert short_flood["outcomes"] == {"reply": 8000}, short_flood
+    assert after_long["VmRSS"] < start["VmRSS"] + bound
+    assert after["VmRSS"] < start["VmRSS"] + bound
+    assert after["VmHWM"] < start["VmRSS"] + bound
+    assert broker.msso("sign", "--url", URL).returncode == 0
+
+
+# -- 9. replies never read, on a thousand connections ---------------------------------------------
+
+PING_FLOODER = r"""
+import json, socket, struct, sys, time
+path, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def frame(p): return struct.pack(">I", len(p)) + p
+hello = frame(json.dumps({"type": "call", "serial": 1, "method": "hello", "args": {"version": 1}}).encode())
+data = "p" * size
+pings = b"".join(frame(json.dumps({"type": "call", "serial": n, "method": "ping", "args": {"data": data}}).encode())
+                 for n in range(2, 2 + (1024 * 1024) // size))
+socks = []
+for _ in range(count):
+    s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(hello); socks.append(s)
+print("{}", flush=True)
+pending = {s: memoryview(pings) for s in socks}
+for s in socks: s.setblocking(False)
+closed, last = 0, time.monotonic()
+# Writes until nothing more goes in for 3 s (the daemon stopped reading every one), reading nothing.
+while pending and time.monotonic() - last < 3:
+    for s in list(pending):
+        try:
+            sent = s.send(pending[s][:65536])
+        except BlockingIOError:
+            continue
+        except OSError:
+            del pending[s]; closed += 1; continue
+        last = time.monotonic()
+        pending[s] = pending[s][sent:]
+        if not pending[s]: del pending[s]
+    time.sleep(0.005)
+print(json.dumps({"closed": closed, "stalled": len(pending)}), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_1020_connections_pipelining_pings_whose_replies_are_never_read(logged_in):
+    """Attack (7b): four processes open 255 connections each (1,020) and pipeline 8 KB pings on
+    every one, never reading a reply. Before: each connection could hold 256 KiB of replies, its
+    own budget, so mssod grew by 300 MB and held it for up to 10 minutes. Expected: the replies
+    waiting across all connections stay within the shared budget (16 MiB: past half of it a
+    connection holding more than 16 KiB is no longer read, past all of it the biggest holders
+    are closed), so mssod's peak stays within start + 16 MiB + 32 MiB (the connections' own
+    state); and a legitimate `msso check` from another process answers meanwhile."""
+    broker = logged_in
+    pid = broker.process.pid
+    start = memory(pid)
+    flooders = [run_child(PING_FLOODER, broker.socket, 255, 8000) for _ in range(4)]
+    try:
+        for flooder in flooders:
+            read_json_line(flooder)  # connected and greeted
+        # Each flooder reports once the daemon has stopped reading (or closed) all of its connections.
+        outcomes = [None] * len(flooders)
+
+        def collect(index):
+            outcomes[index] = read_json_line(flooders[index], timeout=300)
+
+        collectors = [threading.Thread(target=collect, args=(index,)) for index in range(len(flooders))]
+        for collector in collectors:
+            collector.start()
+        checks = []
+        while any(collector.is_alive() for collector in collectors):
+            checks.append(legit_check(broker))
+            time.sleep(0.2)  # pace, not order
+        for collector in collectors:
+            collector.join()
+        for _ in range(3):
+            checks.append(legit_check(broker))
+        peak = memory(pid)
+        bound = 16 * MIB + 32 * MIB
+        print(f"\n1,020 connections pipelining 8 KB pings, never read: closed by the daemon "
+              f"{sum(o['closed'] for o in outcomes)}, left unread {sum(o['stalled'] for o in outcomes)}; mssod VmRSS "
+              f"{mib(start['VmRSS'])} before, {mib(peak['VmRSS'])} while held, peak {mib(peak['VmHWM'])} (bound: "
+              f"{mib(start['VmRSS'] + bound)}, start + 16 MiB budget + 32 MiB); legit check {len(checks)}x, "
+              f"slowest {max(checks):.3f} s")
+        assert peak["VmHWM"] < start["VmRSS"] + bound
+        assert max(checks) < 2, checks
+        assert_served(broker)
+    finally:
+        for flooder in flooders:
+            flooder.kill()
+            flooder.wait()

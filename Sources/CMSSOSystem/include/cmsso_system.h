@@ -130,4 +130,17 @@ void cmsso_trim_memory(void);
 /// mallopt(M_ARENA_MAX, 1): every thread allocates from the one heap (returns 1 on success).
 int cmsso_one_heap(void);
 
+// MARK: Loopback TCP
+
+/// The uid owning the client end of a TCP connection accepted on this machine's loopback: the
+/// socket bound at `peer_address`:`peer_port` connected to `local_address`:`local_port`
+/// (addresses and ports in host byte order). Why: the browser login's redirect listener on
+/// 127.0.0.1 is reachable by every user of the machine, and TCP says nothing of the peer; the
+/// kernel's socket table does. Asked with one exact sock_diag lookup (NETLINK_INET_DIAG), else
+/// by reading /proc/net/tcp's uid column. Returns 0 and sets `uid`; -ENOENT when no such open
+/// socket exists (the peer is gone, or it is a closing one whose owner the kernel forgot);
+/// another -errno when neither way could be used.
+int cmsso_loopback_peer_uid(uint32_t peer_address, uint16_t peer_port, uint32_t local_address, uint16_t local_port,
+                            uint32_t *uid);
+
 #endif
