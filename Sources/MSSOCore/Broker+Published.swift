@@ -40,19 +40,18 @@ extension Broker {
     /// (a refresh, a first load, an expired window, a new DPoP nonce, no key yet). Throws only
     /// for a malformed request.
     public nonisolated func signWithoutWaiting(_ request: SignRequest, group config: GroupConfig) throws(BrokerError) -> SignResponse? {
-        let url = try request.validatedURL()
-        if let resources = config.resources { try resources.authorize(request.url, group: config.name, verb: "signature") }
-        if request.dpopNonce != nil && config.signing.token == .dpop { return nil }
-        let (entry, nonce) = published.withLock { published in
-            (published.groups[config.name], config.signing.token == .dpop ? published.nonces[config.name]?.nonce(for: url.origin) : nil)
-        }
+        let dpop = config.signing.token == .dpop
+        let (entry, nonces) = published.withLock { published in (published.groups[config.name], dpop ? published.nonces[config.name] : nil) }
+        let decision = try SignDecision(request, config: config) { nonces?.nonce(for: $0) }
+        if dpop && request.dpopNonce != nil { return nil } // a nonce to remember: the actor's
         guard let entry else { return nil }
         let now = self.now()
-        guard now < entry.credential.sessionExpiresAt, entry.credential.accessTokenExpiresAt - now >= config.refreshLead,
-              !config.signing.needsKey || entry.key != nil else { return nil }
+        guard SignDecision.verdict(for: entry.credential, unsaved: false, hasKey: entry.key != nil, config: config, now: now) == .sign else {
+            return nil
+        }
         do {
-            return SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: entry.credential.accessToken,
-                                                                    key: entry.key, dpopNonce: nonce, now: now))
+            return SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: entry.credential.accessToken,
+                                                                    key: entry.key, dpopNonce: decision.nonce, now: now))
         } catch let error as BrokerError {
             throw error
         } catch {

@@ -204,35 +204,24 @@ public actor Broker {
     /// about to expire. Never returns the refresh token.
     public func sign(_ request: SignRequest) async throws -> SignResponse {
         let config = try group(request.group)
-        let url = try request.validatedURL()
-        if let resources = config.resources { try resources.authorize(request.url, group: config.name, verb: "signature") }
+        let decision = try SignDecision(request, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
         try requireUnlocked()
         var credential = try requireValid(try await credential(config.name), config.name)
-        if credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
+        if SignDecision.verdict(for: credential, unsaved: groups[config.name]?.unsaved == true, hasKey: true, config: config,
+                                now: now()) == .refreshFirst {
             credential = try await refreshed(config, credential)
             try requireUnlocked() // locked while the refresh ran
         }
         let key = config.signing.needsKey ? try await signingKey(config) : nil
-        var nonce: String?
-        var origin = ""
-        if config.signing.token == .dpop { // nonces matter to DPoP only: keep bearer's path bare
-            origin = url.origin
-            if let given = request.dpopNonce {
-                try DPoPNonces.check(given, origin: origin)
-                nonce = given
-            } else {
-                nonce = dpopNonces[config.name]?.nonce(for: origin)
-            }
-        }
-        let response = SignResponse(headers: try config.signing.headers(for: request, url: url, accessToken: credential.accessToken,
-                                                                         key: key, dpopNonce: nonce, now: now()))
+        let response = SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: credential.accessToken,
+                                                                         key: key, dpopNonce: decision.nonce, now: now()))
         // Kept only once the proof that carries it is made: a sign that fails leaves nothing behind.
-        if let nonce, config.signing.token == .dpop {
-            if request.dpopNonce != nil, nonce != dpopNonces[config.name]?.nonce(for: origin) {
-                dpopNonces[config.name, default: DPoPNonces()].remember(nonce, for: origin)
+        if let nonce = decision.nonce {
+            if request.dpopNonce != nil, nonce != dpopNonces[config.name]?.nonce(for: decision.origin) {
+                dpopNonces[config.name, default: DPoPNonces()].remember(nonce, for: decision.origin)
                 publishNonces(config.name)
             } else {
-                dpopNonces[config.name]?.touch(origin)
+                dpopNonces[config.name]?.touch(decision.origin)
             }
         }
         return response
