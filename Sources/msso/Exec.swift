@@ -39,7 +39,14 @@ struct Exec: ParsableCommand {
               !(env.first?.isNumber ?? true) else {
             throw ValidationError("--env takes a variable name of letters, digits and _")
         }
-        if command.first == "--" { command.removeFirst() }
+        if command.first == "--" {
+            command.removeFirst()
+        } else if let first = command.first, first.hasPrefix("-") {
+            // Captured as the command only because no option of exec has that name: never run it
+            // (a program named `--help` on PATH would get the token).
+            if first == "-h" || first == "--help" { throw CleanExit.helpRequest(self) }
+            throw ValidationError("msso exec has no option \(first); the command to run goes after --")
+        }
         guard !command.isEmpty else { throw ValidationError("give the command to run after --") }
     }
 

@@ -215,6 +215,23 @@ def test_msso_exec_hands_the_token_to_the_child_never_in_argv(tools_broker, serv
     SECRETS.update(server.seen)
 
 
+def test_msso_exec_help_prints_help_and_runs_nothing(tools_broker, tmp_path):
+    """`msso exec --help` (an outside attack found it fetched the token and ran a program named
+    `--help` found on PATH, which printed the token): help, and nothing run, no token asked for.
+    Any other option-like word before the command is refused, pointing at --."""
+    planted = tmp_path / "bin"
+    planted.mkdir()
+    marker = tmp_path / "ran"
+    (planted / "--help").write_text(f'#!/bin/sh\necho "$MSSO_ACCESS_TOKEN" > {marker}\n')
+    (planted / "--help").chmod(0o755)
+    env = dict(tools_broker.env, PATH=f"{planted}:{tools_broker.env.get('PATH', '/usr/bin:/bin')}")
+    done = subprocess.run([BIN / "msso", "exec", "--help"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "USAGE" in done.stdout.upper() and "--resource" in done.stdout, done.stderr
+    assert not marker.exists(), "the planted program ran"
+    other = subprocess.run([BIN / "msso", "exec", "--verbose", "ls"], env=env, capture_output=True, text=True, timeout=60)
+    assert other.returncode == 64 and "goes after --" in other.stderr
+
+
 def test_tokens_bound_to_the_brokers_key_are_not_handed_out(desktop, idp):
     broker = Broker(desktop, idp, groups={GROUP: {"sign": "dpop"}})
     try:
