@@ -59,7 +59,7 @@ extension Methods {
 
 /// The state of one group's SSO session. Times are seconds since the Unix epoch.
 public struct SessionStatus: Codable, Sendable, Equatable {
-    public enum State: String, Codable, Sendable {
+    public enum State: String, Codable, Sendable, CaseIterable {
         /// Logged in and inside the session window: `sign` works.
         case valid
         /// Logged in once, but the window has passed: `login` again.
