@@ -148,7 +148,7 @@ def test_open_session_says_expired_and_how_to_fix_it(tmp_path, desktop, idp):
     broker = pam_broker(desktop, idp, groups={GROUP: {"session_timeout": "1s", "session_max": "1h"}})
     try:
         broker.login()
-        time.sleep(1.2)
+        wait_for(lambda: broker.msso("check").returncode == 1, what="the session to expire")
         stack = Stack(tmp_path, broker)
         stack.service(["session optional MODULE group=" + GROUP])
         out = stack.run("open_session")
@@ -223,7 +223,7 @@ def test_enforcing_mode_fails_the_account_phase_with_the_documented_codes(tmp_pa
         assert result(out, "acct_mgmt")[:2] == ("Permission denied", 6), "not logged in: PAM_PERM_DENIED"
         broker.login()
         assert result(stack.run("acct_mgmt"), "acct_mgmt")[1] == 0, "valid: PAM_SUCCESS"
-        time.sleep(1.2)
+        wait_for(lambda: broker.msso("check").returncode == 1, what="the session to expire")
         out = stack.run("acct_mgmt")
         assert result(out, "acct_mgmt")[:2] == ("User account has expired", 13), "expired: PAM_ACCT_EXPIRED"
         assert f"SSO {GROUP}: expired at" in out
