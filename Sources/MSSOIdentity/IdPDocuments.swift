@@ -26,10 +26,10 @@ struct IdPEndpoints: Sendable {
         do {
             document = try JSONDecoder().decode(Document.self, from: body)
         } catch {
-            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent a discovery document that is not OpenID Connect's (no issuer or token_endpoint); check `issuer` in the config")
+            throw BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" sent a discovery document that is not OpenID Connect's (no issuer or token_endpoint); check `issuer` in the config")
         }
         guard document.issuer == group.issuer else {
-            throw BrokerError(.idpUnavailable, "the identity provider at \(group.issuer) says its issuer is \"\(document.issuer.prefix(200))\", not the configured one: refusing it (OpenID Connect requires them to be identical; check `issuer` in the config)")
+            throw BrokerError(.configInvalid, "the identity provider at \(group.issuer) says its issuer is \"\(document.issuer.prefix(200))\", not the configured one: refusing it (OpenID Connect requires them to be identical; check `issuer` in the config)")
         }
         func endpoint(_ text: String?, _ name: String) throws(BrokerError) -> URL? {
             guard let text else { return nil }
@@ -114,6 +114,7 @@ struct DeviceAuthorization: Decodable {
 /// An OAuth error response (RFC 6749 §5.2).
 struct OAuthErrorBody: Decodable {
     var error: String
+    var error_description: String?
 }
 
 /// A number an IdP sent, as a number or a numeric string; anything else (or a non-finite

@@ -61,19 +61,19 @@ public final class OpenIDProvider: IdentityProvider {
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
         case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.status == 403):
             throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
-        case .failure(let error): throw refusal(error, group: group, doing: "log in")
+        case .failure(let error): throw Self.refusal(error, group: group, doing: "log in")
         }
     }
 
     public func deviceLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (DevicePrompt) -> Void) async throws(BrokerError) -> TokenSet {
         let endpoints = try await discover(group)
         guard let endpoint = endpoints.deviceAuthorization else {
-            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" does not offer device login; use `msso login --username` or `--browser`")
+            throw BrokerError(.badRequest, "the identity provider of \"\(group.name)\" does not offer device login; use `msso login --username` or `--browser`")
         }
         let start: DeviceAuthorization
         switch try await post(endpoint, group: group, form: [("scope", group.scopes.joined(separator: " "))]) {
         case .success(let body): start = try decode(DeviceAuthorization.self, body, group)
-        case .failure(let error): throw refusal(error, group: group, doing: "start a device login")
+        case .failure(let error): throw Self.refusal(error, group: group, doing: "start a device login")
         }
         let expiresAt = Date().timeIntervalSince1970 + start.lifetime
         prompt(DevicePrompt(verificationURI: start.verification_uri, verificationURIComplete: start.verification_uri_complete,
@@ -93,7 +93,7 @@ public final class OpenIDProvider: IdentityProvider {
                 throw BrokerError(.loginDenied, "the device login for \"\(group.name)\" was denied")
             case .failure(let error) where error.code == "expired_token":
                 throw BrokerError(.loginDenied, "the device code for \"\(group.name)\" expired before it was approved; run `msso login` again")
-            case .failure(let error): throw refusal(error, group: group, doing: "finish the device login")
+            case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the device login")
             }
         }
         throw BrokerError(.loginDenied, "the device code for \"\(group.name)\" expired before it was approved; run `msso login` again")
@@ -102,7 +102,7 @@ public final class OpenIDProvider: IdentityProvider {
     public func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws(BrokerError) -> TokenSet {
         let endpoints = try await discover(group)
         guard let authorization = endpoints.authorization, let redirect = URLComponents(string: group.redirectURI) else {
-            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" offers no browser login; use `msso login` (device) instead")
+            throw BrokerError(.badRequest, "the identity provider of \"\(group.name)\" offers no browser login; use `msso login` (device) instead")
         }
         let verifier = Self.random(32), state = Self.random(16), nonce = Self.random(16)
         let listener = try await LoopbackRedirect.start(port: redirect.port ?? 0, path: redirect.path, state: state)
@@ -133,7 +133,7 @@ public final class OpenIDProvider: IdentityProvider {
             ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
         ]) {
         case .success(let body): return try decode(TokenResponse.self, body, group).tokens(group: group, dpop: dpop != nil)
-        case .failure(let error): throw refusal(error, group: group, doing: "finish the browser login")
+        case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the browser login")
         }
     }
 
@@ -159,7 +159,7 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
         case .refused(let error):
             // Any other refusal says nothing about the user's session either: keep it, and retry.
-            throw IdPBusy(refusal(error, group: group, doing: "refresh the access token"))
+            throw IdPBusy(Self.refusal(error, group: group, doing: "refresh the access token"))
         case .unavailable(let error, let retryAfter):
             throw IdPBusy(error, retryAfter: retryAfter) // 408, 429, 5xx
         }
@@ -185,6 +185,27 @@ public final class OpenIDProvider: IdentityProvider {
         var status: Int
         /// The OAuth error code (RFC 6749 §5.2), empty when the IdP sent none.
         var code: String
+        /// The provider's own words (`error_description`), control characters replaced and cut
+        /// to ``maximumDescription`` bytes: shown to the user beside msso's sentence.
+        var description: String? = nil
+
+        static let maximumDescription = 300
+
+        /// `text` as it may be shown: no control characters (C0, DEL, C1, bidi overrides), at
+        /// most ``maximumDescription`` bytes, nil when nothing is left.
+        static func shown(_ text: String?) -> String? {
+            guard let text else { return nil }
+            var out = ""
+            for scalar in text.unicodeScalars {
+                let v = scalar.value
+                let control = v < 0x20 || (0x7F..<0xA0).contains(v) || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v)
+                let next = v == 0x09 || v == 0x0A || v == 0x0D ? " " : control ? "?" : String(scalar) // lines become one
+                guard out.utf8.count + next.utf8.count <= maximumDescription else { break }
+                out += next
+            }
+            let trimmed = out.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed()
+            return trimmed.isEmpty ? nil : String(trimmed)
+        }
     }
 
     /// How an IdP answered a form.
@@ -246,9 +267,10 @@ public final class OpenIDProvider: IdentityProvider {
         switch answer.status {
         case 200: return .answered(data) // RFC 7009: a revocation endpoint answers 200 with an empty body
         case 400..<500 where answer.status != 408 && answer.status != 429:
-            let code = (try? JSONDecoder().decode(OAuthErrorBody.self, from: data))?.error ?? ""
+            let body = try? JSONDecoder().decode(OAuthErrorBody.self, from: data)
+            let code = body?.error ?? ""
             let plausible = code.utf8.count <= 64 && code.utf8.allSatisfy { (97...122).contains($0) || $0 == UInt8(ascii: "_") }
-            return .refused(OAuthError(status: answer.status, code: plausible ? code : ""))
+            return .refused(OAuthError(status: answer.status, code: plausible ? code : "", description: OAuthError.shown(body?.error_description)))
         default:
             let later = answer.retryAfter.map { " (it asks to wait \(Int(min($0, 86400))) s)" } ?? ""
             return .unavailable(BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered HTTP \(answer.status)\(later) at \(url.path.prefix(200))"),
@@ -307,17 +329,29 @@ public final class OpenIDProvider: IdentityProvider {
         }
     }
 
-    private func refusal(_ error: OAuthError, group: GroupConfig, doing what: String) -> BrokerError {
+    /// What an OAuth error answer (RFC 6749 §5.2, RFC 8628 §3.5) means for the user: the exit
+    /// status that names the cause, a sentence that names the fix, and the provider's own words.
+    static func refusal(_ error: OAuthError, group: GroupConfig, doing what: String) -> BrokerError {
+        let said = error.description.map { " The identity provider said: \"\($0)\"." } ?? ""
+        let code = error.code.isEmpty ? "HTTP \(error.status)" : error.code
+        let idp = "the identity provider of \"\(group.name)\""
         switch error.code {
         case "" where error.status == 400 || error.status == 401:
             // How glewlwyd refuses a client, and also some requests it finds malformed: say both.
-            return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused to \(what) with a bare HTTP \(error.status) (no OAuth error code); most often client_id or the client secret in the config is wrong, else the IdP's log says which part of the request it refused")
-        case "invalid_client", "unauthorized_client":
-            return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused client \"\(group.clientID)\" (\(error.code.isEmpty ? "HTTP \(error.status)" : error.code)) when asked to \(what); check client_id and the client secret in the config")
+            return BrokerError(.configInvalid, "\(idp) refused to \(what) with a bare HTTP \(error.status) (no OAuth error code); most often client_id or the client secret in the config is wrong, else the IdP's log says which part of the request it refused.\(said)")
+        case "invalid_client":
+            return BrokerError(.configInvalid, "\(idp) did not accept client \"\(group.clientID)\" (invalid_client) when asked to \(what); check client_id and the client secret in the config.\(said)")
+        case "unauthorized_client":
+            // RFC 6749 §5.2: the client authenticated, and may not use this grant.
+            return BrokerError(.configInvalid, "\(idp) does not let client \"\(group.clientID)\" \(what) this way (unauthorized_client: the client is known, the grant is not allowed for it); ask the IdP's administrator to allow it for the client, or log in another way (`msso login`, `--browser`, `--username`).\(said)")
         case "invalid_scope":
-            return BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" refused the scopes \(group.scopes.joined(separator: " ")); check `scopes` in the config")
+            return BrokerError(.configInvalid, "\(idp) refused the scopes \(group.scopes.joined(separator: " ")); check `scopes` in the config.\(said)")
+        case "access_denied":
+            return BrokerError(.loginDenied, "\(idp) denied the request to \(what) (access_denied).\(said)")
+        case "invalid_request", "unsupported_grant_type", "invalid_dpop_proof", "use_dpop_nonce", "invalid_grant":
+            return BrokerError(.loginDenied, "\(idp) refused to \(what) (\(code)): it found the request wrong for this client; check the group's settings (`sign`, `scopes`, the client's grants at the IdP).\(said)")
         default:
-            return BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" refused to \(what) (\(error.code.isEmpty ? "no error code" : error.code), HTTP \(error.status))")
+            return BrokerError(.loginDenied, "\(idp) refused to \(what) (\(code)).\(said)")
         }
     }
 

@@ -19,6 +19,8 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
   `{"user_code": "\x1b]0;title\x07ABCD"}` (the code and addresses the user is shown);
 - `device_poll_error`: device-code polls of the token endpoint get HTTP 400 with this OAuth error
   (`"expired_token"`) instead of glewlwyd's answer;
+- `password_error`: `(status, body)`: password-grant requests get this OAuth error answer (e.g.
+  `(400, {"error": "unauthorized_client", "error_description": "…"})`) instead of glewlwyd's;
 - `fail_refresh(kind, count, retry_after=None)`: the next `count` refresh-grant requests get
   `kind`: "429", "503", "408" (with `Retry-After` when given), "hang" (no answer until
   `release()` or the test ends; the connection is then closed without a response), or "drip"
@@ -191,6 +193,7 @@ class FakeIdP(_Recording):
         self.device_interval = None
         self.device_overrides = {}
         self.device_poll_error = None
+        self.password_error = None
 
     def fail_refresh(self, kind, count, retry_after=None):
         assert kind in ("429", "503", "408", "hang", "drip"), kind
@@ -233,6 +236,9 @@ class FakeIdP(_Recording):
                     return self._refresh_fault(handler, *fault)
             if request.grant == "urn:ietf:params:oauth:grant-type:device_code" and self.device_poll_error:
                 return handler._json(400, {"error": self.device_poll_error})
+            if request.grant == "password" and self.password_error:
+                status, answer = self.password_error
+                return handler._json(status, answer)
         if path.endswith("/device_authorization") and request.method == "POST" and (self.device_interval is not None
                                                                                     or self.device_overrides):
             status, headers, body = self._forward(request)

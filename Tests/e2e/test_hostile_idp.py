@@ -104,7 +104,9 @@ def test_a_lying_discovery_document_is_refused_before_any_credential_is_sent(bro
     fake.discovery_overrides = document
     done, took = login(broker)
     print(f"{case}: login exit {done.returncode} in {took:.2f} s: {done.stderr.strip()}")
-    assert done.returncode == 5, done.stdout + done.stderr
+    # An issuer that is not the configured one is the configuration's to fix (78), not an IdP
+    # out of reach (5); an endpoint msso will not use is the IdP's answer, refused (5).
+    assert done.returncode == (78 if case == "another issuer" else 5), done.stdout + done.stderr
     for word in words:
         assert word.replace("{third}", third.origin) in done.stderr, (word, done.stderr)
     assert took < 5
@@ -391,3 +393,32 @@ def timed_msso(broker, *argv):
     started = time.monotonic()
     done = broker.msso(*argv)
     return done, time.monotonic() - started
+
+
+# -- what a refusal says --------------------------------------------------------------------------
+
+OAUTH_REFUSALS = {
+    # code: (exit status, words of the sentence)
+    "unauthorized_client": (78, ["does not let client", "unauthorized_client", "the grant is not allowed for it"]),
+    "access_denied": (6, ["denied the request to log in (access_denied)"]),
+    "invalid_request": (6, ["refused to log in (invalid_request)"]),
+    "server_says_no": (6, ["refused to log in (server_says_no)"]),
+}
+
+
+@pytest.mark.parametrize("code", OAUTH_REFUSALS, ids=list(OAUTH_REFUSALS))
+def test_an_oauth_refusal_names_its_cause_its_exit_status_and_the_providers_words(broker, fake, code):
+    """The IdP answers the password login with an OAuth error and a description (holding an escape
+    sequence). Expected: not "the identity provider is unreachable" (5): the exit status of the
+    cause, a sentence saying what to do, and the provider's own words, control characters shown
+    as `?` (an attack on the terminal otherwise)."""
+    status, words = OAUTH_REFUSALS[code]
+    fake.password_error = (400, {"error": code, "error_description": "Expected DPoP header,\x1b]0;pwned\x07 none found"})
+    done, took = login(broker)
+    print(f"{code}: exit {done.returncode}: {done.stderr.strip()}")
+    assert done.returncode == status, done.stdout + done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
+    assert 'The identity provider said: "Expected DPoP header,?]0;pwned? none found"' in done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert broker.alive()
