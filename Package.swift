@@ -100,7 +100,6 @@ let package = Package(
 
         .testTarget(name: "MSSOProtocolTests", dependencies: ["MSSOProtocol"]),
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
-        .testTarget(name: "MSSOClientTests", dependencies: ["MSSOClient"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
         .testTarget(name: "MSSOIdentityTests", dependencies: ["MSSOIdentity", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),

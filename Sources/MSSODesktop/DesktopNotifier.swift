@@ -151,15 +151,15 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
 
     // MARK: Confirmations
 
-    /// Text from a file name or a program's path, safe in a notification: no control characters,
-    /// no markup (servers that support body markup would read `<` and `&`).
+    /// Text from outside (a program's path, an IdP's code or address), safe in a notification:
+    /// no control characters (``TerminalText``), and no markup (servers that support body markup
+    /// would read `<` and `&`).
     static func shown(_ text: String) -> String {
-        String(String.UnicodeScalarView(text.unicodeScalars.map { scalar in
-            switch scalar.value {
-            case 0..<0x20, 0x7F..<0xA0, 0x202A...0x202E, 0x2066...0x2069: "?"
-            case 0x3C: "‹"
-            case 0x3E: "›"
-            case 0x26: "+"
+        String(String.UnicodeScalarView(TerminalText.safe(text).unicodeScalars.map { scalar in
+            switch scalar {
+            case "<": "‹"
+            case ">": "›"
+            case "&": "+"
             default: scalar
             }
         }))

@@ -191,17 +191,15 @@ public final class OpenIDProvider: IdentityProvider {
 
         static let maximumDescription = 300
 
-        /// `text` as it may be shown: no control characters (C0, DEL, C1, bidi overrides), at
-        /// most ``maximumDescription`` bytes, nil when nothing is left.
+        /// `text` as it may be shown: its lines joined, no control characters (``TerminalText``),
+        /// at most ``maximumDescription`` bytes, nil when nothing is left.
         static func shown(_ text: String?) -> String? {
             guard let text else { return nil }
+            let oneLine = String(String.UnicodeScalarView(text.unicodeScalars.map { "\t\n\r".unicodeScalars.contains($0) ? " " : $0 }))
             var out = ""
-            for scalar in text.unicodeScalars {
-                let v = scalar.value
-                let control = v < 0x20 || (0x7F..<0xA0).contains(v) || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v)
-                let next = v == 0x09 || v == 0x0A || v == 0x0D ? " " : control ? "?" : String(scalar) // lines become one
-                guard out.utf8.count + next.utf8.count <= maximumDescription else { break }
-                out += next
+            for character in TerminalText.safe(oneLine) {
+                guard out.utf8.count + character.utf8.count <= maximumDescription else { break }
+                out.append(character)
             }
             let trimmed = out.drop { $0 == " " }.reversed().drop { $0 == " " }.reversed()
             return trimmed.isEmpty ? nil : String(trimmed)

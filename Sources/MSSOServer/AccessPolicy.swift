@@ -132,14 +132,9 @@ public struct AccessPolicy: Sendable {
         }
     }
 
-    /// Whether the role's use of `kind` on a group must be backed by a registration.
+    /// Whether the role's use of `kind` is limited to the groups its registrations give: a group
+    /// it names must be one of them, and naming none means those (status, subscribe, logout --all).
     func needsEntitlement(_ kind: CallArguments.Kind, role: Role) -> Bool {
-        Self.rule(for: kind).access(for: role) == .registeredGroups
-    }
-
-    /// Whether the role sees only its registered groups when it names none (status, subscribe,
-    /// logout --all).
-    func seesOnlyRegisteredGroups(_ kind: CallArguments.Kind, role: Role) -> Bool {
         Self.rule(for: kind).access(for: role) == .registeredGroups
     }
 }

@@ -33,9 +33,7 @@ public actor Confirmations {
     func confirm(_ request: ConfirmationRequest, now: Double) async throws(BrokerError) {
         if let until = allowedUntil[request], until > now { return }
         allowedUntil[request] = nil
-        guard let asker else {
-            throw BrokerError(.forbidden, "\(request.tool) asks for your confirmation before it hands out a token of \"\(request.group)\" (confirm = true), and mssod has no desktop to ask on (no notification server on its session bus); run the command from a desktop session, or ask your administrator")
-        }
+        guard let asker else { throw Self.nobodyToAsk(request, "mssod has no session bus to ask on") }
         let task: Task<ConfirmationAnswer, Never>
         if let running = asking[request] {
             task = running
@@ -58,8 +56,13 @@ public actor Confirmations {
         case .deny:
             throw BrokerError(.forbidden, "you did not allow \(request.requesters.first ?? "this program") to get a token of \"\(request.group)\" through \(request.tool) (denied, dismissed or not answered in time)")
         case .unavailable:
-            throw BrokerError(.forbidden, "\(request.tool) asks for your confirmation before it hands out a token of \"\(request.group)\" (confirm = true), and no notification server answered on mssod's session bus; run the command from a desktop session, or ask your administrator")
+            throw Self.nobodyToAsk(request, "no notification server answered on mssod's session bus")
         }
+    }
+
+    /// The refusal when the user cannot be asked, and why not.
+    private static func nobodyToAsk(_ request: ConfirmationRequest, _ why: String) -> BrokerError {
+        BrokerError(.forbidden, "\(request.tool) asks for your confirmation before it hands out a token of \"\(request.group)\" (confirm = true), and \(why) (no notification server); run the command from a desktop session, or ask your administrator")
     }
 
     /// The executables of the processes that ran `pid`, nearest first (``ancestry`` at most), as

@@ -83,8 +83,12 @@ final class Dispatcher: Sendable {
     }
 
     /// Waits for the user's yes when the caller's registration for `group` asks for it (`confirm`).
-    private func confirm(_ kind: CallArguments.Kind, _ caller: Caller, group: String) async throws(BrokerError) {
-        guard AccessPolicy.rule(for: kind).givesCredentials, caller.needsConfirmation(group) else { return }
+    /// A request outside the group's `resources` is refused first (the broker's verb would refuse
+    /// it anyway): the user is never asked about what would not be served.
+    private func confirm(_ kind: CallArguments.Kind, _ caller: Caller, group config: GroupConfig, resource: String?) async throws(BrokerError) {
+        guard AccessPolicy.rule(for: kind).givesCredentials, caller.needsConfirmation(config.name) else { return }
+        try config.resources?.authorize(resource, group: config.name, verb: kind == .sign ? "signature" : "token")
+        let group = config.name
         let request = ConfirmationRequest(group: group, verb: kind.rawValue, tool: caller.app.executable ?? caller.app.flatpak ?? "an app",
                                           requesters: Confirmations.requesters(of: caller.pid))
         try await confirmations.confirm(request, now: Double(cmsso_monotonic_ns()) / 1e9)
@@ -140,13 +144,11 @@ final class Dispatcher: Sendable {
         case .sign(var request):
             let config = try resolve(request.group, .sign, caller, into: &group)
             request.group = config.name
-            try config.resources?.authorize(request.url, group: config.name, verb: "signature") // before asking the user
-            try await confirm(.sign, caller, group: config.name)
+            try await confirm(.sign, caller, group: config, resource: request.url)
             return reply(try await broker.sign(request))
         case .token(let args):
             let config = try resolve(args.group, .token, caller, into: &group)
-            try config.resources?.authorize(args.resource, group: config.name, verb: "token") // before asking the user
-            try await confirm(.token, caller, group: config.name)
+            try await confirm(.token, caller, group: config, resource: args.resource)
             return reply(try await broker.token(config.name, renew: args.renew ?? false, resource: args.resource))
         case .login(var args):
             let config = try resolve(args.group, .login, caller, into: &group)
@@ -168,14 +170,14 @@ final class Dispatcher: Sendable {
                 let name = try resolve(args.group, .logout, caller, into: &group).name
                 return reply(Methods.Logout.Result(loggedOut: try await broker.logout(name, all: false)))
             }
-            guard policy.seesOnlyRegisteredGroups(.logout, role: role) else {
+            guard policy.needsEntitlement(.logout, role: role) else {
                 return reply(Methods.Logout.Result(loggedOut: try await broker.logout(nil, all: true)))
             }
             var ended: [String] = []
             for name in caller.usableGroups(rules.configuration).sorted() { ended += try await broker.logout(name, all: false) }
             return reply(Methods.Logout.Result(loggedOut: ended))
         case .status(let args):
-            if args.group != nil || !policy.seesOnlyRegisteredGroups(.status, role: role) {
+            if args.group != nil || !policy.needsEntitlement(.status, role: role) {
                 let name = try args.group.map { try resolve($0, .status, caller, into: &group).name }
                 return reply(await statusResult(try await broker.status(name)))
             }
@@ -185,7 +187,7 @@ final class Dispatcher: Sendable {
             return reply(try await broker.check(try resolve(args.group, .check, caller, into: &group).name))
         case .subscribe(let args):
             let names = try args.groups.map { try $0.map { try resolve($0, .subscribe, caller, into: &group).name } }
-                ?? (policy.seesOnlyRegisteredGroups(.subscribe, role: role) ? caller.usableGroups(rules.configuration).sorted() : nil)
+                ?? (policy.needsEntitlement(.subscribe, role: role) ? caller.usableGroups(rules.configuration).sorted() : nil)
             let groups = try await broker.subscribe(connection, groups: names)
             connection.subscribedByBroker()
             return reply(Methods.Subscribe.Result(groups: groups))

@@ -64,10 +64,9 @@ final class AccessPolicyTests: XCTestCase {
         }
         for kind: Kind in [.login, .extend, .logout, .status, .check, .sign, .token, .subscribe] {
             XCTAssertTrue(policy.needsEntitlement(kind, role: .app), "app, \(kind)")
-            XCTAssertTrue(policy.seesOnlyRegisteredGroups(kind, role: .app), "app, \(kind)")
         }
-        XCTAssertFalse(policy.seesOnlyRegisteredGroups(.status, role: .ownTool))
-        XCTAssertFalse(policy.seesOnlyRegisteredGroups(.status, role: .root))
+        XCTAssertFalse(policy.needsEntitlement(.status, role: .ownTool))
+        XCTAssertFalse(policy.needsEntitlement(.status, role: .root))
     }
 
     func testOnlyAppsRegisteredSomewhereMayLockOrUnlock() {

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from fake_idp import FakeIdP
-from harness import BIN, GROUP, PASSWORDS, Broker
+from harness import BIN, GROUP, PASSWORDS
+from test_hostile_idp import broker, fake  # noqa: F401 (fixtures: mssod behind the fault-injecting IdP)
 
 # OSC (set the window title), CSI (clear the screen, colours), a C1 CSI, DEL and a bidi override.
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\x9b1m\x7f\u202egnp.exe"
@@ -33,19 +33,6 @@ def run(broker, *argv, binary="msso", input=None, env=None):
     return subprocess.run([BIN / binary, *map(str, argv)], env=dict(broker.env, **(env or {})), input=input,
                           capture_output=True, timeout=60)
 
-
-@pytest.fixture
-def fake(idp):
-    proxy = FakeIdP(idp)
-    yield proxy
-    proxy.stop()
-
-
-@pytest.fixture
-def broker(desktop, fake):
-    daemon = Broker(desktop, fake)
-    yield daemon
-    daemon.stop()
 
 
 def test_a_hostile_issuer_in_an_error_is_shown_without_its_escapes(broker, fake, tmp_path):

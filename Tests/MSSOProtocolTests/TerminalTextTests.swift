@@ -1,4 +1,4 @@
-@testable import MSSOClient
+@testable import MSSOProtocol
 import XCTest
 
 /// What the commands print of outside text: no character a terminal acts on.

@@ -1,5 +1,6 @@
 /// Text from outside (an identity provider, the broker, a file, the kernel's name of a program)
-/// made safe to show on a terminal: the one definition every command prints through.
+/// made safe to show on a terminal: the one definition every command prints through, and what
+/// the daemon puts in a notification or quotes of an identity provider's words.
 ///
 /// An identity provider chooses the discovery `issuer` quoted in errors, a device login's
 /// `user_code` and address, the username; a file names groups and apps; an executable's path may
