@@ -20,6 +20,8 @@ public actor Confirmations {
     private var asker: (any ConfirmationAsker)?
     private var asking: [ConfirmationRequest: Task<ConfirmationAnswer, Never>] = [:]
     private var allowedUntil: [ConfirmationRequest: Double] = [:]
+    /// Callers waiting for each question's answer.
+    private var waiting: [ConfirmationRequest: Int] = [:]
 
     public init() {}
 
@@ -44,7 +46,9 @@ public actor Confirmations {
             task = Task { await asker.ask(request) }
             asking[request] = task
         }
+        waiting[request, default: 0] += 1
         let answer = await task.value
+        waiting[request] = waiting[request].flatMap { $0 > 1 ? $0 - 1 : nil }
         asking[request] = nil
         switch answer {
         case .allowOnce:
@@ -58,6 +62,11 @@ public actor Confirmations {
         case .unavailable:
             throw Self.nobodyToAsk(request, "no notification server answered on mssod's session bus")
         }
+    }
+
+    /// How many callers wait for the answer to `request` now.
+    func waiters(for request: ConfirmationRequest) -> Int {
+        waiting[request] ?? 0
     }
 
     /// The refusal when the user cannot be asked, and why not.

@@ -50,7 +50,7 @@ final class ConfirmationsTests: XCTestCase {
         let confirmations = Confirmations(), asker = Asker()
         await confirmations.setAsker(asker)
         let callers = (0..<20).map { _ in Self.asking(confirmations, Self.request()) }
-        while asker.asked.withLock({ $0 }) == 0 { await Task.yield() }
+        while await confirmations.waiters(for: Self.request()) < 20 { await Task.yield() } // all of them asking
         await asker.answerAll(.allowOnce)
         for caller in callers {
             let refused = await caller.value
