@@ -6,7 +6,7 @@ extension Broker {
         groups[name]?.expiryTimer?.cancel()
         groups[name]?.expiringTimer?.cancel()
         guard let credential = groups[name]?.credential else { return }
-        let delay = credential.sessionExpiresAt - now()
+        let delay = credential.endsAt - now()
         guard delay > 0 else { return }
         let clock = self.clock
         groups[name]!.expiryTimer = Task { [weak self] in
@@ -24,14 +24,14 @@ extension Broker {
     }
 
     private func windowClosing(_ name: String) {
-        guard let credential = groups[name]?.credential, now() < credential.sessionExpiresAt,
+        guard let credential = groups[name]?.credential, now() < credential.endsAt,
               let config = configuration.groups[name] else { return }
         emit(.expiring, status(credential, config))
     }
 
     private func windowPassed(_ name: String) {
         guard let credential = groups[name]?.credential else { return }
-        guard now() >= credential.sessionExpiresAt else { return armExpiryTimer(name) }
+        guard now() >= credential.endsAt else { return armExpiryTimer(name) }
         logger.info("session expired", metadata: ["group": "\(name)"])
         publish(name)
         if let config = configuration.groups[name] { emit(.expired, status(credential, config)) }

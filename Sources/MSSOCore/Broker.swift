@@ -126,7 +126,7 @@ public actor Broker {
                 try await store.save(credential, group: config.name)
             } catch {
                 // Not stored, so not a session: leave no live refresh token behind at the IdP.
-                if let refreshToken = tokens.refreshToken { await identity.revoke(config, refreshToken: refreshToken) }
+                if let refreshToken = tokens.refreshToken { _ = await identity.revoke(config, token: refreshToken, hint: .refreshToken) }
                 throw error
             }
             update(config.name) {
@@ -142,7 +142,7 @@ public actor Broker {
         if let replaced, replaced != tokens.refreshToken {
             // The session it replaces ends here: its refresh token must not stay alive at the IdP.
             let identity = self.identity
-            Task { await identity.revoke(config, refreshToken: replaced) }
+            Task { _ = await identity.revoke(config, token: replaced, hint: .refreshToken) }
         }
         armExpiryTimer(config.name)
         let status = self.status(credential, config)
@@ -175,16 +175,19 @@ public actor Broker {
         return status
     }
 
-    /// Ends sessions: deletes the stored credential, revokes the refresh token (bounded),
-    /// announces it. Returns the groups that had a session.
-    public func logout(_ name: String?, all: Bool) async throws -> [String] {
+    /// Ends sessions: deletes the stored credential, revokes the tokens at the identity provider
+    /// (bounded), announces it. Says which groups had a session, and whose tokens stay valid at
+    /// the provider.
+    public func logout(_ name: String?, all: Bool) async throws -> Methods.Logout.Result {
         let configuration = self.configuration
         let names = all ? configuration.groups.keys.sorted() : [try group(name).name]
-        var ended: [String] = []
-        for name in names where try await endSession(configuration.groups[name]!) {
+        var ended: [String] = [], notRevoked: [Methods.Logout.NotRevoked] = []
+        for name in names {
+            guard let outcome = try await endSession(configuration.groups[name]!) else { continue }
             ended.append(name)
+            if let outcome = outcome { notRevoked.append(outcome) }
         }
-        return ended
+        return Methods.Logout.Result(loggedOut: ended, notRevoked: notRevoked)
     }
 
     /// The state of every configured group, or of one.
@@ -399,8 +402,10 @@ public actor Broker {
         guard let credential else {
             throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; run `msso login --group \(name)`")
         }
-        guard now() < credential.sessionExpiresAt else {
-            throw BrokerError(.expired, "the SSO session of \"\(name)\" has expired; run `msso login --group \(name)`")
+        guard now() < credential.endsAt else {
+            throw BrokerError(.expired, credential.refreshToken == nil && credential.accessTokenExpiresAt < credential.sessionExpiresAt
+                ? "the access token of \"\(name)\" has expired, and its identity provider gave no refresh token to renew it; run `msso login --group \(name)`"
+                : "the SSO session of \"\(name)\" has expired; run `msso login --group \(name)`")
         }
         return credential
     }
@@ -419,12 +424,13 @@ public actor Broker {
         return status(credential, config)
     }
 
-    /// Logout of one group; true if it had a session (or a corrupt item, which it clears).
-    func endSession(_ config: GroupConfig) async throws -> Bool {
+    /// Logout of one group: nil if it had no session (nor a corrupt item, which it clears); else
+    /// what stays valid at the identity provider, nil inside when nothing does.
+    func endSession(_ config: GroupConfig) async throws -> Methods.Logout.NotRevoked?? {
         let name = config.name
-        let ended = try await exclusively(name) { () async throws -> Bool in
+        let ended = try await exclusively(name) { () async throws -> Methods.Logout.NotRevoked?? in
             let credential = try await loadedCredentialLocked(name)
-            guard credential != nil || groups[name]?.corrupt == true else { return false }
+            guard credential != nil || groups[name]?.corrupt == true else { return .none }
             // The keyring first: if it refuses (locked), nothing has changed, in memory or at the
             // IdP, and the error says so. Holding the lock, no refresh can write back meanwhile.
             try await store.delete(group: name)
@@ -439,16 +445,37 @@ public actor Broker {
                 $0.expiringTimer?.cancel()
                 $0.backoff = RefreshBackoff()
             }
-            if let refreshToken = credential?.refreshToken {
-                await identity.revoke(config, refreshToken: refreshToken)
-            }
-            return true
+            guard let credential else { return .some(nil) } // a corrupt item: no token to revoke
+            return .some(await revokeTokens(of: credential, config))
         }
-        if ended {
+        if ended != nil {
             logger.info("logged out", metadata: ["group": "\(name)"])
             emit(.loggedOut, SessionStatus(group: name, state: .notLoggedIn, issuer: config.issuer, admin: config.admin))
         }
         return ended
+    }
+
+    /// Makes the identity provider forget an ended session: its refresh token (which, at the
+    /// providers tried, takes the access tokens made from it along), else its access token. Nil
+    /// when that worked or there was nothing left to forget.
+    private func revokeTokens(of credential: Credential, _ config: GroupConfig) async -> Methods.Logout.NotRevoked? {
+        let outcome: Revocation
+        if let refreshToken = credential.refreshToken {
+            outcome = await identity.revoke(config, token: refreshToken, hint: .refreshToken)
+        } else if credential.accessTokenExpiresAt > now() {
+            outcome = await identity.revoke(config, token: credential.accessToken, hint: .accessToken)
+        } else {
+            return nil
+        }
+        let reason: String
+        switch outcome {
+        case .revoked: return nil
+        case .notOffered: reason = "the identity provider of \"\(config.name)\" offers no token revocation (RFC 7009)"
+        case .failed(let why): reason = why
+        }
+        return Methods.Logout.NotRevoked(group: config.name, reason: reason,
+                                         accessTokenExpiresAt: credential.accessTokenExpiresAt > now() ? credential.accessTokenExpiresAt : nil,
+                                         refreshToken: credential.refreshToken != nil)
     }
 
     func emit(_ signal: SignalName, _ status: SessionStatus) {

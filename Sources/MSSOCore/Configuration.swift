@@ -180,6 +180,23 @@ public struct Configuration: Equatable, Sendable {
                     var path = try value.string(fail, key)
                     if !path.hasPrefix("/") { path = AdminFiles.parent(of: file) + "/" + path }
                     group.clientSecret = .file(path)
+                case "client_key":
+                    var path = try value.string(fail, key)
+                    if !path.hasPrefix("/") { path = AdminFiles.parent(of: file) + "/" + path }
+                    group.clientKeyFile = path
+                case "token_endpoint_auth_method":
+                    let text = try value.string(fail, key)
+                    guard let method = ClientAuthentication(rawValue: text) else {
+                        throw fail(value.line, key, "expected one of \(ClientAuthentication.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")), got \"\(text)\"")
+                    }
+                    group.clientAuthentication = method
+                case "prompt":
+                    let text = try value.string(fail, key)
+                    let words = text.split(separator: " ")
+                    guard words.allSatisfy({ ["none", "login", "consent", "select_account"].contains($0) }), !(words.contains("none") && words.count > 1) else {
+                        throw fail(value.line, key, "expected \"login\", \"consent\", \"select_account\" (or several, space-separated), \"none\", or \"\" to send no prompt; got \"\(text)\"")
+                    }
+                    group.prompt = words.joined(separator: " ")
                 case "ca_file":
                     var path = try value.string(fail, key)
                     if !path.hasPrefix("/") { path = AdminFiles.parent(of: file) + "/" + path }
@@ -198,8 +215,11 @@ public struct Configuration: Equatable, Sendable {
                     group.browserTimeout = try value.duration(fail, key)
                 case "redirect_uri":
                     let text = try value.string(fail, key)
-                    guard let url = URL(string: text), url.scheme == "http", ["127.0.0.1", "::1", "[::1]"].contains(url.host ?? "") else {
-                        throw fail(value.line, key, "expected a loopback http URL such as http://127.0.0.1:4600/callback (RFC 8252)")
+                    guard let url = URL(string: text), url.scheme == "http", url.host == "127.0.0.1" else {
+                        // The listener serves 127.0.0.1 alone: it tells the user's connections from other
+                        // users' through IPv4 sockets only, so an [::1] or localhost URI would be a
+                        // promise it cannot keep.
+                        throw fail(value.line, key, "expected a loopback http URL on 127.0.0.1 such as http://127.0.0.1:4600/callback (RFC 8252); msso's redirect listener serves 127.0.0.1 only, so register that address at the IdP")
                     }
                     group.redirectURI = text
                 case "sign":
@@ -233,6 +253,18 @@ public struct Configuration: Equatable, Sendable {
             }
             if table.values["client_secret"] != nil, table.values["client_secret_file"] != nil {
                 throw fail(table.values["client_secret"]!.line, "client_secret", "give client_secret or client_secret_file, not both")
+            }
+            switch group.clientAuthentication {
+            case .clientSecretBasic?, .clientSecretPost? where group.clientSecret == .none:
+                throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "\(group.clientAuthentication!.rawValue) needs client_secret or client_secret_file")
+            case .privateKeyJWT? where group.clientKeyFile == nil:
+                throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "private_key_jwt needs client_key, the PEM file of the key registered for the client at the IdP")
+            case ClientAuthentication.none? where group.clientSecret != .none || group.clientKeyFile != nil:
+                throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "\"none\" is for a public client: remove the client secret and client_key, or choose the method the IdP registered")
+            default: break
+            }
+            if group.clientKeyFile != nil, group.clientSecret != .none {
+                throw fail(table.values["client_key"]!.line, "client_key", "give a client secret or client_key, not both")
             }
             if group.sessionMax < group.sessionTimeout {
                 throw fail(table.values["session_max"]?.line ?? table.line, "session_max", "must not be shorter than session_timeout")

@@ -59,10 +59,16 @@ public struct Credential: Codable, Sendable, Equatable {
     /// A Unix time between 2000 and 2200: anything else is not a time this broker wrote.
     static func plausible(_ time: Double) -> Bool { time.isFinite && time > 946_684_800 && time < 7_258_118_400 }
 
+    /// When the session ends: its window's end, or sooner the access token's expiry when the IdP
+    /// gave no refresh token (nothing can renew it then, so no app could sign past it).
+    public var endsAt: Double {
+        refreshToken == nil ? min(sessionExpiresAt, accessTokenExpiresAt) : sessionExpiresAt
+    }
+
     /// The session as a client may see it: times and names, no token.
     public func status(group: String, now: Double) -> SessionStatus {
-        SessionStatus(group: group, state: now < sessionExpiresAt ? .valid : .expired, issuer: issuer,
-                      username: username, loggedInAt: loggedInAt, sessionExpiresAt: sessionExpiresAt,
+        SessionStatus(group: group, state: now < endsAt ? .valid : .expired, issuer: issuer,
+                      username: username, loggedInAt: loggedInAt, sessionExpiresAt: endsAt,
                       sessionMaxAt: sessionMaxAt, accessTokenExpiresAt: accessTokenExpiresAt)
     }
 }

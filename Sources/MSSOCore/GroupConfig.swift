@@ -66,12 +66,34 @@ public enum ClientSecretSource: Equatable, Sendable {
     case file(String)
 }
 
+/// How the broker proves to the identity provider that it is the group's client (OpenID Connect
+/// Core §9, RFC 7523): the `token_endpoint_auth_method` registered for the client at the IdP.
+public enum ClientAuthentication: String, Sendable, CaseIterable {
+    /// The client secret in HTTP Basic (RFC 6749 §2.3.1), the default of OAuth.
+    case clientSecretBasic = "client_secret_basic"
+    /// The client secret in the request body.
+    case clientSecretPost = "client_secret_post"
+    /// A JWT signed with the client's private key (`client_key`), no shared secret (RFC 7523).
+    case privateKeyJWT = "private_key_jwt"
+    /// A public client: `client_id` alone.
+    case none
+}
+
 /// One access group: the apps of a suite that share one login, and the IdP they use.
 public struct GroupConfig: Equatable, Sendable {
     public var name: String
     public var issuer: String
     public var clientID: String
     public var clientSecret: ClientSecretSource = .none
+    /// How the client authenticates at the token endpoint; nil: the best the provider's discovery
+    /// offers for what is configured (``ClientAuthentication``).
+    public var clientAuthentication: ClientAuthentication?
+    /// The PEM private key (EC P-256 or RSA) that signs `private_key_jwt` assertions.
+    public var clientKeyFile: String?
+    /// The OpenID Connect `prompt` of a browser login (`login`, `consent`, `select_account`,
+    /// `none`, or several); nil: `consent` when `offline_access` is asked for (OpenID Connect Core
+    /// §11: a provider may refuse offline access without it), else none. "" sends none.
+    public var prompt: String?
     public var scopes: [String] = ["openid"]
     /// The sliding window: `login` and `extend` set the session's end to now + this.
     public var sessionTimeout: Double = 30 * 60
@@ -106,6 +128,12 @@ public struct GroupConfig: Equatable, Sendable {
     /// The servers the group's tokens are for (`resources`): nil, the default, holds `sign` and
     /// `token` to nothing; else the daemon refuses a URL outside them (``Resources``).
     public var resources: Resources?
+
+    /// The `prompt` a browser login sends, if any.
+    public var effectivePrompt: String? {
+        if let prompt { return prompt.isEmpty ? nil : prompt }
+        return scopes.contains("offline_access") ? "consent" : nil
+    }
 
     public init(name: String, issuer: String, clientID: String) {
         self.name = name

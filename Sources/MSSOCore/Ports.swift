@@ -59,8 +59,25 @@ public protocol IdentityProvider: Sendable {
     /// with the URL to open.
     func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws -> TokenSet
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet
-    /// Best effort, bounded in time: failures are logged, not thrown.
-    func revoke(_ group: GroupConfig, refreshToken: String) async
+    /// Asks the provider to forget a token (RFC 7009): the refresh token, or the access token of a
+    /// session that has none. Bounded in time; never throws: the outcome says what happened.
+    func revoke(_ group: GroupConfig, token: String, hint: TokenKind) async -> Revocation
+}
+
+/// Which token a revocation names (RFC 7009 `token_type_hint`).
+public enum TokenKind: String, Sendable {
+    case refreshToken = "refresh_token"
+    case accessToken = "access_token"
+}
+
+/// What became of a request to revoke a token.
+public enum Revocation: Sendable, Equatable {
+    /// The provider answered that it forgot the token.
+    case revoked
+    /// The provider names no revocation endpoint, in its OpenID discovery or its OAuth metadata (RFC 8414).
+    case notOffered
+    /// The provider refused, or did not answer in time: the sentence says which.
+    case failed(String)
 }
 
 /// The identity provider could not answer a refresh now (HTTP 408, 429, 5xx, no answer in time,

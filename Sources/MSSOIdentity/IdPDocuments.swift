@@ -11,6 +11,11 @@ struct IdPEndpoints: Sendable {
     var authorization: URL?
     var deviceAuthorization: URL?
     var revocation: URL?
+    /// Where the provider publishes the keys its ID tokens are signed with.
+    var jwks: URL?
+    /// The client authentication methods the token endpoint takes; nil when the provider does not
+    /// say (OAuth's default then: `client_secret_basic`).
+    var authMethods: [String]?
 
     private struct Document: Decodable {
         var issuer: String
@@ -18,15 +23,18 @@ struct IdPEndpoints: Sendable {
         var authorization_endpoint: String?
         var device_authorization_endpoint: String?
         var revocation_endpoint: String?
+        var jwks_uri: String?
+        var token_endpoint_auth_methods_supported: [String]?
     }
 
-    /// Reads and checks a discovery document; the error names what is wrong.
-    init(discovery body: Data, group: GroupConfig) throws(BrokerError) {
+    /// Reads and checks a discovery document (OpenID Connect's, or with `metadata` an OAuth
+    /// authorization server's, RFC 8414 §3.3, held to the same rules); the error names what is wrong.
+    init(discovery body: Data, group: GroupConfig, metadata: Bool = false) throws(BrokerError) {
         let document: Document
         do {
             document = try JSONDecoder().decode(Document.self, from: body)
         } catch {
-            throw BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" sent a discovery document that is not OpenID Connect's (no issuer or token_endpoint); check `issuer` in the config")
+            throw BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" sent a discovery document that is not \(metadata ? "OAuth metadata (RFC 8414)" : "OpenID Connect's") (no issuer or token_endpoint); check `issuer` in the config")
         }
         guard document.issuer == group.issuer else {
             throw BrokerError(.configInvalid, "the identity provider at \(group.issuer) says its issuer is \"\(document.issuer.prefix(200))\", not the configured one: refusing it (OpenID Connect requires them to be identical; check `issuer` in the config)")
@@ -43,6 +51,33 @@ struct IdPEndpoints: Sendable {
         authorization = try endpoint(document.authorization_endpoint, "authorization_endpoint")
         deviceAuthorization = try endpoint(document.device_authorization_endpoint, "device_authorization_endpoint")
         revocation = try endpoint(document.revocation_endpoint, "revocation_endpoint")
+        jwks = try endpoint(document.jwks_uri, "jwks_uri")
+        authMethods = document.token_endpoint_auth_methods_supported.map { Array($0.prefix(32)) }
+    }
+
+    /// The client authentication the group uses at this provider: the configured method, else
+    /// the key's or the secret's method the provider lists (Basic first), else none.
+    func clientAuthentication(_ group: GroupConfig) -> ClientAuthentication {
+        if let configured = group.clientAuthentication { return configured }
+        if group.clientKeyFile != nil { return .privateKeyJWT }
+        if group.clientSecret == .none { return .none }
+        let offered = authMethods ?? [ClientAuthentication.clientSecretBasic.rawValue]
+        if !offered.contains(ClientAuthentication.clientSecretBasic.rawValue), offered.contains(ClientAuthentication.clientSecretPost.rawValue) {
+            return .clientSecretPost
+        }
+        return .clientSecretBasic
+    }
+
+    /// Where an OAuth authorization server publishes its metadata (RFC 8414 §3.1: the well-known
+    /// segment goes between the host and the issuer's path), then the form many providers serve
+    /// instead (the segment after the issuer, as OpenID discovery puts it).
+    static func metadataURLs(issuer: String) -> [URL] {
+        guard let url = URLComponents(string: issuer) else { return [] }
+        let path = url.path.hasSuffix("/") ? String(url.path.dropLast()) : url.path
+        var standard = url
+        standard.path = "/.well-known/oauth-authorization-server" + path
+        let appended = (issuer.hasSuffix("/") ? issuer : issuer + "/") + ".well-known/oauth-authorization-server"
+        return [standard.url, path.isEmpty ? nil : URL(string: appended)].compactMap { $0 }
     }
 
     /// `localhost`, `::1`, or an IPv4 literal in 127.0.0.0/8 (four decimal parts, the first 127).
@@ -85,13 +120,18 @@ struct TokenResponse: Decodable {
     static func displayName(idToken: String) -> String? {
         struct Claims: Decodable {
             var preferred_username: String?
+            var email: String?
+            var name: String?
             var sub: String?
         }
         let parts = idToken.split(separator: ".")
         guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
               let claims = try? JSONDecoder().decode(Claims.self, from: payload) else { return nil }
-        let name = claims.preferred_username ?? claims.sub
-        return name.flatMap { $0.utf8.count <= 255 && !$0.unicodeScalars.contains { $0.properties.generalCategory == .control } ? $0 : nil }
+        // As people know themselves: their user name, else their address, else their name; the
+        // subject (often a number or a 64-character hash) last.
+        return [claims.preferred_username, claims.email, claims.name, claims.sub].lazy.compactMap { $0 }.first {
+            !$0.isEmpty && $0.utf8.count <= 255 && !$0.unicodeScalars.contains { $0.properties.generalCategory == .control }
+        }
     }
 }
 
@@ -103,6 +143,22 @@ struct DeviceAuthorization: Decodable {
     var verification_uri_complete: String?
     var expires_in: Lenient?
     var interval: Lenient?
+
+    enum CodingKeys: String, CodingKey {
+        case device_code, user_code, verification_uri, verification_uri_complete, expires_in, interval
+        /// Google's name for `verification_uri` (its device flow predates RFC 8628's final text).
+        case verification_url
+    }
+
+    init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        device_code = try c.decode(String.self, forKey: .device_code)
+        user_code = try c.decode(String.self, forKey: .user_code)
+        verification_uri = try c.decodeIfPresent(String.self, forKey: .verification_uri) ?? c.decode(String.self, forKey: .verification_url)
+        verification_uri_complete = try c.decodeIfPresent(String.self, forKey: .verification_uri_complete)
+        expires_in = try c.decodeIfPresent(Lenient.self, forKey: .expires_in)
+        interval = try c.decodeIfPresent(Lenient.self, forKey: .interval)
+    }
 
     /// Seconds the code is good for: 1 s to an hour (600 when the IdP does not say).
     var lifetime: Double { expires_in?.value.map { min(max($0, 1), 3600) } ?? 600 }

@@ -25,6 +25,9 @@ public final class OpenIDProvider: IdentityProvider {
     /// proxy, admin or not), never by issuer alone: a user's group naming an administrator's
     /// issuer, with a CA and a proxy of its choosing, gets a document of its own.
     private let discoveries = Mutex([IdPRoute: (endpoints: IdPEndpoints, fetched: Double)]())
+    /// Revocation endpoints found in OAuth metadata (RFC 8414) for providers whose discovery
+    /// names none, by route like discovery; nil inside when the metadata names none either.
+    private let metadataRevocation = Mutex([IdPRoute: (endpoint: URL?, fetched: Double)]())
     /// The newest DPoP nonce each token endpoint's origin asked for, per route.
     private let dpopNonces = Mutex([NonceKey: String]())
 
@@ -115,13 +118,21 @@ public final class OpenIDProvider: IdentityProvider {
             URLQueryItem(name: "state", value: state), URLQueryItem(name: "nonce", value: nonce),
             URLQueryItem(name: "code_challenge", value: Base64URL.encode(Data(SHA256.hash(data: Data(verifier.utf8))))),
             URLQueryItem(name: "code_challenge_method", value: "S256"),
-        ]
+        ] + (group.effectivePrompt.map { [URLQueryItem(name: "prompt", value: $0)] } ?? [])
+        do {
+            try await checkAuthorizationRequest(url.url!, group: group, redirectURI: redirectURI)
+        } catch {
+            await listener.close()
+            throw error
+        }
         prompt(BrowserPrompt(url: url.url!.absoluteString, expiresAt: Date().timeIntervalSince1970 + group.browserTimeout))
         let callback = await listener.wait(timeout: group.browserTimeout)
         await listener.close()
         guard let callback else {
             if Task.isCancelled { throw BrokerError(.loginDenied, "the browser login was cancelled: the program that asked for it has gone") }
-            throw BrokerError(.loginDenied, "no answer from the browser within \(SessionDuration.format(group.browserTimeout)); run `msso login --browser` again")
+            // A provider that does not know the redirect URI shows an error page and never sends
+            // the browser back (it must not: RFC 6749 §4.1.2.1), so the wait is all msso sees.
+            throw BrokerError(.loginDenied, "no answer from the browser within \(SessionDuration.format(group.browserTimeout)); if the identity provider showed an error page instead of sending you back, it most likely does not accept redirect_uri \(redirectURI) for client \"\(group.clientID)\": register exactly that URI at the IdP, or set `redirect_uri` in the config to the one registered; else run `msso login --browser` again")
         }
         if let error = callback["error"] {
             throw BrokerError(.loginDenied, "the identity provider of \"\(group.name)\" refused the browser login (\(error.prefix(64)))")
@@ -135,6 +146,25 @@ public final class OpenIDProvider: IdentityProvider {
         case .success(let body): return try decode(TokenResponse.self, body, group).tokens(group: group, dpop: dpop != nil)
         case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the browser login")
         }
+    }
+
+    /// Asks the authorization endpoint, before the user is sent there, what the browser would be
+    /// shown: a provider that refuses the request outright (an unknown redirect URI or client)
+    /// answers with an error page (400; glewlwyd: a bare 403), and never sends the browser back.
+    /// Saying so now spares the user a wait that could only end in a timeout. Any other answer (a
+    /// login page, a redirect to one) or none at all is left to the browser.
+    private func checkAuthorizationRequest(_ url: URL, group: GroupConfig, redirectURI: String) async throws(BrokerError) {
+        guard let answer = try? await http.send(url, method: .GET, headers: [("Accept", "text/html, application/json")], body: nil,
+                                                route: IdPRoute(group), timeout: min(requestTimeout, 5)),
+              answer.status == 400 || answer.status == 403 else { return }
+        let page = String(decoding: answer.body.readableBytesView.prefix(65536), as: UTF8.self)
+        let said = (try? JSONDecoder().decode(OAuthErrorBody.self, from: Data(page.utf8))).flatMap { OAuthError.shown($0.error_description ?? $0.error) }
+            .map { " The identity provider said: \"\($0)\"." } ?? ""
+        let idp = "the identity provider of \"\(group.name)\""
+        if page.lowercased().contains("redirect") {
+            throw BrokerError(.configInvalid, "\(idp) refused the browser login's request (HTTP \(answer.status)) and speaks of its redirect URI: it does not accept redirect_uri \(redirectURI) for client \"\(group.clientID)\"; register exactly that URI at the IdP, or set `redirect_uri` in the config to the one registered.\(said)")
+        }
+        throw BrokerError(.configInvalid, "\(idp) refused the browser login's request (HTTP \(answer.status)) before the browser was opened; check client_id \"\(group.clientID)\", `scopes`, and that redirect_uri \(redirectURI) is registered for the client.\(said)")
     }
 
     /// `bytes` random bytes, base64url: PKCE verifiers (43 characters from 32 bytes), states, nonces.
@@ -165,18 +195,38 @@ public final class OpenIDProvider: IdentityProvider {
         }
     }
 
-    public func revoke(_ group: GroupConfig, refreshToken: String) async {
+    public func revoke(_ group: GroupConfig, token: String, hint: TokenKind) async -> Revocation {
         do {
-            guard let endpoint = try await discover(group).revocation else { return }
-            let response = try await post(endpoint, group: group, timeout: revokeTimeout, form: [
-                ("token", refreshToken), ("token_type_hint", "refresh_token"),
-            ])
-            if case .failure(let error) = response {
+            guard let endpoint = try await revocationEndpoint(group) else { return .notOffered }
+            switch try await post(endpoint, group: group, timeout: revokeTimeout, form: [("token", token), ("token_type_hint", hint.rawValue)]) {
+            case .success: return .revoked
+            case .failure(let error):
                 logger.warning("revocation refused", metadata: ["group": "\(group.name)", "error": "\(error.code.prefix(64))", "status": "\(error.status)"])
+                let said = error.description.map { ": \"\($0)\"" } ?? ""
+                return .failed("the identity provider of \"\(group.name)\" refused to revoke the tokens (\(error.code.isEmpty ? "HTTP \(error.status)" : error.code))\(said)")
             }
         } catch {
             logger.warning("revocation failed", metadata: ["group": "\(group.name)", "error": "\(error)"])
+            return .failed(error.message)
         }
+    }
+
+    /// The provider's RFC 7009 endpoint: from its OpenID discovery, else from its OAuth metadata
+    /// (RFC 8414), which some providers alone fill in; nil when neither names one.
+    func revocationEndpoint(_ group: GroupConfig) async throws(BrokerError) -> URL? {
+        if let endpoint = try await discover(group).revocation { return endpoint }
+        let route = IdPRoute(group), now = Date().timeIntervalSince1970
+        if let known = metadataRevocation.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime { return known.endpoint }
+        var found: URL?
+        for url in IdPEndpoints.metadataURLs(issuer: group.issuer) {
+            let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil, timeout: revokeTimeout)
+            guard answer.status == 200 else { continue }
+            // Held to discovery's rules: the same issuer, https (or loopback) endpoints.
+            found = try IdPEndpoints(discovery: Data(answer.body.readableBytesView), group: group, metadata: true).revocation
+            break
+        }
+        metadataRevocation.withLock { $0[route] = (found, now) }
+        return found
     }
 
     // MARK: Requests
@@ -251,11 +301,21 @@ public final class OpenIDProvider: IdentityProvider {
             headers.append(("DPoP", proof))
         }
         var fields = form
-        if let secret = try clientSecret(group) {
+        switch try await discover(group).clientAuthentication(group) {
+        case .clientSecretBasic:
             // RFC 6749 §2.3.1: both parts are form-encoded before they are joined and base64-encoded.
-            let credentials = Self.formEncode(group.clientID) + ":" + Self.formEncode(secret)
+            let credentials = Self.formEncode(group.clientID) + ":" + Self.formEncode(try clientSecret(group))
             headers.append(("Authorization", "Basic " + Data(credentials.utf8).base64EncodedString()))
-        } else {
+        case .clientSecretPost:
+            fields += [("client_id", group.clientID), ("client_secret", try clientSecret(group))]
+        case .privateKeyJWT:
+            fields += [("client_id", group.clientID),
+                       ("client_assertion_type", "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"),
+                       // The audience is the endpoint called (the token endpoint for a token, as
+                       // OpenID Connect says; the revocation endpoint for a revocation, as Okta
+                       // and glewlwyd require).
+                       ("client_assertion", try ClientAssertion.make(group: group, audience: url))]
+        case .none:
             fields.append(("client_id", group.clientID))
         }
         let body = Array(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
@@ -353,9 +413,10 @@ public final class OpenIDProvider: IdentityProvider {
         }
     }
 
-    private func clientSecret(_ group: GroupConfig) throws(BrokerError) -> String? {
+    private func clientSecret(_ group: GroupConfig) throws(BrokerError) -> String {
         switch group.clientSecret {
-        case .none: return nil
+        case .none:
+            throw BrokerError(.configInvalid, "group \"\(group.name)\" has no client secret, and its token_endpoint_auth_method needs one: set client_secret_file, or the method the IdP registered for the client")
         case .inline(let secret): return secret
         case .file(let path):
             guard let data = FileManager.default.contents(atPath: path), data.count <= 4096 else {

@@ -27,7 +27,43 @@ extension Methods {
         public struct Result: Codable, Sendable, Equatable {
             /// The groups whose session this call ended (empty when nothing was logged in).
             public var loggedOut: [String]
-            public init(loggedOut: [String]) { self.loggedOut = loggedOut }
+            /// Whether the identity provider was made to forget every ended session's tokens
+            /// (RFC 7009): false when one of them stays valid there (``notRevoked`` says which and
+            /// why); absent when no session ended.
+            public var revoked: Bool?
+            /// The ended sessions whose tokens the identity provider still honours.
+            public var notRevoked: [NotRevoked]?
+
+            public init(loggedOut: [String], notRevoked: [NotRevoked] = []) {
+                self.loggedOut = loggedOut
+                revoked = loggedOut.isEmpty ? nil : notRevoked.isEmpty
+                self.notRevoked = notRevoked.isEmpty ? nil : notRevoked
+            }
+
+            /// Joins the results of several logouts (`--all` as a user's own apps may use it).
+            public static func + (lhs: Result, rhs: Result) -> Result {
+                Result(loggedOut: lhs.loggedOut + rhs.loggedOut, notRevoked: (lhs.notRevoked ?? []) + (rhs.notRevoked ?? []))
+            }
+        }
+
+        /// A session ended here whose tokens the identity provider was not made to forget: the
+        /// local copy is gone and every app was told, but a copy of the token taken earlier still
+        /// works at the provider until it expires.
+        public struct NotRevoked: Codable, Sendable, Equatable {
+            public var group: String
+            /// Why, in a sentence: the provider offers no revocation, or refused, or did not answer.
+            public var reason: String
+            /// Until when the last access token stays valid (Unix seconds).
+            public var accessTokenExpiresAt: Double?
+            /// Whether a refresh token stays valid too (until the provider expires it).
+            public var refreshToken: Bool
+
+            public init(group: String, reason: String, accessTokenExpiresAt: Double?, refreshToken: Bool) {
+                self.group = group
+                self.reason = reason
+                self.accessTokenExpiresAt = accessTokenExpiresAt
+                self.refreshToken = refreshToken
+            }
         }
     }
 

@@ -168,14 +168,14 @@ final class Dispatcher: Sendable {
         case .logout(let args):
             guard args.all == true else {
                 let name = try resolve(args.group, .logout, caller, into: &group).name
-                return reply(Methods.Logout.Result(loggedOut: try await broker.logout(name, all: false)))
+                return reply(try await broker.logout(name, all: false))
             }
             guard policy.needsEntitlement(.logout, role: role) else {
-                return reply(Methods.Logout.Result(loggedOut: try await broker.logout(nil, all: true)))
+                return reply(try await broker.logout(nil, all: true))
             }
-            var ended: [String] = []
-            for name in caller.usableGroups(rules.configuration).sorted() { ended += try await broker.logout(name, all: false) }
-            return reply(Methods.Logout.Result(loggedOut: ended))
+            var ended = Methods.Logout.Result(loggedOut: [])
+            for name in caller.usableGroups(rules.configuration).sorted() { ended = ended + (try await broker.logout(name, all: false)) }
+            return reply(ended)
         case .status(let args):
             if args.group != nil || !policy.needsEntitlement(.status, role: role) {
                 let name = try args.group.map { try resolve($0, .status, caller, into: &group).name }

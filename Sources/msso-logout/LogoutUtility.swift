@@ -20,12 +20,21 @@ struct LogoutUtility: ParsableCommand {
     @Option(help: ArgumentHelp("The broker's socket.", valueName: "path"))
     var socket: String?
 
+    /// A Unix time as the local clock shows it ("14:03").
+    static func clockTime(_ time: Double) -> String {
+        var seconds = time_t(time.isFinite ? max(min(time, 253_402_300_799), 0) : 0)
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return "?" }
+        let two = { (n: Int32) in n < 10 ? "0\(n)" : "\(n)" }
+        return "\(two(parts.tm_hour)):\(two(parts.tm_min))"
+    }
+
     func run() throws {
         do throws(BrokerError) {
             let broker = try BrokerConnection.connect(socketPath: socket, clientName: "msso-logout")
             defer { broker.close() }
-            let ended = try broker.call(Methods.Logout.self, .init(group: group, all: group == nil)).loggedOut
-            print(TerminalText.safe(ended.isEmpty ? "No SSO session was active." : "Logged out of \(ended.joined(separator: ", "))."))
+            let result = try broker.call(Methods.Logout.self, .init(group: group, all: group == nil))
+            for line in result.summary(time: Self.clockTime) { print(TerminalText.safe(line)) }
         } catch {
             let line = Array("msso-logout: \(TerminalText.safe(error.message))\n".utf8)
             _ = line.withUnsafeBytes { write(2, $0.baseAddress, $0.count) }

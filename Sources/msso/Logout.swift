@@ -17,12 +17,9 @@ struct Logout: ParsableCommand {
 
     func run() throws {
         try options.run { broker in
-            let ended = try broker.call(Methods.Logout.self, .init(group: options.group, all: all)).loggedOut
-            if options.json {
-                Output.json(Methods.Logout.Result(loggedOut: ended))
-            } else {
-                Output.print(ended.isEmpty ? "No SSO session was active." : "Logged out of \(ended.joined(separator: ", ")).")
-            }
+            let result = try broker.call(Methods.Logout.self, .init(group: options.group, all: all))
+            if options.json { return Output.json(result) }
+            for line in result.summary(time: Output.when) { Output.print(line) }
         }
     }
 }

@@ -158,7 +158,7 @@ final class BrokerTests: XCTestCase {
         await assertFails(.corrupt) { try await Self.sign(broker) }
         await assertFails(.corrupt) { try await broker.extend(nil) }
         let ended = try await broker.logout(nil, all: false)
-        XCTAssertEqual(ended, [group])
+        XCTAssertEqual(ended.loggedOut, [group])
         let after = try await broker.check(nil)
         XCTAssertEqual(after.state, .notLoggedIn)
         _ = try await login(broker)
@@ -245,13 +245,38 @@ final class BrokerTests: XCTestCase {
         _ = try await broker.subscribe(sink, groups: [group])
         _ = try await login(broker)
         let actual8 = try await broker.logout(nil, all: false)
-        XCTAssertEqual(actual8, [group])
+        XCTAssertEqual(actual8, Methods.Logout.Result(loggedOut: [group]))
+        XCTAssertEqual(actual8.revoked, true)
         XCTAssertEqual(idp.counts.revoked, ["rt-1"])
         XCTAssertNil(store.item(group))
         await assertFails(.notLoggedIn) { try await Self.sign(broker) }
         XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .loggedOut])
         let actual9 = try await broker.logout(nil, all: true)
-        XCTAssertEqual(actual9, [], "nothing left to end")
+        XCTAssertEqual(actual9.loggedOut, [], "nothing left to end")
+        XCTAssertNil(actual9.revoked, "nothing was there to revoke")
+    }
+
+    func testALogoutTheIdPCannotRevokeSaysWhatStaysValidAndStillEndsTheSession() async throws {
+        let broker = makeBroker()
+        let sink = RecordingSink()
+        _ = try await broker.subscribe(sink, groups: [group])
+        idp.revocation = .notOffered
+        let status = try await login(broker)
+        let ended = try await broker.logout(nil, all: false)
+        XCTAssertEqual(ended.loggedOut, [group])
+        XCTAssertEqual(ended.revoked, false)
+        XCTAssertEqual(ended.notRevoked?.map(\.group), [group])
+        XCTAssertEqual(ended.notRevoked?.first?.refreshToken, true)
+        XCTAssertEqual(ended.notRevoked?.first?.accessTokenExpiresAt, status.accessTokenExpiresAt)
+        XCTAssert(ended.notRevoked?.first?.reason.contains("offers no token revocation") == true)
+        XCTAssertNil(store.item(group), "the local copy is gone all the same")
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .loggedOut], "and every app was told")
+        await assertFails(.notLoggedIn) { try await Self.sign(broker) }
+
+        idp.revocation = .failed("the identity provider did not answer within 3 s")
+        _ = try await login(broker)
+        let again = try await broker.logout(nil, all: false)
+        XCTAssertEqual(again.notRevoked?.first?.reason, "the identity provider did not answer within 3 s")
     }
 
     func testNoSignSucceedsAfterLogoutReturnsWhileSignsRace() async throws {
@@ -306,7 +331,7 @@ final class BrokerTests: XCTestCase {
         XCTAssertEqual(signed, "Bearer at-1", "the session is intact in memory")
         store.locked = false
         let ended = try await broker.logout(nil, all: false)
-        XCTAssertEqual(ended, [group])
+        XCTAssertEqual(ended.loggedOut, [group])
         XCTAssertEqual(idp.counts.revoked, ["rt-1"])
     }
 

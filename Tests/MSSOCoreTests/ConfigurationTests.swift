@@ -248,6 +248,42 @@ final class ConfigurationTests: XCTestCase {
 
     // MARK: The route to an identity provider
 
+    func testClientAuthenticationPromptAndTheRedirectAddress() throws {
+        func group(_ lines: String) throws -> GroupConfig {
+            try Configuration.parse("[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\n" + lines, file: "/etc/msso/c.toml")[0]
+        }
+        XCTAssertNil(try group("").clientAuthentication, "unset: chosen from discovery")
+        XCTAssertEqual(try group("client_secret = \"s\"\ntoken_endpoint_auth_method = \"client_secret_post\"").clientAuthentication, .clientSecretPost)
+        let keyed = try group("client_key = \"keys/c.pem\"\ntoken_endpoint_auth_method = \"private_key_jwt\"")
+        XCTAssertEqual(keyed.clientAuthentication, .privateKeyJWT)
+        XCTAssertEqual(keyed.clientKeyFile, "/etc/msso/keys/c.pem", "relative to the file, as client_secret_file")
+        XCTAssertEqual(try group("token_endpoint_auth_method = \"none\"").clientAuthentication, ClientAuthentication.none)
+
+        XCTAssertNil(try group("").effectivePrompt)
+        XCTAssertEqual(try group("scopes = [\"openid\", \"offline_access\"]").effectivePrompt, "consent",
+                       "OpenID Connect Core §11: offline access is asked for with prompt=consent")
+        XCTAssertNil(try group("scopes = [\"openid\", \"offline_access\"]\nprompt = \"\"").effectivePrompt, "\"\" sends none")
+        XCTAssertEqual(try group("prompt = \"login consent\"").effectivePrompt, "login consent")
+
+        let refusals: [(String, String)] = [
+            ("token_endpoint_auth_method = \"client_secret_jwt\"",
+             "`token_endpoint_auth_method`: expected one of \"client_secret_basic\", \"client_secret_post\", \"private_key_jwt\", \"none\", got \"client_secret_jwt\""),
+            ("token_endpoint_auth_method = \"client_secret_basic\"", "`token_endpoint_auth_method`: client_secret_basic needs client_secret or client_secret_file"),
+            ("token_endpoint_auth_method = \"private_key_jwt\"", "`token_endpoint_auth_method`: private_key_jwt needs client_key"),
+            ("client_secret = \"s\"\ntoken_endpoint_auth_method = \"none\"", "`token_endpoint_auth_method`: \"none\" is for a public client"),
+            ("client_secret = \"s\"\nclient_key = \"/k.pem\"", "`client_key`: give a client secret or client_key, not both"),
+            ("prompt = \"always\"", "`prompt`: expected \"login\", \"consent\""),
+            ("prompt = \"none login\"", "`prompt`: expected"),
+            ("redirect_uri = \"http://[::1]:4600/callback\"", "`redirect_uri`: expected a loopback http URL on 127.0.0.1"),
+            ("redirect_uri = \"http://localhost:4600/callback\"", "msso's redirect listener serves 127.0.0.1 only"),
+        ]
+        for (lines, expected) in refusals {
+            XCTAssertThrowsError(try group(lines), lines) { error in
+                XCTAssertTrue("\(error)".contains(expected), "\(error)")
+            }
+        }
+    }
+
     func testProxyIsAGroupKey() throws {
         let text = """
             [groups.a]

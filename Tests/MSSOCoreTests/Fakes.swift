@@ -131,8 +131,12 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
         return next()
     }
 
-    func revoke(_ group: GroupConfig, refreshToken: String) async {
-        lock.withLock { revoked.append(refreshToken) }
+    /// What ``revoke(_:token:hint:)`` answers.
+    var revocation: Revocation = .revoked
+
+    func revoke(_ group: GroupConfig, token: String, hint: TokenKind) async -> Revocation {
+        lock.withLock { revoked.append(token) }
+        return revocation
     }
 }
 

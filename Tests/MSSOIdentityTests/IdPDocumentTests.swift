@@ -22,6 +22,48 @@ final class IdPDocumentTests: XCTestCase {
         XCTAssertThrowsError(try IdPEndpoints(discovery: trailing, group: group), "identical means identical")
     }
 
+    func testTheClientAuthenticationIsTheConfiguredOneElseTheBestTheProviderOffers() throws {
+        func chosen(_ offered: [String]?, secret: ClientSecretSource = .inline("s"), key: String? = nil,
+                    configured: ClientAuthentication? = nil) throws -> ClientAuthentication {
+            var fields: [String: Any] = ["issuer": group.issuer, "token_endpoint": "https://idp.example/token"]
+            fields["token_endpoint_auth_methods_supported"] = offered
+            var config = group
+            config.clientSecret = secret
+            config.clientKeyFile = key
+            config.clientAuthentication = configured
+            return try IdPEndpoints(discovery: try JSONSerialization.data(withJSONObject: fields), group: config).clientAuthentication(config)
+        }
+        XCTAssertEqual(try chosen(nil), .clientSecretBasic, "OAuth's default when the provider does not say")
+        XCTAssertEqual(try chosen(["client_secret_post", "client_secret_basic"]), .clientSecretBasic)
+        XCTAssertEqual(try chosen(["client_secret_post", "private_key_jwt"]), .clientSecretPost)
+        XCTAssertEqual(try chosen(["client_secret_basic"], secret: .none), ClientAuthentication.none, "a public client")
+        XCTAssertEqual(try chosen(["client_secret_basic"], secret: .none, key: "/k.pem"), .privateKeyJWT)
+        XCTAssertEqual(try chosen(["client_secret_basic"], configured: .clientSecretPost), .clientSecretPost, "the administrator knows best")
+    }
+
+    func testGooglesDeviceAnswerNamesItsAddressVerificationURL() throws {
+        let google = try JSONDecoder().decode(DeviceAuthorization.self, from: Data("""
+            {"device_code": "d", "user_code": "ABCD-EFGH", "verification_url": "https://www.google.com/device", "expires_in": 1800, "interval": 5}
+            """.utf8))
+        XCTAssertEqual(google.verification_uri, "https://www.google.com/device")
+        let both = try JSONDecoder().decode(DeviceAuthorization.self, from: Data("""
+            {"device_code": "d", "user_code": "U", "verification_uri": "https://idp.example/device", "verification_url": "https://elsewhere.example/"}
+            """.utf8))
+        XCTAssertEqual(both.verification_uri, "https://idp.example/device", "RFC 8628's name wins")
+        XCTAssertThrowsError(try JSONDecoder().decode(DeviceAuthorization.self, from: Data(#"{"device_code": "d", "user_code": "U"}"#.utf8)))
+    }
+
+    func testOAuthMetadataIsLookedForWhereRFC8414PutsItThenAfterTheIssuer() {
+        XCTAssertEqual(IdPEndpoints.metadataURLs(issuer: "https://idp.example/o").map(\.absoluteString),
+                       ["https://idp.example/.well-known/oauth-authorization-server/o",
+                        "https://idp.example/o/.well-known/oauth-authorization-server"])
+        XCTAssertEqual(IdPEndpoints.metadataURLs(issuer: "https://idp.example/realms/corp/").map(\.absoluteString),
+                       ["https://idp.example/.well-known/oauth-authorization-server/realms/corp",
+                        "https://idp.example/realms/corp/.well-known/oauth-authorization-server"])
+        XCTAssertEqual(IdPEndpoints.metadataURLs(issuer: "http://127.0.0.1:8000").map(\.absoluteString),
+                       ["http://127.0.0.1:8000/.well-known/oauth-authorization-server"])
+    }
+
     func testEveryEndpointIsHttpsUnlessOnLoopback() throws {
         for endpoint in ["http://idp.example/token", "ftp://idp.example/token", "https:///token", "token"] {
             let document = discovery(["issuer": group.issuer, "token_endpoint": endpoint])

@@ -7,7 +7,14 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
 
 - `discovery_issuer`: the `issuer` the discovery document claims (a lie: another issuer);
 - `discovery_overrides`: endpoints replaced in the discovery document, e.g.
-  `{"token_endpoint": "http://idp.invalid/token"}`;
+  `{"token_endpoint": "http://idp.invalid/token"}`; `discovery_drop`: members left out of it
+  (`["revocation_endpoint"]`);
+- `metadata`: members of an OAuth authorization server metadata document (RFC 8414) served at
+  `/.well-known/oauth-authorization-server/api/oidc` (its `issuer` is the fake's); None: 404;
+- `token_drop`: members left out of every 200 token answer (`["refresh_token"]`), and
+  `token_overrides`: members replaced in it (`{"expires_in": 2}`). The fake always leaves out
+  `id_token`: glewlwyd signs it with its own issuer, which is not the fake's, so msso rightly
+  refuses it; a test of ID tokens uses glewlwyd itself;
 - `token_redirect`: the token endpoint answers every POST with a 307 to this URL (a third origin);
 - `token_body_bytes`: the token endpoint answers 200 with a JSON body this large (e.g. 10 MB),
   announced by Content-Length, or sent chunked (no length known up front) with `token_body_chunked`;
@@ -194,6 +201,10 @@ class FakeIdP(_Recording):
         self.device_overrides = {}
         self.device_poll_error = None
         self.password_error = None
+        self.discovery_drop = []
+        self.metadata = None
+        self.token_drop = []
+        self.token_overrides = {}
 
     def fail_refresh(self, kind, count, retry_after=None):
         assert kind in ("429", "503", "408", "hang", "drip"), kind
@@ -220,6 +231,10 @@ class FakeIdP(_Recording):
         path = request.path.split("?")[0]
         if path.endswith("/.well-known/openid-configuration"):
             return self._discovery(handler, request)
+        if path == "/.well-known/oauth-authorization-server/api/oidc":
+            if self.metadata is None:
+                return handler._json(404, {"error": "not_found"})
+            return handler._json(200, dict(self.metadata, issuer=self.issuer))
         if path.endswith("/token") and request.method == "POST":
             if self.token_redirect:
                 return handler._answer(307, b"", [("Location", self.token_redirect)])
@@ -250,6 +265,12 @@ class FakeIdP(_Recording):
                 return handler._json(200, document)
             return handler._answer(status, body, headers)
         status, headers, body = self._forward(request)
+        if path.endswith("/token") and request.method == "POST" and status == 200:
+            answer = json.loads(body)
+            for member in ["id_token", *self.token_drop]:
+                answer.pop(member, None)
+            answer.update(self.token_overrides)
+            return handler._json(200, answer)
         handler._answer(status, body, headers)
 
     def _forward(self, request: Recorded):
@@ -281,6 +302,8 @@ class FakeIdP(_Recording):
         if self.discovery_issuer is not None:
             document["issuer"] = self.discovery_issuer
         document.update(self.discovery_overrides)
+        for member in self.discovery_drop:
+            document.pop(member, None)
         handler._json(200, document)
 
     def _huge(self, handler, size, chunked):

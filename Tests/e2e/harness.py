@@ -269,7 +269,7 @@ class Broker:
                       "scopes": ["openid", "app1"], "session_timeout": "30m", "session_max": "12h"}
             values.update(overrides)
             lines.append(f'[groups."{name}"]')
-            lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+            lines += [f"{k} = {json.dumps(v)}" for k, v in values.items() if v is not None]  # None: key left out
         self.config.parent.mkdir(parents=True, exist_ok=True)
         self.config.write_text("\n".join(lines) + "\n")
         if not self.admin_files:

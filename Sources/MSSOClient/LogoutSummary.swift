@@ -1,0 +1,20 @@
+import MSSOProtocol
+
+extension Methods.Logout.Result {
+    /// What a person is told after a logout: which sessions ended, then, once for each session
+    /// whose tokens its identity provider still honours, plainly what stays valid and until when.
+    /// `time` formats a Unix time for the reader. The text is the broker's: filter it before
+    /// printing (``TerminalText``).
+    public func summary(time: (Double) -> String) -> [String] {
+        guard !loggedOut.isEmpty else { return ["No SSO session was active."] }
+        var lines = ["Logged out of \(loggedOut.joined(separator: ", "))."]
+        for session in notRevoked ?? [] {
+            let access = session.accessTokenExpiresAt.map { "its last access token until \(time($0))" }
+            let refresh = session.refreshToken ? "its refresh token until the provider expires it" : nil
+            let valid = [access, refresh].compactMap { $0 }.joined(separator: " and ")
+            lines.append("\"\(session.group)\": not revoked at the identity provider: \(session.reason). Every app here is logged out, "
+                         + (valid.isEmpty ? "and its tokens have expired." : "but a copy of its tokens taken earlier stays valid there: \(valid)."))
+        }
+        return lines
+    }
+}

@@ -1,0 +1,237 @@
+"""What providers other than glewlwyd do differently, reproduced with the real glewlwyd behind the
+fault-injecting fake (fake_idp.py), and what msso must do about each: revoke where the provider can
+(RFC 8414 metadata when discovery names no endpoint) and otherwise say plainly what stays valid;
+end a session that has no refresh token when its access token expires; authenticate the client
+the way the provider takes; send `prompt`; name `redirect_uri` when the provider refuses it.
+
+The providers these quirks come from are in test_real_idps.py, through their own login pages.
+"""
+import json
+import subprocess
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from fake_idp import FakeIdP
+from harness import BIN, GROUP, SECRETS, Broker, RawClient, free_port, wait_for
+from test_browser_login import REDIRECT, browser, start_login
+
+URL = "https://api.example.com/items"
+
+
+@pytest.fixture
+def fake(idp):
+    proxy = FakeIdP(idp)
+    yield proxy
+    proxy.stop()
+
+
+def introspect(idp, token):
+    """glewlwyd's own verdict on a token (RFC 7662), asked directly, not through the fake."""
+    answer = subprocess.run(["curl", "-s", "-u", f"msso:{idp.secret_file.read_text()}", "-d", f"token={token}",
+                             f"{idp.issuer}/introspect"], capture_output=True, text=True, check=True)
+    return json.loads(answer.stdout)["active"]
+
+
+def stored_refresh_token(desktop):
+    _, secret = desktop.keyring_item()
+    return secret["refreshToken"]
+
+
+# -- logout: revoke wherever the provider can, else say what stays valid --------------------------
+
+def test_logout_revokes_through_oauth_metadata_when_discovery_names_no_endpoint(desktop, idp, fake):
+    """django-oauth-toolkit names its RFC 7009 endpoint only in RFC 8414 metadata."""
+    fake.discovery_drop = ["revocation_endpoint"]
+    fake.metadata = {"token_endpoint": f"{fake.issuer}/token", "revocation_endpoint": f"{fake.issuer}/revoke"}
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        refresh_token = stored_refresh_token(desktop)
+        assert introspect(idp, refresh_token)
+        done = broker.msso("logout", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == {"loggedOut": [GROUP], "revoked": True}
+        revocations = fake.recorded("POST", "/revoke")
+        assert [r.form.get("token_type_hint") for r in revocations] == [["refresh_token"]]
+        assert not introspect(idp, refresh_token), "the refresh token is dead at the provider"
+    finally:
+        broker.stop()
+
+
+def test_a_provider_without_revocation_is_told_plainly_and_the_session_still_ends(desktop, idp, fake):
+    """LemonLDAP::NG and django-oidc-provider have no revocation endpoint anywhere."""
+    fake.discovery_drop = ["revocation_endpoint"]
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        refresh_token = stored_refresh_token(desktop)
+        status = broker.status_json()
+        done = broker.msso("logout", "--json")
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["loggedOut"] == [GROUP] and result["revoked"] is False, result
+        assert result["notRevoked"] == [{
+            "group": GROUP, "reason": f'the identity provider of "{GROUP}" offers no token revocation (RFC 7009)',
+            "accessTokenExpiresAt": status["accessTokenExpiresAt"], "refreshToken": True}]
+        assert fake.recorded("GET", "/.well-known/oauth-authorization-server/api/oidc"), "RFC 8414 metadata was looked for"
+        assert introspect(idp, refresh_token), "nothing could revoke it: the test is honest about the provider"
+        # Either way the local copy is gone and every app is logged out.
+        assert desktop.keyring_item() is None
+        assert broker.msso("sign", "--url", URL).returncode == 2
+
+        # In words, once, from both commands that log out.
+        for binary in ("msso", "msso-logout"):
+            assert broker.login().returncode == 0
+            text = broker.msso(*(["logout"] if binary == "msso" else []), binary=binary)
+            assert text.returncode == 0, text.stderr
+            lines = text.stdout.splitlines()
+            assert lines[0] == f"Logged out of {GROUP}.", text.stdout
+            assert len(lines) == 2 and "not revoked at the identity provider" in lines[1], text.stdout
+            assert "offers no token revocation" in lines[1] and "its refresh token until the provider expires it" in lines[1]
+    finally:
+        broker.stop()
+
+
+def test_a_revocation_the_provider_refuses_is_reported_with_its_words(desktop, idp, fake):
+    fake.discovery_overrides = {"revocation_endpoint": f"{fake.issuer}/revoke-that-fails"}
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        done = broker.msso("logout", "--json")
+        result = json.loads(done.stdout)
+        assert done.returncode == 0 and result["revoked"] is False, done.stdout
+        assert "refused to revoke the tokens (HTTP 404)" in result["notRevoked"][0]["reason"], result
+    finally:
+        broker.stop()
+
+
+# -- a provider that gives no refresh token --------------------------------------------------------
+
+def test_without_a_refresh_token_the_session_ends_with_its_access_token(desktop, idp, fake):
+    """idpyoidc issues refresh tokens only for offline_access: then nothing can renew the access
+    token, and status, check, sign and token must all agree that the session is over."""
+    fake.token_drop = ["refresh_token"]
+    fake.token_overrides = {"expires_in": 3}
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        status = broker.status_json()
+        assert status["state"] == "valid"
+        assert status["sessionExpiresAt"] == status["accessTokenExpiresAt"], "the session cannot outlive its token"
+        assert broker.msso("sign", "--url", URL).returncode == 0, "the token signs while it lasts"
+        wait_for(lambda: broker.msso("check").returncode == 1, timeout=15, what="check to say expired")
+        assert broker.status_json()["state"] == "expired"
+        for verb in (["sign", "--url", URL], ["token"]):
+            done = broker.msso(*verb)
+            assert done.returncode == 1, (verb, done.returncode, done.stderr)
+            assert "gave no refresh token" in done.stderr and "msso login" in done.stderr, done.stderr
+        assert not fake.recorded("POST", "/token", grant="refresh_token"), "no refresh without a refresh token"
+    finally:
+        broker.stop()
+
+
+# -- client authentication ---------------------------------------------------------------------------
+
+def token_requests(fake):
+    return fake.recorded("POST", "/token", grant="password")
+
+
+def test_client_secret_post_when_configured_or_when_the_provider_offers_only_that(desktop, idp, fake):
+    secret = fake.secret_file.read_text()
+    # The default, where the provider lists Basic: the secret in the Authorization header only.
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        request = token_requests(fake)[-1]
+        assert any(k.lower() == "authorization" and v.startswith("Basic ") for k, v in request.headers)
+        assert "client_secret" not in request.form
+    finally:
+        broker.stop()
+
+    for how, groups in [("configured", {GROUP: {"token_endpoint_auth_method": "client_secret_post"}}),
+                        ("from discovery", {GROUP: {}})]:
+        fake.discovery_overrides = {"token_endpoint_auth_methods_supported": ["client_secret_post"]} if how == "from discovery" else {}
+        broker = Broker(desktop, fake, groups=groups)
+        try:
+            done = broker.login()
+            assert done.returncode == 0, (how, done.stderr)
+            request = token_requests(fake)[-1]
+            assert request.form.get("client_secret") == [secret] and request.form.get("client_id") == ["msso"], how
+            assert not any(k.lower() == "authorization" for k, _ in request.headers), how
+            assert broker.msso("logout").returncode == 0
+        finally:
+            broker.stop()
+
+
+# -- the browser login: prompt, and a redirect URI the provider does not know ------------------------
+
+def test_prompt_is_sent_consent_by_default_with_offline_access(desktop, idp):
+    broker = Broker(desktop, idp, groups={GROUP: {"redirect_uri": REDIRECT, "scopes": ["openid", "app1", "offline_access"]}})
+    try:
+        cli, url = start_login(broker)
+        cli.kill()
+        cli.wait()
+        assert parse_qs(urlparse(url).query)["prompt"] == ["consent"], url
+    finally:
+        broker.stop()
+    broker = Broker(desktop, idp, groups={GROUP: {"redirect_uri": REDIRECT, "prompt": "login"}})
+    try:
+        cli, url = start_login(broker)
+        assert parse_qs(urlparse(url).query)["prompt"] == ["login"], url
+        landing = browser(idp, url)
+        assert landing.status_code == 200
+        cli.wait(timeout=30)
+        assert cli.returncode == 0, cli.stderr.read()
+        assert broker.status_json()["state"] == "valid"
+    finally:
+        broker.stop()
+
+
+def test_a_redirect_uri_the_provider_does_not_know_is_named_at_once(desktop, idp):
+    unknown = f"http://127.0.0.1:{free_port()}/elsewhere"
+    broker = Broker(desktop, idp, groups={GROUP: {"redirect_uri": unknown}})
+    try:
+        done = subprocess.run([BIN / "msso", "login", "--browser"], env=broker.env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 78, (done.returncode, done.stderr)
+        assert f"redirect_uri {unknown}" in done.stderr and "register" in done.stderr, done.stderr
+        assert "open this address" not in done.stderr, "the user was not sent to an error page"
+    finally:
+        broker.stop()
+
+
+def test_private_key_jwt_logs_in_refreshes_and_revokes_with_no_shared_secret(desktop, idp):
+    """glewlwyd's client "msso-jwt" is registered with the public half of DIR/client_key.pem and
+    takes no secret: every request to the token and revocation endpoints carries an assertion
+    signed with the key (RFC 7523), which glewlwyd verifies."""
+    broker = Broker(desktop, idp, groups={GROUP: {"client_id": "msso-jwt", "client_secret_file": None,
+                                                  "client_key": str(idp.dir / "client_key.pem")}})
+    try:
+        done = broker.login()
+        assert done.returncode == 0, done.stderr
+        assert broker.msso("sign", "--url", URL).returncode == 0
+        _, secret = desktop.keyring_item()
+        client = RawClient(broker.socket)
+        try:
+            renewed = client.call("token", {"renew": True})
+            assert "result" in renewed, renewed
+            SECRETS.add(renewed["result"]["accessToken"])
+        finally:
+            client.close()
+        assert desktop.keyring_item()[1]["refreshToken"] != secret["refreshToken"], "a refresh, authenticated by the key"
+        done = broker.msso("logout", "--json")
+        assert json.loads(done.stdout) == {"loggedOut": [GROUP], "revoked": True}, done.stdout
+    finally:
+        broker.stop()
+
+    # A key the provider does not know for the client gets nothing.
+    other = idp.dir / "other_key.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", other],
+                   check=True, capture_output=True)
+    broker = Broker(desktop, idp, groups={GROUP: {"client_id": "msso-jwt", "client_secret_file": None, "client_key": str(other)}})
+    try:
+        done = broker.login()
+        assert done.returncode != 0 and desktop.keyring_item() is None, done.stderr
+    finally:
+        broker.stop()
