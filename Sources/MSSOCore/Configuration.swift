@@ -257,8 +257,8 @@ public struct Configuration: Equatable, Sendable {
             switch group.clientAuthentication {
             case .clientSecretBasic?, .clientSecretPost? where group.clientSecret == .none:
                 throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "\(group.clientAuthentication!.rawValue) needs client_secret or client_secret_file")
-            case .privateKeyJWT? where group.clientKeyFile == nil:
-                throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "private_key_jwt needs client_key, the PEM file of the key registered for the client at the IdP")
+            case .privateKeyJWT? where group.clientSecret != .none:
+                throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "private_key_jwt sends no client secret: remove it (the key is client_key, else the group's own key that `msso keys` shows)")
             case ClientAuthentication.none? where group.clientSecret != .none || group.clientKeyFile != nil:
                 throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "\"none\" is for a public client: remove the client secret and client_key, or choose the method the IdP registered")
             default: break

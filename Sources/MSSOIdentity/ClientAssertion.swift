@@ -10,16 +10,17 @@ import MSSOSigning
 /// public key registered for the client. No shared secret crosses the wire.
 ///
 /// The key is the administrator's PEM file (`client_key`): EC P-256 (ES256) or RSA (RS256, the one
-/// every provider takes). It is read for each request, like a client secret file, and never kept.
+/// every provider takes), read for each request like a client secret file, and never kept; or,
+/// without one, the group's own key, which the broker made and keeps in the keyring (`msso keys`
+/// shows its public half, to register at the provider).
 enum ClientAssertion {
     /// How long an assertion is good for: long enough for one request, too short to replay later.
     static let lifetime: Double = 60
 
     /// A signed assertion for a request to `audience`, the endpoint it is sent to.
-    static func make(group: GroupConfig, audience: URL, now: Double = Date().timeIntervalSince1970) throws(BrokerError) -> String {
+    static func make(group: GroupConfig, key: ClientKey, audience: URL, now: Double = Date().timeIntervalSince1970) throws(BrokerError) -> String {
         struct Header: Encodable { var alg: String, typ = "JWT", kid: String }
         struct Claims: Encodable { var iss: String, sub: String, aud: String, jti: String, iat: Int, exp: Int }
-        let key = try ClientKey(group: group)
         let issuedAt = Int(now)
         let claims = Claims(iss: group.clientID, sub: group.clientID, aud: audience.absoluteString,
                             jti: OpenIDProvider.random(16), iat: issuedAt, exp: issuedAt + Int(lifetime))
@@ -37,6 +38,8 @@ struct ClientKey {
     private enum Key {
         case p256(P256.Signing.PrivateKey)
         case rsa(_RSA.Signing.PrivateKey)
+        /// The group's own key (P-256 or Ed25519).
+        case broker(SigningKey)
     }
 
     private let key: Key
@@ -45,7 +48,15 @@ struct ClientKey {
     /// registered for the client.
     let keyID: String
 
-    init(group: GroupConfig) throws(BrokerError) {
+    /// The group's own key, as `msso keys` shows it.
+    init(broker key: SigningKey) {
+        self.key = .broker(key)
+        algorithm = key.kind == .ed25519 ? "EdDSA" : "ES256"
+        keyID = key.thumbprint
+    }
+
+    /// The administrator's key file (`client_key`).
+    init(file group: GroupConfig) throws(BrokerError) {
         guard let path = group.clientKeyFile, let data = FileManager.default.contents(atPath: path), data.count <= 16384 else {
             throw BrokerError(.configInvalid, "cannot read the client key file \(group.clientKeyFile ?? "(none)") of \"\(group.name)\"; `client_key` names the PEM private key registered for the client (private_key_jwt)")
         }
@@ -70,6 +81,7 @@ struct ClientKey {
             switch key {
             case .p256(let key): return try key.signature(for: data).rawRepresentation // JOSE: r || s
             case .rsa(let key): return try key.signature(for: data, padding: .insecurePKCS1v1_5).rawRepresentation // RS256 is PKCS #1 v1.5
+            case .broker(let key): return try key.signature(for: data)
             }
         } catch {
             throw BrokerError(.internal, "could not sign the client assertion")

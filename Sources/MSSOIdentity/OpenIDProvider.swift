@@ -39,9 +39,14 @@ public final class OpenIDProvider: IdentityProvider {
     /// A discovery document is fetched again after this many seconds.
     static let discoveryLifetime: Double = 3600
 
+    /// Where the groups' own keys are (the keyring): a `private_key_jwt` group without `client_key`
+    /// signs its client assertions with its key.
+    private let keys: (any KeyStore)?
+
     public init(logger: Logger, requestTimeout: Double = 10, revokeTimeout: Double = 3,
-                environment: [String: String] = [:]) {
+                environment: [String: String] = [:], keys: (any KeyStore)? = nil) {
         http = IdPHTTP(environment: environment)
+        self.keys = keys
         self.logger = logger
         self.requestTimeout = requestTimeout
         self.revokeTimeout = revokeTimeout
@@ -314,7 +319,7 @@ public final class OpenIDProvider: IdentityProvider {
                        // The audience is the endpoint called (the token endpoint for a token, as
                        // OpenID Connect says; the revocation endpoint for a revocation, as Okta
                        // and glewlwyd require).
-                       ("client_assertion", try ClientAssertion.make(group: group, audience: url))]
+                       ("client_assertion", try ClientAssertion.make(group: group, key: try await clientKey(group), audience: url))]
         case .none:
             fields.append(("client_id", group.clientID))
         }
@@ -411,6 +416,24 @@ public final class OpenIDProvider: IdentityProvider {
         default:
             return BrokerError(.loginDenied, "\(idp) refused to \(what) (\(code)).\(said)")
         }
+    }
+
+    /// The key that signs the group's `private_key_jwt` assertions: the administrator's file, else
+    /// the group's own key in the keyring, which `msso keys` makes and shows for registration.
+    private func clientKey(_ group: GroupConfig) async throws(BrokerError) -> ClientKey {
+        if group.clientKeyFile != nil { return try ClientKey(file: group) }
+        let stored: StoredKey?
+        do {
+            stored = try await keys?.loadKey(group: group.name)
+        } catch let error as BrokerError {
+            throw error
+        } catch {
+            throw BrokerError(.keyringUnavailable, "cannot read the key of \"\(group.name)\" from the keyring")
+        }
+        guard let stored, let key = try? stored.key() else {
+            throw BrokerError(.configInvalid, "group \"\(group.name)\" authenticates with private_key_jwt and the broker's own key, which does not exist yet: run `msso keys --group \(group.name)`, and register the public half it shows for client \"\(group.clientID)\" at the IdP (or set client_key to a key file)")
+        }
+        return ClientKey(broker: key)
     }
 
     private func clientSecret(_ group: GroupConfig) throws(BrokerError) -> String {

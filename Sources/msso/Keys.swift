@@ -8,8 +8,10 @@ struct Keys: ParsableCommand {
         discussion: """
             Groups whose `sign` profile is dpop or http-signature sign with a key the broker made; \
             its private half never leaves the broker. Give the public half (JWK or PEM) to the \
-            services that verify your requests. --rotate makes a new key; tokens bound to the old \
-            one (dpop) stop working, so that group's session ends.
+            services that verify your requests. A private_key_jwt group without client_key also \
+            authenticates to its identity provider with this key: register the public half for the \
+            client there. --rotate makes a new key; tokens bound to the old one (dpop) stop working, \
+            so that group's session ends.
             """)
 
     @OptionGroup var options: CommonOptions

@@ -114,7 +114,7 @@ struct Daemon: AsyncParsableCommand {
         let rules = Rules(configuration: configuration, logger: logger)
         let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
         let keyring = SecretServiceStore(timeout: keyringTimeout)
-        let identity = OpenIDProvider(logger: logger, requestTimeout: idpTimeout, environment: environment)
+        let identity = OpenIDProvider(logger: logger, requestTimeout: idpTimeout, environment: environment, keys: keyring)
         let broker = Broker(rules: rules, store: keyring, keys: keyring, identity: identity, logger: logger)
         var limits = ServerLimits()
         limits.helloTimeout = Self.nanoseconds(helloTimeout)

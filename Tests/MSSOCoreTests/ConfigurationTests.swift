@@ -258,6 +258,7 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(keyed.clientAuthentication, .privateKeyJWT)
         XCTAssertEqual(keyed.clientKeyFile, "/etc/msso/keys/c.pem", "relative to the file, as client_secret_file")
         XCTAssertEqual(try group("token_endpoint_auth_method = \"none\"").clientAuthentication, ClientAuthentication.none)
+        XCTAssertNil(try group("token_endpoint_auth_method = \"private_key_jwt\"").clientKeyFile, "the group's own key signs")
 
         XCTAssertNil(try group("").effectivePrompt)
         XCTAssertEqual(try group("scopes = [\"openid\", \"offline_access\"]").effectivePrompt, "consent",
@@ -269,7 +270,7 @@ final class ConfigurationTests: XCTestCase {
             ("token_endpoint_auth_method = \"client_secret_jwt\"",
              "`token_endpoint_auth_method`: expected one of \"client_secret_basic\", \"client_secret_post\", \"private_key_jwt\", \"none\", got \"client_secret_jwt\""),
             ("token_endpoint_auth_method = \"client_secret_basic\"", "`token_endpoint_auth_method`: client_secret_basic needs client_secret or client_secret_file"),
-            ("token_endpoint_auth_method = \"private_key_jwt\"", "`token_endpoint_auth_method`: private_key_jwt needs client_key"),
+            ("client_secret = \"s\"\ntoken_endpoint_auth_method = \"private_key_jwt\"", "`token_endpoint_auth_method`: private_key_jwt sends no client secret"),
             ("client_secret = \"s\"\ntoken_endpoint_auth_method = \"none\"", "`token_endpoint_auth_method`: \"none\" is for a public client"),
             ("client_secret = \"s\"\nclient_key = \"/k.pem\"", "`client_key`: give a client secret or client_key, not both"),
             ("prompt = \"always\"", "`prompt`: expected \"login\", \"consent\""),

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import requests
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("MSSO_BIN", ROOT / ".build" / "debug"))
 GROUP = "com.example.suite"
@@ -63,6 +65,19 @@ class IdP:
     def approve_device(self, user_code, user="alice"):
         subprocess.run([ROOT / "scripts" / "idp", "approve-device", self.dir, user_code, user, PASSWORDS[user]],
                        check=True, capture_output=True)
+
+    def add_client(self, client_id, pubkey_pem):
+        """Registers a confidential client that authenticates with private_key_jwt, by its public
+        key (PEM), through glewlwyd's admin API."""
+        session = requests.Session()
+        base = self.issuer.rsplit("/oidc", 1)[0]
+        assert session.post(f"{base}/auth/", json={"username": "admin", "password": "password"}, timeout=5).status_code == 200
+        answer = session.post(f"{base}/client/", timeout=5, json={
+            "client_id": client_id, "name": client_id, "enabled": True, "confidential": True,
+            "token_endpoint_auth_method": ["private_key_jwt"], "pubkey": pubkey_pem,
+            "authorization_type": ["code", "password", "refresh_token"],
+            "redirect_uri": ["http://127.0.0.1:4600/callback"], "scope": ["openid", "app1", "app2"]})
+        assert answer.status_code == 200, answer.text
 
     def pid(self) -> int:
         return int((self.dir / "glewlwyd.pid").read_text())

@@ -235,3 +235,23 @@ def test_private_key_jwt_logs_in_refreshes_and_revokes_with_no_shared_secret(des
         assert done.returncode != 0 and desktop.keyring_item() is None, done.stderr
     finally:
         broker.stop()
+
+
+def test_private_key_jwt_with_the_brokers_own_key_registered_from_msso_keys(desktop, idp):
+    """Without client_key, the group's own key signs: `msso keys` makes it and shows the public
+    half, which the administrator registers at the provider."""
+    client_id = f"msso-own-{free_port()}"
+    broker = Broker(desktop, idp, groups={GROUP: {"client_id": client_id, "client_secret_file": None,
+                                                  "token_endpoint_auth_method": "private_key_jwt"}})
+    try:
+        early = broker.login()
+        assert early.returncode == 78 and f"run `msso keys --group {GROUP}`" in early.stderr, early.stderr
+        pem = broker.msso("keys", "--format", "pem")
+        assert pem.returncode == 0 and "BEGIN PUBLIC KEY" in pem.stdout, pem.stderr
+        idp.add_client(client_id, pem.stdout)
+        done = broker.login()
+        assert done.returncode == 0, done.stderr
+        assert broker.msso("sign", "--url", URL).returncode == 0
+        assert json.loads(broker.msso("logout", "--json").stdout)["revoked"] is True
+    finally:
+        broker.stop()
