@@ -201,9 +201,12 @@ public final class OpenIDProvider: IdentityProvider {
     }
 
     public func revoke(_ group: GroupConfig, token: String, hint: TokenKind) async -> Revocation {
+        // One bound for all of it (looking for the endpoint included): a logout waits no longer.
+        let deadline = Date().timeIntervalSince1970 + revokeTimeout
+        let left = { max(0.001, deadline - Date().timeIntervalSince1970) }
         do {
-            guard let endpoint = try await revocationEndpoint(group) else { return .notOffered }
-            switch try await post(endpoint, group: group, timeout: revokeTimeout, form: [("token", token), ("token_type_hint", hint.rawValue)]) {
+            guard let endpoint = try await revocationEndpoint(group, timeout: left) else { return .notOffered }
+            switch try await post(endpoint, group: group, timeout: left(), form: [("token", token), ("token_type_hint", hint.rawValue)]) {
             case .success: return .revoked
             case .failure(let error):
                 logger.warning("revocation refused", metadata: ["group": "\(group.name)", "error": "\(error.code.prefix(64))", "status": "\(error.status)"])
@@ -218,13 +221,13 @@ public final class OpenIDProvider: IdentityProvider {
 
     /// The provider's RFC 7009 endpoint: from its OpenID discovery, else from its OAuth metadata
     /// (RFC 8414), which some providers alone fill in; nil when neither names one.
-    func revocationEndpoint(_ group: GroupConfig) async throws(BrokerError) -> URL? {
+    func revocationEndpoint(_ group: GroupConfig, timeout: () -> Double) async throws(BrokerError) -> URL? {
         if let endpoint = try await discover(group).revocation { return endpoint }
         let route = IdPRoute(group), now = Date().timeIntervalSince1970
         if let known = metadataRevocation.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime { return known.endpoint }
         var found: URL?
         for url in IdPEndpoints.metadataURLs(issuer: group.issuer) {
-            let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil, timeout: revokeTimeout)
+            let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil, timeout: timeout())
             guard answer.status == 200 else { continue }
             // Held to discovery's rules: the same issuer, https (or loopback) endpoints.
             found = try IdPEndpoints(discovery: Data(answer.body.readableBytesView), group: group, metadata: true).revocation
