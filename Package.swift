@@ -61,6 +61,8 @@ let package = Package(
             "MSSOCore", "MSSOSigning", "CMSSOSystem",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
+            // RSA public keys from a JWKS (RS256/PS256 ID tokens).
+            .product(name: "CryptoExtras", package: "swift-crypto"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
@@ -102,7 +104,12 @@ let package = Package(
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
-        .testTarget(name: "MSSOIdentityTests", dependencies: ["MSSOIdentity", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
+        .testTarget(name: "MSSOIdentityTests", dependencies: [
+            "MSSOIdentity", "MSSOCore", "MSSOProtocol", "MSSOSigning", "CMSSOSystem",
+            // Keys and tokens made in the test, to check the ID token verifier.
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
+        ]),
         .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
     ]
 )
