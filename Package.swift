@@ -61,7 +61,7 @@ let package = Package(
             "MSSOCore", "MSSOSigning", "CMSSOSystem",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
-            // RSA: private_key_jwt client assertions (RS256) and ID token signatures.
+            // RSA: private_key_jwt client assertions (RS256) and ID token signatures (RS/PS).
             .product(name: "CryptoExtras", package: "swift-crypto"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -104,7 +104,12 @@ let package = Package(
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
-        .testTarget(name: "MSSOIdentityTests", dependencies: ["MSSOIdentity", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
+        .testTarget(name: "MSSOIdentityTests", dependencies: [
+            "MSSOIdentity", "MSSOCore", "MSSOProtocol", "MSSOSigning", "CMSSOSystem",
+            // Keys and tokens made in the test, to check the ID token verifier.
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "CryptoExtras", package: "swift-crypto"),
+        ]),
         .testTarget(name: "MSSOServerTests", dependencies: ["MSSOServer", "MSSOCore", "MSSOProtocol", "CMSSOSystem"]),
     ]
 )
