@@ -117,7 +117,7 @@ public actor Broker {
         }
         let t = now()
         let credential = Credential(
-            issuer: config.issuer, username: args.username ?? tokens.username, accessToken: tokens.accessToken,
+            issuer: config.issuer, username: tokens.username ?? args.username ?? tokens.subject, accessToken: tokens.accessToken,
             refreshToken: tokens.refreshToken, accessTokenExpiresAt: t + tokens.expiresIn, loggedInAt: t,
             sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax)
         let replaced = try await exclusively(config.name) { () async throws -> String? in

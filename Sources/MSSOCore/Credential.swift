@@ -88,14 +88,19 @@ public struct TokenSet: Sendable {
     public var refreshToken: String?
     /// Seconds the access token lives, per the IdP.
     public var expiresIn: Double
-    /// Who logged in, when the IdP says so (from the ID token); for display only.
+    /// Who logged in as people know them (from a checked ID token: `preferred_username`, else
+    /// `email`, else `name`); for display only.
     public var username: String?
+    /// The provider's id for the user (`sub`), shown only when nothing better is known: often a
+    /// number or a long hash.
+    public var subject: String?
 
-    public init(accessToken: String, refreshToken: String?, expiresIn: Double, username: String? = nil) {
+    public init(accessToken: String, refreshToken: String?, expiresIn: Double, username: String? = nil, subject: String? = nil) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.expiresIn = expiresIn
         self.username = username
+        self.subject = subject
     }
 }
 

@@ -172,10 +172,11 @@ public struct IDTokenClaims: Equatable, Sendable {
         self.expiresAt = expiresAt
     }
 
-    /// The name to show for the user: `preferred_username`, else `email`, else `name`, else `sub`,
-    /// the first of them that is ``isDisplayable(_:)``; nil when none is.
+    /// The name people know the user by: `preferred_username`, else `email`, else `name`, the first
+    /// of them that is ``isDisplayable(_:)``; nil when none is. `sub` is not one: often a number or
+    /// a long hash, it is shown only when nothing better is known (the name the user typed first).
     public var displayName: String? {
-        [preferredUsername, email, name, subject].lazy.compactMap { $0 }.first(where: Self.isDisplayable)
+        [preferredUsername, email, name].lazy.compactMap { $0 }.first(where: Self.isDisplayable)
     }
 
     /// Whether `text` may be shown as it is: not empty, at most 255 UTF-8 bytes, and without a

@@ -112,26 +112,8 @@ struct TokenResponse: Decodable {
             throw BrokerError(.configInvalid, "the identity provider of \"\(group.name)\" did not bind the tokens to msso's key (token_type \(token_type?.prefix(32) ?? "missing")); enable DPoP for the client, or use sign = \"bearer\"")
         }
         let lifetime = expires_in?.value.map { min(max($0, 1), Self.maximumLifetime) } ?? 300
-        return TokenSet(accessToken: access_token, refreshToken: refresh_token, expiresIn: lifetime,
-                        username: id_token.flatMap(Self.displayName(idToken:)))
-    }
-
-    /// The user's name from an ID token, for status output only (not verified: never used for trust).
-    static func displayName(idToken: String) -> String? {
-        struct Claims: Decodable {
-            var preferred_username: String?
-            var email: String?
-            var name: String?
-            var sub: String?
-        }
-        let parts = idToken.split(separator: ".")
-        guard parts.count == 3, let payload = Base64URL.decode(parts[1]),
-              let claims = try? JSONDecoder().decode(Claims.self, from: payload) else { return nil }
-        // As people know themselves: their user name, else their address, else their name; the
-        // subject (often a number or a 64-character hash) last.
-        return [claims.preferred_username, claims.email, claims.name, claims.sub].lazy.compactMap { $0 }.first {
-            !$0.isEmpty && $0.utf8.count <= 255 && !$0.unicodeScalars.contains { $0.properties.generalCategory == .control }
-        }
+        // The name shown comes from the ID token once it is checked (OpenIDProvider.loginTokens).
+        return TokenSet(accessToken: access_token, refreshToken: refresh_token, expiresIn: lifetime)
     }
 }
 

@@ -28,6 +28,8 @@ public final class OpenIDProvider: IdentityProvider {
     /// Revocation endpoints found in OAuth metadata (RFC 8414) for providers whose discovery
     /// names none, by route like discovery; nil inside when the metadata names none either.
     private let metadataRevocation = Mutex([IdPRoute: (endpoint: URL?, fetched: Double)]())
+    /// The providers' published keys (JWKS), per route like discovery.
+    private let keySets = Mutex([IdPRoute: (keys: JSONWebKeySet, fetched: Double)]())
     /// The newest DPoP nonce each token endpoint's origin asked for, per route.
     private let dpopNonces = Mutex([NonceKey: String]())
 
@@ -36,7 +38,7 @@ public final class OpenIDProvider: IdentityProvider {
         var origin: String
     }
 
-    /// A discovery document is fetched again after this many seconds.
+    /// A discovery document (and a key set) is fetched again after this many seconds.
     static let discoveryLifetime: Double = 3600
 
     /// Where the groups' own keys are (the keyring): a `private_key_jwt` group without `client_key`
@@ -65,7 +67,7 @@ public final class OpenIDProvider: IdentityProvider {
             ("grant_type", "password"), ("username", username), ("password", password),
             ("scope", group.scopes.joined(separator: " ")),
         ]) {
-        case .success(let body): return try decode(TokenResponse.self, body, group).tokens(group: group, dpop: dpop != nil)
+        case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil)
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
         case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.status == 403):
             throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
@@ -94,7 +96,7 @@ public final class OpenIDProvider: IdentityProvider {
             switch try await post(endpoints.token, group: group, dpop: dpop, form: [
                 ("grant_type", "urn:ietf:params:oauth:grant-type:device_code"), ("device_code", start.device_code),
             ]) {
-            case .success(let body): return try decode(TokenResponse.self, body, group).tokens(group: group, dpop: dpop != nil)
+            case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil)
             case .failure(let error) where error.code == "authorization_pending": continue
             case .failure(let error) where error.code == "slow_down": interval = min(interval + 5, 60) // RFC 8628 §3.5
             case .failure(let error) where error.code == "access_denied":
@@ -148,7 +150,7 @@ public final class OpenIDProvider: IdentityProvider {
         switch try await post(endpoints.token, group: group, dpop: dpop, form: [
             ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
         ]) {
-        case .success(let body): return try decode(TokenResponse.self, body, group).tokens(group: group, dpop: dpop != nil)
+        case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nonce)
         case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the browser login")
         }
     }
@@ -170,6 +172,61 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.configInvalid, "\(idp) refused the browser login's request (HTTP \(answer.status)) and speaks of its redirect URI: it does not accept redirect_uri \(redirectURI) for client \"\(group.clientID)\"; register exactly that URI at the IdP, or set `redirect_uri` in the config to the one registered.\(said)")
         }
         throw BrokerError(.configInvalid, "\(idp) refused the browser login's request (HTTP \(answer.status)) before the browser was opened; check client_id \"\(group.clientID)\", `scopes`, and that redirect_uri \(redirectURI) is registered for the client.\(said)")
+    }
+
+    /// A login's tokens, once its ID token, when the provider sent one, is found to be the
+    /// provider's for this client and this login (OpenID Connect Core §3.1.3.7): the name shown
+    /// comes from it, and a token that fails stores no session. A provider that sends none (an
+    /// OAuth-only password grant) gives a session without a name.
+    private func loginTokens(_ body: Data, group: GroupConfig, dpop: Bool, nonce: String?) async throws(BrokerError) -> TokenSet {
+        let response = try decode(TokenResponse.self, body, group)
+        var tokens = try response.tokens(group: group, dpop: dpop)
+        if let idToken = response.id_token {
+            let claims = try await verifiedClaims(idToken, group: group, nonce: nonce)
+            tokens.username = claims.displayName
+            tokens.subject = IDTokenClaims.isDisplayable(claims.subject) ? claims.subject : nil
+        }
+        return tokens
+    }
+
+    /// The claims of a valid ID token; the error that says why it is not one.
+    private func verifiedClaims(_ idToken: String, group: GroupConfig, nonce: String?) async throws(BrokerError) -> IDTokenClaims {
+        let jwksURL = try await discover(group).jwks
+        // HS256/384/512 tokens are keyed with the client secret (OpenID Connect Core §10.1).
+        let secret = group.clientSecret == .none ? nil : try? clientSecret(group)
+        func validate(_ keys: JSONWebKeySet) throws(IDTokenError) -> IDTokenClaims {
+            try IDToken.validate(idToken, keys: keys, issuer: group.issuer, clientID: group.clientID, nonce: nonce,
+                                 clientSecret: secret, now: Date().timeIntervalSince1970)
+        }
+        let known = try await keySet(group, at: jwksURL, fresh: false)
+        do {
+            return try validate(known.keys)
+        } catch where error.isUnknownKey && !known.fetchedNow {
+            // The provider may have rotated its keys since they were fetched: once more, anew
+            // (at most once per login, so a token naming unknown keys cannot make msso fetch in a loop).
+        } catch {
+            throw error.brokerError(group: group)
+        }
+        let fetchedAgain = try await keySet(group, at: jwksURL, fresh: true)
+        do { return try validate(fetchedAgain.keys) } catch { throw error.brokerError(group: group) }
+    }
+
+    /// The provider's published keys (`jwks_uri`), cached per route like discovery (`fresh`: fetched
+    /// now whatever is cached), and whether they were fetched just now. No `jwks_uri`: no keys.
+    private func keySet(_ group: GroupConfig, at url: URL?, fresh: Bool) async throws(BrokerError) -> (keys: JSONWebKeySet, fetchedNow: Bool) {
+        guard let url else { return (JSONWebKeySet(keys: []), true) }
+        let route = IdPRoute(group), now = Date().timeIntervalSince1970
+        if !fresh, let known = keySets.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime {
+            return (known.keys, false)
+        }
+        let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil)
+        guard answer.status == 200 else {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" did not give its keys at \(url.absoluteString.prefix(200)) (HTTP \(answer.status)), so its ID token cannot be checked; try again later")
+        }
+        let keys: JSONWebKeySet
+        do { keys = try JSONWebKeySet(json: Data(answer.body.readableBytesView)) } catch { throw error.brokerError(group: group) }
+        keySets.withLock { $0[route] = (keys, now) }
+        return (keys, true)
     }
 
     /// `bytes` random bytes, base64url: PKCE verifiers (43 characters from 32 bytes), states, nonces.

@@ -14,7 +14,13 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
 - `token_drop`: members left out of every 200 token answer (`["refresh_token"]`), and
   `token_overrides`: members replaced in it (`{"expires_in": 2}`). The fake always leaves out
   `id_token`: glewlwyd signs it with its own issuer, which is not the fake's, so msso rightly
-  refuses it; a test of ID tokens uses glewlwyd itself;
+  refuses it; a test of ID tokens uses glewlwyd itself, or:
+- `id_token_claims`: the fake mints an ID token of its own for every 200 token answer: valid
+  claims for its issuer and client `msso` (sub, preferred_username "alice", iat, exp), updated
+  with these (a value None removes the claim), signed ES256 with the fake's own key, published at
+  the `jwks_uri` its discovery then names; `id_token_header` updates the JWS header
+  (`{"alg": "none"}` sends no signature), and `id_token_signer = "stranger"` signs with a key it
+  does not publish (under the published key's `kid`, unless the header says another);
 - `token_redirect`: the token endpoint answers every POST with a 307 to this URL (a third origin);
 - `token_body_bytes`: the token endpoint answers 200 with a JSON body this large (e.g. 10 MB),
   announced by Content-Length, or sent chunked (no length known up front) with `token_body_chunked`;
@@ -205,6 +211,9 @@ class FakeIdP(_Recording):
         self.metadata = None
         self.token_drop = []
         self.token_overrides = {}
+        self.id_token_claims = None
+        self.id_token_header = {}
+        self.id_token_signer = "published"
 
     def fail_refresh(self, kind, count, retry_after=None):
         assert kind in ("429", "503", "408", "hang", "drip"), kind
@@ -231,6 +240,9 @@ class FakeIdP(_Recording):
         path = request.path.split("?")[0]
         if path.endswith("/.well-known/openid-configuration"):
             return self._discovery(handler, request)
+        if path == "/fake-jwks":
+            key = self._signing_keys()["published"]
+            return handler._json(200, {"keys": [key.as_dict(private=False, kid="fake-1", use="sig", alg="ES256")]})
         if path == "/.well-known/oauth-authorization-server/api/oidc":
             if self.metadata is None:
                 return handler._json(404, {"error": "not_found"})
@@ -269,9 +281,34 @@ class FakeIdP(_Recording):
             answer = json.loads(body)
             for member in ["id_token", *self.token_drop]:
                 answer.pop(member, None)
+            if self.id_token_claims is not None:
+                answer["id_token"] = self._mint_id_token()
             answer.update(self.token_overrides)
             return handler._json(200, answer)
         handler._answer(status, body, headers)
+
+    _keys = {}
+
+    @staticmethod
+    def _signing_keys():
+        from joserfc.jwk import ECKey
+        if not FakeIdP._keys:
+            FakeIdP._keys.update(published=ECKey.generate_key("P-256"), stranger=ECKey.generate_key("P-256"))
+        return FakeIdP._keys
+
+    def _mint_id_token(self):
+        from joserfc import jws
+        now = int(time.time())
+        claims = {"iss": self.issuer, "aud": "msso", "sub": "248289761001", "preferred_username": "alice",
+                  "iat": now, "exp": now + 300}
+        claims.update(self.id_token_claims)
+        claims = {k: v for k, v in claims.items() if v is not None}
+        header = dict({"alg": "ES256", "kid": "fake-1", "typ": "JWT"}, **self.id_token_header)
+        payload = json.dumps(claims).encode()
+        if header["alg"] == "none":
+            encode = lambda data: base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+            return f"{encode(json.dumps(header).encode())}.{encode(payload)}."
+        return jws.serialize_compact(header, payload, self._signing_keys()[self.id_token_signer])
 
     def _forward(self, request: Recorded):
         connection = http.client.HTTPConnection("127.0.0.1", self.upstream.port, timeout=30)
@@ -301,6 +338,8 @@ class FakeIdP(_Recording):
         document = self._rewrite(json.loads(body))
         if self.discovery_issuer is not None:
             document["issuer"] = self.discovery_issuer
+        if self.id_token_claims is not None:
+            document["jwks_uri"] = f"{self.origin}/fake-jwks"
         document.update(self.discovery_overrides)
         for member in self.discovery_drop:
             document.pop(member, None)

@@ -255,3 +255,59 @@ def test_private_key_jwt_with_the_brokers_own_key_registered_from_msso_keys(desk
         assert json.loads(broker.msso("logout", "--json").stdout)["revoked"] is True
     finally:
         broker.stop()
+
+
+# -- ID tokens: checked before a session is stored ----------------------------------------------------
+
+def test_the_name_shown_comes_from_a_checked_id_token(desktop, idp, fake):
+    fake.id_token_claims = {"preferred_username": None, "email": "alice@example.test", "name": "Alice Liddell"}
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        assert broker.status_json()["username"] == "alice@example.test", "preferred_username, then email, name, sub"
+        assert fake.recorded("GET", "/fake-jwks"), "the signature was checked against the provider's keys"
+    finally:
+        broker.stop()
+
+
+ID_TOKEN_REFUSALS = {
+    # name: (switches, exit status, words the refusal must say)
+    "another audience": ({"id_token_claims": {"aud": "someone-else"}}, 78, "audience"),
+    "another issuer": ({"id_token_claims": {"iss": "https://idp.example"}}, 78, "issuer"),
+    "expired": ({"id_token_claims": {"exp": 1_000_000_000, "iat": 999_999_000}}, 5, "expired"),
+    "unsigned": ({"id_token_claims": {}, "id_token_header": {"alg": "none"}}, 78, "none"),
+    "a key the provider does not publish": ({"id_token_claims": {}, "id_token_signer": "stranger"}, 5, "signature"),
+    "a kid the provider does not publish": ({"id_token_claims": {}, "id_token_header": {"kid": "nobody"}}, 5, "nobody"),
+}
+
+
+def test_a_kid_not_in_the_cached_keys_fetches_them_once_more(desktop, idp, fake):
+    """Providers rotate their keys: a token under a kid msso has not seen makes it fetch the
+    provider's keys again, once; a kid that is still not there is refused."""
+    fake.id_token_claims = {}
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        assert len(fake.recorded("GET", "/fake-jwks")) == 1
+        assert broker.msso("logout").returncode == 0
+        fake.id_token_header = {"kid": "rotated"}
+        done = broker.login()
+        assert done.returncode == 5 and "rotated" in done.stderr, done.stderr
+        assert len(fake.recorded("GET", "/fake-jwks")) == 2, "fetched once more, and only once"
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("case", list(ID_TOKEN_REFUSALS))
+def test_an_id_token_that_fails_its_checks_stores_no_session(desktop, idp, fake, case):
+    switches, status, words = ID_TOKEN_REFUSALS[case]
+    for name, value in switches.items():
+        setattr(fake, name, value)
+    broker = Broker(desktop, fake)
+    try:
+        done = broker.login()
+        assert done.returncode == status and words in done.stderr, (case, done.returncode, done.stderr)
+        assert "ID token" in done.stderr, done.stderr
+        assert desktop.keyring_item() is None and broker.status_json()["state"] == "notLoggedIn"
+    finally:
+        broker.stop()
