@@ -159,7 +159,9 @@ def test_client_secret_post_when_configured_or_when_the_provider_offers_only_tha
             request = token_requests(fake)[-1]
             assert request.form.get("client_secret") == [secret] and request.form.get("client_id") == ["msso"], how
             assert not any(k.lower() == "authorization" for k, _ in request.headers), how
-            assert broker.msso("logout").returncode == 0
+            done = broker.msso("logout", "--json")
+            assert json.loads(done.stdout)["revoked"] is True, (how, done.stdout)
+            assert fake.recorded("POST", "/revoke")[-1].form.get("client_secret") == [secret], "the revocation too"
         finally:
             broker.stop()
 
