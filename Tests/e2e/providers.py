@@ -105,7 +105,7 @@ def stop_server(process):
 class DjangoProviders:
     """django-oauth-toolkit (issuer /o) and django-oidc-provider (issuer /openid) on one port."""
 
-    TOKEN_TTL = 8  # access tokens, seconds (both providers): the refresh tests wait this long
+    TOKEN_TTL = 4  # access tokens, seconds (both providers): the refresh tests wait this long
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="msso-django-op-"))
@@ -149,7 +149,7 @@ class DjangoProviders:
 class IdpyProvider(Provider):
     """idpyoidc 5.0.0 on a port of its own: issuer http://127.0.0.1:PORT, one client "idpy-msso"."""
 
-    TOKEN_TTL = 8
+    TOKEN_TTL = 4
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="msso-idpy-op-"))

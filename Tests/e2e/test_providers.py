@@ -44,7 +44,7 @@ def op(django_providers):
 
 
 def broker_for(desktop, group):
-    # refresh_lead below the providers' 8 s token lifetime: a fresh token is served as it is.
+    # refresh_lead below the providers' 4 s token lifetime: a fresh token is served as it is.
     return Broker(desktop, None, groups={GROUP: dict({"refresh_lead": "2s"}, **group)})
 
 
@@ -136,7 +136,7 @@ def test_a_sign_after_the_access_token_expired_refreshes_it(desktop, provider):
         assert broker.login().returncode == 0
         first = sign(broker, provider)
         before = stored(desktop)
-        # The provider's own clock: wait until it refuses the token (8 s lifetime).
+        # The provider's own clock: wait until it refuses the token (4 s lifetime).
         wait_for(lambda: provider.userinfo(first).status_code == 401, timeout=30, interval=0.25,
                  what="the provider to refuse the expired access token")
         second = sign(broker, provider)
