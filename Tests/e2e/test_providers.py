@@ -180,7 +180,8 @@ def test_a_wrong_password_is_refused(desktop, provider):
 
 
 @pytest.mark.parametrize("client", ["wrong-secret", "unknown-client"])
-def test_a_wrong_client_secret_or_unknown_client_is_a_configuration_error(desktop, tmp_path, provider, client):
+def test_a_wrong_client_secret_or_unknown_client_is_a_configuration_error(desktop, tmp_path, any_provider, client):
+    provider = any_provider
     secret_file = tmp_path / "secret"
     secret_file.write_text("not-the-secret")
     group = provider.group("password", client_secret_file=str(secret_file))

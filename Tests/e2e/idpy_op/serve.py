@@ -24,7 +24,7 @@ from idpyoidc.message.oauth2 import ResponseMessage
 from idpyoidc.message.oidc import AccessTokenRequest, AuthorizationRequest
 from idpyoidc.server import Server
 from idpyoidc.server.configure import OPConfiguration
-from idpyoidc.server.exception import FailedAuthentication
+from idpyoidc.server.exception import ClientAuthenticationError, FailedAuthentication
 from idpyoidc.server.oauth2.add_on import pkce
 from idpyoidc.server.oidc.token import Token
 from idpyoidc.server.user_authn.authn_context import INTERNETPROTOCOLPASSWORD
@@ -150,6 +150,8 @@ def make_app(server):
         raw = request.args.to_dict() if request.method == "GET" else request.form.to_dict()
         try:
             parsed = endpoint.parse_request(raw, http_info=http_info)
+        except ClientAuthenticationError as error:  # RFC 6749 §5.2 (its example says invalid_request)
+            return refusal("invalid_client", str(error), 401)
         except Exception as error:  # what its example does: the library raises for a bad request
             return refusal("invalid_request", str(error))
         if isinstance(parsed, ResponseMessage) and "error" in parsed:
