@@ -3,6 +3,9 @@ SHELL := /bin/bash
 export PATH := $(PATH):/opt/swift/usr/bin
 
 PREFIX ?= /usr/local
+# The tests' virtual environment (made by scripts/setup): it runs pytest and the Python parts the
+# tests start.
+export MSSO_TEST_VENV ?= $(CURDIR)/.venv-test
 # Release builds, apart from the tests' debug build: the daemon with the Swift runtime linked in,
 # the commands fully static (a command then starts in about the time of `true`: no dynamic
 # loader, no shared Swift libraries to map and relocate).
@@ -42,7 +45,7 @@ unit:
 	swift test
 
 e2e:
-	python3 -m pytest -q Tests/e2e
+	$(MSSO_TEST_VENV)/bin/python -m pytest -q Tests/e2e
 
 bench: setup
 	./scripts/bench

@@ -11,6 +11,33 @@ def idp():
     provider.cleanup()
 
 
+@pytest.fixture(scope="session")
+def django_providers():
+    """django-oauth-toolkit and django-oidc-provider (one Django site), started once for the run."""
+    from providers import DjangoProviders
+    providers = DjangoProviders()
+    yield providers
+    providers.cleanup()
+
+
+@pytest.fixture(scope="session")
+def idpy_provider():
+    """idpyoidc (behind a small Flask front), started once for the run."""
+    from providers import IdpyProvider
+    provider = IdpyProvider()
+    yield provider
+    provider.cleanup()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless chromium (selenium, Debian's chromedriver) for every browser login of the run."""
+    from providers import Chromium
+    browser = Chromium()
+    yield browser
+    browser.cleanup()
+
+
 @pytest.fixture
 def desktop():
     session = Desktop()
