@@ -62,6 +62,10 @@ extension Broker {
             do {
                 let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
                 tokens = try await identity.refresh(config, refreshToken: refreshToken, dpop: dpop)
+                if let subject = tokens.subject, let ours = credential.subject, subject != ours {
+                    // OpenID Connect Core §12.2: not this user's session any more; nothing of it is used.
+                    throw BrokerError(.expired, "the identity provider of \"\(name)\" answered the refresh with another user's tokens, so the session is ended; run `msso login --group \(name)`")
+                }
                 groups[name]?.backoff = RefreshBackoff()
             } catch let error as BrokerError where error.name == .expired {
                 try await endWindowEarly(name, generation: generation)

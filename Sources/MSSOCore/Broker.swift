@@ -51,6 +51,8 @@ public actor Broker {
         var unsaved = false
         /// Bumped by every login and logout, so a refresh begun before them cannot write back.
         var generation = 0
+        /// Bumped by every logout, a session or not: a login that began before it stores nothing.
+        var logouts = 0
         var refresh: Task<Credential, any Error>?
         /// The keyring read in progress: callers share it (and its failure) rather than queue.
         var loading: Task<Credential?, any Error>?
@@ -102,6 +104,8 @@ public actor Broker {
             interactiveLogins += 1
         }
         defer { if interactive { interactiveLogins -= 1 } }
+        if groups[config.name] == nil { groups[config.name] = GroupState() }
+        let logoutsBefore = groups[config.name]!.logouts
         let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
         let tokens: TokenSet
         switch args.flow {
@@ -117,10 +121,18 @@ public actor Broker {
         }
         let t = now()
         let credential = Credential(
-            issuer: config.issuer, username: tokens.username ?? args.username ?? tokens.subject, accessToken: tokens.accessToken,
+            issuer: config.issuer, username: tokens.username ?? args.username ?? tokens.subject.flatMap { TerminalText.safe($0) == $0 && $0.utf8.count <= 255 ? $0 : nil },
+            accessToken: tokens.accessToken,
             refreshToken: tokens.refreshToken, accessTokenExpiresAt: t + tokens.expiresIn, loggedInAt: t,
-            sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax)
+            sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax,
+            subject: tokens.subject)
         let replaced = try await exclusively(config.name) { () async throws -> String? in
+            guard groups[config.name]?.logouts == logoutsBefore else {
+                // "Log out once, and every app is logged out": a logout while the user was still
+                // logging in (a device code not yet approved, a slow IdP) ends this login too.
+                if let refreshToken = tokens.refreshToken { _ = await identity.revoke(config, token: refreshToken, hint: .refreshToken) }
+                throw BrokerError(.loginDenied, "a logout of \"\(config.name)\" came while this login was in progress, so it was not stored; run `msso login --group \(config.name)` again")
+            }
             let previous = try? await loadedCredentialLocked(config.name)
             do {
                 try await store.save(credential, group: config.name)
@@ -183,6 +195,8 @@ public actor Broker {
         let names = all ? configuration.groups.keys.sorted() : [try group(name).name]
         var ended: [String] = [], notRevoked: [Methods.Logout.NotRevoked] = []
         for name in names {
+            if groups[name] == nil { groups[name] = GroupState() }
+            groups[name]!.logouts += 1
             guard let outcome = try await endSession(configuration.groups[name]!) else { continue }
             ended.append(name)
             if let outcome = outcome { notRevoked.append(outcome) }
@@ -455,27 +469,30 @@ public actor Broker {
         return ended
     }
 
-    /// Makes the identity provider forget an ended session: its refresh token (which, at the
-    /// providers tried, takes the access tokens made from it along), else its access token. Nil
-    /// when that worked or there was nothing left to forget.
+    /// Makes the identity provider forget an ended session: its refresh token, then its access
+    /// token while it lives (revoking the one does not take the other along at every provider).
+    /// Nil when both are forgotten, or there was nothing left to forget.
     private func revokeTokens(of credential: Credential, _ config: GroupConfig) async -> Methods.Logout.NotRevoked? {
-        let outcome: Revocation
+        var refreshKept = false, accessKept = false, reasons: [String] = []
+        func note(_ outcome: Revocation) -> Bool {
+            switch outcome {
+            case .revoked: return false
+            case .notOffered: reasons.append("the identity provider of \"\(config.name)\" offers no token revocation (RFC 7009)")
+            case .failed(let why): reasons.append(why)
+            }
+            return true
+        }
         if let refreshToken = credential.refreshToken {
-            outcome = await identity.revoke(config, token: refreshToken, hint: .refreshToken)
-        } else if credential.accessTokenExpiresAt > now() {
-            outcome = await identity.revoke(config, token: credential.accessToken, hint: .accessToken)
-        } else {
-            return nil
+            refreshKept = note(await identity.revoke(config, token: refreshToken, hint: .refreshToken))
         }
-        let reason: String
-        switch outcome {
-        case .revoked: return nil
-        case .notOffered: reason = "the identity provider of \"\(config.name)\" offers no token revocation (RFC 7009)"
-        case .failed(let why): reason = why
+        let accessLives = credential.accessTokenExpiresAt > now()
+        if accessLives {
+            accessKept = note(await identity.revoke(config, token: credential.accessToken, hint: .accessToken))
         }
+        guard refreshKept || accessKept, let reason = reasons.first else { return nil }
         return Methods.Logout.NotRevoked(group: config.name, reason: reason,
-                                         accessTokenExpiresAt: credential.accessTokenExpiresAt > now() ? credential.accessTokenExpiresAt : nil,
-                                         refreshToken: credential.refreshToken != nil)
+                                         accessTokenExpiresAt: accessKept ? credential.accessTokenExpiresAt : nil,
+                                         refreshToken: refreshKept)
     }
 
     func emit(_ signal: SignalName, _ status: SessionStatus) {

@@ -160,6 +160,10 @@ public struct Configuration: Equatable, Sendable {
                 throw fail(table.line, nil, "unknown table [\(table.path.joined(separator: "."))]; groups are written [groups.\"NAME\"]")
             }
             let name = table.path[1]
+            // A name is matched, stored and shown as text: nothing a terminal or a C string reads otherwise.
+            guard !name.isEmpty, !name.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
+                throw fail(table.line, nil, "a group name must not be empty or hold control characters")
+            }
             guard let issuer = table.values["issuer"] else { throw fail(table.line, "issuer", "group \"\(name)\" needs an issuer URL") }
             guard let clientID = table.values["client_id"] else { throw fail(table.line, "client_id", "group \"\(name)\" needs a client_id") }
             var group = GroupConfig(name: name, issuer: try issuer.string(fail, "issuer"), clientID: try clientID.string(fail, "client_id"))
@@ -255,7 +259,8 @@ public struct Configuration: Equatable, Sendable {
                 throw fail(table.values["client_secret"]!.line, "client_secret", "give client_secret or client_secret_file, not both")
             }
             switch group.clientAuthentication {
-            case .clientSecretBasic?, .clientSecretPost? where group.clientSecret == .none:
+            // (One pattern with the condition: in `case A, B where C` the condition guards B alone.)
+            case let method? where (method == .clientSecretBasic || method == .clientSecretPost) && group.clientSecret == .none:
                 throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "\(group.clientAuthentication!.rawValue) needs client_secret or client_secret_file")
             case .privateKeyJWT? where group.clientSecret != .none:
                 throw fail(table.values["token_endpoint_auth_method"]!.line, "token_endpoint_auth_method", "private_key_jwt sends no client secret: remove it (the key is client_key, else the group's own key that `msso keys` shows)")

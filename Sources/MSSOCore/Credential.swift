@@ -15,9 +15,14 @@ public struct Credential: Codable, Sendable, Equatable {
     public var sessionExpiresAt: Double
     /// The absolute cap on `sessionExpiresAt`.
     public var sessionMaxAt: Double
+    /// The provider's id for the user (`sub` of the login's checked ID token): a refresh whose ID
+    /// token names another is not this session's (OpenID Connect Core §12.2).
+    public var subject: String?
 
     public init(issuer: String, username: String?, accessToken: String, refreshToken: String?,
-                accessTokenExpiresAt: Double, loggedInAt: Double, sessionExpiresAt: Double, sessionMaxAt: Double) {
+                accessTokenExpiresAt: Double, loggedInAt: Double, sessionExpiresAt: Double, sessionMaxAt: Double,
+                subject: String? = nil) {
+        self.subject = subject
         self.issuer = issuer
         self.username = username
         self.accessToken = accessToken
@@ -29,7 +34,7 @@ public struct Credential: Codable, Sendable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case issuer, username, accessToken, refreshToken, accessTokenExpiresAt, loggedInAt, sessionExpiresAt, sessionMaxAt
+        case issuer, username, accessToken, refreshToken, accessTokenExpiresAt, loggedInAt, sessionExpiresAt, sessionMaxAt, subject
     }
 
     /// Reads a stored credential, refusing one whose times no real session could have (a keyring
@@ -45,6 +50,7 @@ public struct Credential: Codable, Sendable, Equatable {
         loggedInAt = try c.decode(Double.self, forKey: .loggedInAt)
         sessionExpiresAt = try c.decode(Double.self, forKey: .sessionExpiresAt)
         sessionMaxAt = try c.decode(Double.self, forKey: .sessionMaxAt)
+        subject = try c.decodeIfPresent(String.self, forKey: .subject)
         for (key, time) in [(CodingKeys.accessTokenExpiresAt, accessTokenExpiresAt), (.loggedInAt, loggedInAt),
                             (.sessionExpiresAt, sessionExpiresAt), (.sessionMaxAt, sessionMaxAt)]
         where !Self.plausible(time) {
@@ -91,8 +97,8 @@ public struct TokenSet: Sendable {
     /// Who logged in as people know them (from a checked ID token: `preferred_username`, else
     /// `email`, else `name`); for display only.
     public var username: String?
-    /// The provider's id for the user (`sub`), shown only when nothing better is known: often a
-    /// number or a long hash.
+    /// The provider's id for the user (`sub` of a checked ID token): what ties a refresh to the
+    /// login; shown only when nothing better is known (often a number or a long hash).
     public var subject: String?
 
     public init(accessToken: String, refreshToken: String?, expiresIn: Double, username: String? = nil, subject: String? = nil) {

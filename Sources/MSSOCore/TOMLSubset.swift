@@ -144,7 +144,12 @@ enum TOMLSubset {
             while true {
                 guard let c = peek else { throw fail("string is not closed on this line", key) }
                 advance()
-                if c == quote { return out }
+                if c == quote {
+                    // The keyring, PAM and every C program on the way would end the text at a NUL:
+                    // a group "adm\u{0}" would be the administrator's "adm" there, and another here.
+                    guard !out.unicodeScalars.contains("\u{0}") else { throw fail("a NUL character (\\u0000) is not allowed", key) }
+                    return out
+                }
                 if c == "\\" && quote == "\"" {
                     guard let e = peek else { throw fail("string is not closed on this line", key) }
                     advance()

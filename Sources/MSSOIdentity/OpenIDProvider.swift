@@ -184,7 +184,11 @@ public final class OpenIDProvider: IdentityProvider {
         if let idToken = response.id_token {
             let claims = try await verifiedClaims(idToken, group: group, nonce: nonce)
             tokens.username = claims.displayName
-            tokens.subject = IDTokenClaims.isDisplayable(claims.subject) ? claims.subject : nil
+            tokens.subject = claims.subject
+        } else if nonce != nil, group.scopes.contains("openid") {
+            // OpenID Connect Core §3.1.3.3: the code flow's answer carries an ID token. Without
+            // it, nothing ties the tokens to this login (the nonce is in the ID token alone).
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" finished the browser login without an ID token, which OpenID Connect requires: refusing the tokens, since nothing ties them to this login; if the provider is OAuth only, remove \"openid\" from `scopes`")
         }
         return tokens
     }
@@ -245,7 +249,20 @@ public final class OpenIDProvider: IdentityProvider {
             throw IdPBusy(error) // no answer, a redirect, a discovery that failed: nothing said about the session
         }
         switch outcome {
-        case .answered(let body): return try decode(TokenResponse.self, body, group).tokens(group: group, dpop: dpop != nil)
+        case .answered(let body):
+            let response = try decode(TokenResponse.self, body, group)
+            var tokens = try response.tokens(group: group, dpop: dpop != nil)
+            if let idToken = response.id_token {
+                // Checked like a login's (no nonce): its `sub` must be the session's, which the broker
+                // compares. One that fails is set aside, not fatal (some providers send the login's
+                // own, expired, again), as an answer without one would be.
+                do {
+                    tokens.subject = try await verifiedClaims(idToken, group: group, nonce: nil).subject
+                } catch {
+                    logger.warning("the refresh's ID token is not used", metadata: ["group": "\(group.name)", "error": "\(error.message)"])
+                }
+            }
+            return tokens
         // The IdP refuses the refresh token: the session is over. glewlwyd says so with a bare 400.
         case .refused(let error) where error.code == "invalid_grant" || (error.code.isEmpty && (error.status == 400 || error.status == 401)):
             throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")

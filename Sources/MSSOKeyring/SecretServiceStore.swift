@@ -31,6 +31,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
 
     @discardableResult
     public func delete(group: String) async throws(BrokerError) -> Bool {
+        try Self.requireCText(group, attribute: ("issuer", ""))
         let (result, _, message) = await call { cancellable, message in
             (msso_secret_delete(ItemSchema.credential.pointer, group, cancellable, &message), nil)
         }
@@ -38,10 +39,20 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         return result == MSSO_SECRET_OK
     }
 
+    /// Attributes reach libsecret as C strings, which end at a NUL: "adm\u{0}x" would name the
+    /// item of "adm". The configuration refuses such names; this keeps the store from ever
+    /// mistaking one item for another whatever reaches it.
+    private static func requireCText(_ group: String, attribute: (String, String)) throws(BrokerError) {
+        guard !group.utf8.contains(0), !attribute.1.utf8.contains(0) else {
+            throw BrokerError(.internal, "a group or issuer with a NUL character cannot name a keyring item")
+        }
+    }
+
     // MARK: Items as JSON
 
     private func read<T: Decodable>(_ type: T.Type, schema: ItemSchema, group: String,
                                     what: String) async throws(BrokerError) -> T? {
+        try Self.requireCText(group, attribute: ("", ""))
         let (result, secret, message) = await call { cancellable, message in
             var secret: UnsafeMutablePointer<CChar>?
             let result = msso_secret_lookup(schema.pointer, group, &secret, cancellable, &message)
@@ -59,6 +70,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
 
     private func write<T: Encodable>(_ value: T, schema: ItemSchema, group: String,
                                      attribute: (String, String), what: String) async throws(BrokerError) {
+        try Self.requireCText(group, attribute: attribute)
         let payload: String
         do {
             payload = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)

@@ -247,7 +247,7 @@ final class BrokerTests: XCTestCase {
         let actual8 = try await broker.logout(nil, all: false)
         XCTAssertEqual(actual8, Methods.Logout.Result(loggedOut: [group]))
         XCTAssertEqual(actual8.revoked, true)
-        XCTAssertEqual(idp.counts.revoked, ["rt-1"])
+        XCTAssertEqual(idp.counts.revoked, ["rt-1", "at-1"], "the refresh token, then the access token (outside attack: not every IdP takes it along)")
         XCTAssertNil(store.item(group))
         await assertFails(.notLoggedIn) { try await Self.sign(broker) }
         XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .loggedOut])
@@ -332,7 +332,32 @@ final class BrokerTests: XCTestCase {
         store.locked = false
         let ended = try await broker.logout(nil, all: false)
         XCTAssertEqual(ended.loggedOut, [group])
-        XCTAssertEqual(idp.counts.revoked, ["rt-1"])
+        XCTAssertEqual(idp.counts.revoked, ["rt-1", "at-1"])
+    }
+
+    func testALogoutWhileALoginIsInProgressEndsThatLoginToo() async throws {
+        // Outside attack: a login whose answer came after `msso-logout` ("No SSO session was
+        // active") stored its session, and apps signed again.
+        let broker = makeBroker()
+        idp.loginGate = AsyncGate()
+        let login = Task { try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in } }
+        await idp.loginGate!.waitUntilEntered()
+        let ended = try await broker.logout(nil, all: true)
+        XCTAssertEqual(ended.loggedOut, [], "nothing was logged in yet")
+        idp.loginGate!.open()
+        do {
+            _ = try await login.value
+            XCTFail("the login was stored after the logout")
+        } catch let error as BrokerError {
+            XCTAssertEqual(error.name, .loginDenied)
+            XCTAssertTrue(error.message.contains("a logout of \"\(group)\" came while this login was in progress"), error.message)
+        }
+        XCTAssertNil(store.item(group), "nothing stored")
+        XCTAssertEqual(idp.counts.revoked, ["rt-1"], "and its refresh token not left alive at the IdP")
+        await assertFails(.notLoggedIn) { try await Self.sign(broker) }
+        _ = try await self.login(broker)
+        let signed = try await Self.sign(broker)
+        XCTAssertEqual(signed, "Bearer at-2", "a login after the logout is stored as ever")
     }
 
     func testALoginTheKeyringRefusesLeavesNoLiveRefreshToken() async throws {

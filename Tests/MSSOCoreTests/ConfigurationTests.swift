@@ -62,6 +62,10 @@ final class ConfigurationTests: XCTestCase {
             ("[daemon]\n", "/c.toml:1: unknown table [daemon]; groups are written [groups.\"NAME\"]"),
             ("[groups.a]\nclient_secret = s3cr3t-value", "/c.toml:2: `client_secret`: unsupported value; strings must be quoted"),
             ("issuer = \"x\"", "/c.toml:1: `issuer`: keys must be inside a [groups.\"NAME\"] table"),
+            // A NUL would end the name in the keyring and in PAM: "adm\0" there is the admin's "adm" (outside attack).
+            ("[groups.\"adm\\u0000\"]\nissuer = \"https://i.example\"\nclient_id = \"c\"", "/c.toml:1: a NUL character (\\u0000) is not allowed"),
+            ("[groups.a]\nissuer = \"https://i.example\\u0000.evil\"\nclient_id = \"c\"", "/c.toml:2: `issuer`: a NUL character (\\u0000) is not allowed"),
+            ("[groups.\"adm\\u001b[2J\"]\nissuer = \"https://i.example\"\nclient_id = \"c\"", "/c.toml:1: a group name must not be empty or hold control characters"),
         ]
         for (text, expected) in cases {
             XCTAssertThrowsError(try Configuration.parse(text, file: "/c.toml")) { error in
@@ -254,6 +258,7 @@ final class ConfigurationTests: XCTestCase {
         }
         XCTAssertNil(try group("").clientAuthentication, "unset: chosen from discovery")
         XCTAssertEqual(try group("client_secret = \"s\"\ntoken_endpoint_auth_method = \"client_secret_post\"").clientAuthentication, .clientSecretPost)
+        XCTAssertEqual(try group("client_secret_file = \"s\"\ntoken_endpoint_auth_method = \"client_secret_basic\"").clientAuthentication, .clientSecretBasic)
         let keyed = try group("client_key = \"keys/c.pem\"\ntoken_endpoint_auth_method = \"private_key_jwt\"")
         XCTAssertEqual(keyed.clientAuthentication, .privateKeyJWT)
         XCTAssertEqual(keyed.clientKeyFile, "/etc/msso/keys/c.pem", "relative to the file, as client_secret_file")

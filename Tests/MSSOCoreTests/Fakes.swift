@@ -108,8 +108,12 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
         }
     }
 
+    /// When set, a password login waits here until the test opens it.
+    var loginGate: AsyncGate?
+
     func passwordLogin(_ group: GroupConfig, username: String, password: String, dpop: SigningKey?) async throws -> TokenSet {
         guard password == "right" else { throw BrokerError(.invalidCredentials, "refused") }
+        if let loginGate { await loginGate.enter() }
         return next()
     }
 
@@ -145,4 +149,45 @@ final class RecordingSink: SignalSink, @unchecked Sendable {
     private var received: [Signal] = []
     var signals: [Signal] { lock.withLock { received } }
     func deliver(_ signal: Signal) { lock.withLock { received.append(signal) } }
+}
+
+/// A door a task waits at until the test opens it; the test can wait until someone is there.
+final class AsyncGate: @unchecked Sendable {
+    private let lock = NSLock()
+    private var entered: [CheckedContinuation<Void, Never>] = []
+    private var watchers: [CheckedContinuation<Void, Never>] = []
+    private var isOpen = false
+
+    func enter() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let (now, watching) = lock.withLock { () -> (Bool, [CheckedContinuation<Void, Never>]) in
+                if isOpen { return (true, []) }
+                entered.append(continuation)
+                defer { watchers = [] }
+                return (false, watchers)
+            }
+            watching.forEach { $0.resume() }
+            if now { continuation.resume() }
+        }
+    }
+
+    func waitUntilEntered() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let someone = lock.withLock { () -> Bool in
+                if !entered.isEmpty { return true }
+                watchers.append(continuation)
+                return false
+            }
+            if someone { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let waiting = lock.withLock { () -> [CheckedContinuation<Void, Never>] in
+            isOpen = true
+            defer { entered = [] }
+            return entered
+        }
+        waiting.forEach { $0.resume() }
+    }
 }

@@ -308,3 +308,27 @@ def test_msso_config_replaces_only_the_users_file_so_the_admins_policy_stands(de
         assert allow.returncode == 7 and "does not allow user app registrations" in allow.stderr
     finally:
         broker.stop()
+
+
+def test_a_users_group_whose_name_ends_in_a_nul_is_refused_not_merged_with_the_admins(desktop, idp):
+    """Outside attack: keyring attributes are C strings, so a user's group "adm\\0" named the
+    keyring item of the administrator's "adm": its token was handed out to an app registered only
+    for the user's group, and a login there replaced the admin's session. The file is refused
+    whole, saying why; the admin's session is untouched."""
+    broker = Broker(desktop, idp, groups={ADMIN_GROUP: {}})
+    try:
+        assert broker.login(group=ADMIN_GROUP).returncode == 0
+        _, before = desktop.keyring_item(group=ADMIN_GROUP)
+        broker.user_dir.mkdir(parents=True, exist_ok=True)
+        (broker.user_dir / "config.toml").write_text(
+            f'[groups."{ADMIN_GROUP}\\u0000"]\nissuer = {json.dumps(idp.issuer)}\nclient_id = "msso"\n'
+            f'client_secret_file = {json.dumps(str(idp.secret_file))}\n')
+        desktop.chown(desktop.home / ".config", recursive=True)
+        broker.stop()
+        broker.start(wait=False)
+        broker.process.wait(timeout=30)
+        log = broker.log.read_text()
+        assert broker.process.returncode != 0 and "a NUL character (\\u0000) is not allowed" in log, log[-1500:]
+        assert desktop.keyring_item(group=ADMIN_GROUP)[1] == before, "the administrator's session is as it was"
+    finally:
+        broker.stop()

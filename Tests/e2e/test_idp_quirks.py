@@ -47,14 +47,15 @@ def test_logout_revokes_through_oauth_metadata_when_discovery_names_no_endpoint(
     broker = Broker(desktop, fake)
     try:
         assert broker.login().returncode == 0
-        refresh_token = stored_refresh_token(desktop)
-        assert introspect(idp, refresh_token)
+        refresh_token, access_token = stored_refresh_token(desktop), desktop.keyring_item()[1]["accessToken"]
+        assert introspect(idp, refresh_token) and introspect(idp, access_token)
         done = broker.msso("logout", "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout) == {"loggedOut": [GROUP], "revoked": True}
         revocations = fake.recorded("POST", "/revoke")
-        assert [r.form.get("token_type_hint") for r in revocations] == [["refresh_token"]]
+        assert [r.form.get("token_type_hint") for r in revocations] == [["refresh_token"], ["access_token"]]
         assert not introspect(idp, refresh_token), "the refresh token is dead at the provider"
+        assert not introspect(idp, access_token), "and so is the access token (outside attack: it lived on)"
     finally:
         broker.stop()
 
@@ -311,5 +312,40 @@ def test_an_id_token_that_fails_its_checks_stores_no_session(desktop, idp, fake,
         assert done.returncode == status and words in done.stderr, (case, done.returncode, done.stderr)
         assert "ID token" in done.stderr, done.stderr
         assert desktop.keyring_item() is None and broker.status_json()["state"] == "notLoggedIn"
+    finally:
+        broker.stop()
+
+
+def test_a_browser_login_answered_without_an_id_token_is_refused(desktop, idp, fake):
+    """Outside attack: whoever answers the token endpoint could drop the ID token, and with it
+    the nonce that ties the tokens to this login. OpenID Connect's code flow always carries one."""
+    broker = Broker(desktop, fake, groups={GROUP: {"redirect_uri": REDIRECT}})
+    try:
+        cli, url = start_login(broker)
+        browser(idp, url)
+        cli.wait(timeout=30)
+        err = cli.stderr.read()
+        assert cli.returncode == 5 and "without an ID token" in err, (cli.returncode, err)
+        assert desktop.keyring_item() is None
+    finally:
+        broker.stop()
+
+
+def test_a_refresh_answered_with_another_users_tokens_ends_the_session(desktop, idp, fake):
+    """Outside attack: a refresh answered with bob's genuine tokens was taken silently, alice's
+    session now bob's. The refresh's ID token names bob: the session ends (OpenID Connect Core §12.2)."""
+    fake.id_token_claims = {"sub": "alice-sub"}
+    broker = Broker(desktop, fake)
+    try:
+        assert broker.login().returncode == 0
+        fake.id_token_claims = {"sub": "bob-sub", "preferred_username": "bob"}
+        client = RawClient(broker.socket)
+        try:
+            answer = client.call("token", {"renew": True})
+        finally:
+            client.close()
+        assert answer.get("error") == "Expired" and "another user's tokens" in answer["message"], answer
+        assert broker.msso("check").returncode == 1
+        assert broker.status_json()["username"] == "alice"
     finally:
         broker.stop()
