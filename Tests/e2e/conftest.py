@@ -1,6 +1,15 @@
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
-from harness import Broker, Desktop, IdP
+# As an activated virtual environment has it: the interpreter's directory first on PATH. The tests
+# run `python3` as other uids too, and a pyenv shim found first on PATH cannot be run by them (as
+# the pyenv interpreter that ran pytest before put its own directory first, this does).
+os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+
+from harness import Broker, Desktop, IdP  # noqa: E402
 
 
 @pytest.fixture(scope="session")
