@@ -9,7 +9,9 @@ a fixture purges it whatever happens. Other tests run the build's binaries (harn
 pam/pam_msso.so by path, so the installed package changes nothing they run.
 
 The package is built once (`make deb` builds the release binaries: slow the first time) and reused
-while it is newer than everything it is made of.
+while it is newer than everything it is made of. Under `make test` the release binaries are built
+behind the other tests (scripts/behind); this module runs after them (conftest.py) and waits for
+that build to end before `make deb`, which then finds them built.
 """
 import os
 import re
@@ -52,8 +54,26 @@ def newest_input() -> float:
     return newest
 
 
+def wait_for_the_build_behind():
+    """Waits while the release build scripts/behind started runs (its pid file names it)."""
+    try:
+        pid = int((ROOT / ".build-release" / "behind.pid").read_text())
+    except (OSError, ValueError):
+        return
+    def building():  # that process, not another that took its pid after it ended
+        try:
+            return b"release" in Path(f"/proc/{pid}/cmdline").read_bytes() and \
+                Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    deadline = time.monotonic() + 3 * 3600
+    while building() and time.monotonic() < deadline:
+        time.sleep(1)  # a build of minutes, polled
+
+
 @pytest.fixture(scope="module")
 def deb() -> Path:
+    wait_for_the_build_behind()
     arch = subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True, text=True).stdout.strip()
     path = ROOT / ".build-deb" / f"msso_{changelog_version()}_{arch}.deb"
     if not path.exists() or path.stat().st_mtime < newest_input():
