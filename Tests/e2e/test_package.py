@@ -49,7 +49,9 @@ def newest_input() -> float:
     for name in INPUTS:
         path = ROOT / name
         for each in [path, *(path.rglob("*") if path.is_dir() else [])]:
-            if each.is_file() and "/tests/" not in str(each) and each.suffix not in (".o", ".so", ".stamp"):
+            # pam/tests/ is the tests' driver, built by `make -C pam` (by the clone's own path, not the
+            # absolute one: a clone under a directory named tests would count nothing, so never rebuild)
+            if each.is_file() and "tests" not in each.relative_to(ROOT).parts and each.suffix not in (".o", ".so", ".stamp"):
                 newest = max(newest, each.stat().st_mtime)
     return newest
 
