@@ -25,9 +25,9 @@ def broker(desktop, idp):
     daemon.stop()
 
 
-# Run at the end, in this order (the others keep theirs): the package's tests, which wait for the
-# release build that `make test` runs behind the tests (scripts/behind), so that it has the whole
-# run to finish in; then the log check, which reads what every other test left behind.
+# Run at the end, in this order (the others keep theirs): the package's tests, whose `make deb`
+# goes on from the release build that `make test` runs behind the tests (scripts/behind), so that
+# it has the whole run to get far in; then the log check, which reads what every other test left.
 LAST = ["test_package", "test_no_secrets_in_logs"]
 
 
