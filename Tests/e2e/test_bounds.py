@@ -160,12 +160,17 @@ calls = b"".join(frame(json.dumps({"type": "call", "serial": n, "method": "sign"
 socks = []
 for _ in range(count):
     s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(hello); socks.append(s)
-import array, fcntl, termios
-def unread(s):  # what the daemon has not read yet of what was sent on s (SIOCOUTQ)
-    n = array.array("i", [0]); fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, n); return n[0]
-deadline = time.monotonic() + 10
-while any(unread(s) for s in socks) and time.monotonic() < deadline:  # until the daemon has read every hello
-    time.sleep(0.01)
+def read_exactly(s, n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk: return None
+        data += chunk
+    return data
+for s in socks:  # until the daemon has answered every hello
+    s.settimeout(10)
+    head = read_exactly(s, 4)
+    if head: read_exactly(s, struct.unpack(">I", head)[0])
 print("{}", flush=True)
 pending = {s: memoryview(calls) for s in socks}
 for s in socks: s.setblocking(False)
