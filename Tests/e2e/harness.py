@@ -7,6 +7,8 @@
 Every secret the tests handle (tokens, passwords, client secrets) is recorded in SECRETS, and every
 daemon log in LOGS, so the last test can check that no secret ever reached a log.
 """
+import array
+import fcntl
 import json
 import os
 import shutil
@@ -16,6 +18,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from pathlib import Path
 
@@ -48,6 +51,30 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
             return value
         time.sleep(interval)
     raise TimeoutError(f"timed out waiting for {what}")
+
+
+def sleep_until(moment: float):
+    """Sleeps until the wall clock passes `moment` (a time.time() a daemon reported: an expiry, say)."""
+    time.sleep(max(0.0, moment - time.time()))
+
+
+def memory(pid):
+    """VmRSS and VmHWM of a process, in KiB."""
+    values = {}
+    for line in open(f"/proc/{pid}/status"):
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0])
+    return values
+
+
+def unread(sock) -> int:
+    """What this end of a Unix stream socket wrote that the other end has not read yet (SIOCOUTQ:
+    the kernel charges a frame to its writer until the reader has taken all of it); 0 once the
+    daemon has read everything sent on the socket."""
+    count = array.array("i", [0])
+    fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, count)
+    return count[0]
 
 
 class IdP:
@@ -337,6 +364,10 @@ class Broker:
 
     def alive(self):
         return self.process is not None and self.process.poll() is None
+
+    def logged(self, words) -> int:
+        """How many lines of the daemon's log so far hold `words`."""
+        return sum(words in line for line in self.log.read_text(errors="replace").splitlines())
 
     def login(self, user="alice", password=None, group=None):
         argv = ["login", "--username", user, "--password-stdin"] + (["--group", group] if group else [])

@@ -173,10 +173,17 @@ def test_every_verb_is_audited_without_a_secret(bare, desktop, tmp_path):
 
     database = desktop.home / ".local" / "state" / "msso" / "audit.sqlite"
     assert oct(database.stat().st_mode & 0o777) == "0o600"
-    time.sleep(0.3)  # rows are written in batches every 100 ms
-    with sqlite3.connect(database) as db:
-        total, last = db.execute("SELECT count(*), (SELECT verb FROM audit ORDER BY id DESC LIMIT 1) FROM audit").fetchone()
-        assert (total, last) == (len(rows) + 2, "audit"), "both audit queries are audited too"
+    def written():  # rows are written in batches every 100 ms
+        db = sqlite3.connect(database)
+        try:
+            return db.execute("SELECT count(*), (SELECT verb FROM audit ORDER BY id DESC LIMIT 1) FROM audit").fetchone()
+        except sqlite3.OperationalError:  # busy: the daemon is writing a batch
+            return 0, None
+        finally:
+            db.close()
+    total, last = wait_for(lambda: (row := written())[0] >= len(rows) + 2 and row, interval=0.05,
+                           what="the audit queries' rows")
+    assert (total, last) == (len(rows) + 2, "audit"), "both audit queries are audited too"
     token = signed.stdout.split(" ", 2)[2].strip()
     SECRETS.add(token)
     raw = b"".join(path.read_bytes() for path in database.parent.iterdir())
@@ -207,7 +214,7 @@ def test_a_hundred_subscribers_hear_the_logout_and_a_stalled_one_slows_nobody(de
                 pass  # hung up on, as it should be
         writer = threading.Thread(target=pipeline, daemon=True)
         writer.start()
-        time.sleep(0.3)
+        time.sleep(0.3)  # the daemon stops reading the stalled one: nothing outside marks the moment
         subscribers = [subscribe(broker.socket, GROUP) for _ in range(100)]
         selector = selectors.DefaultSelector()
         for client in subscribers:

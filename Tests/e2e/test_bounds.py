@@ -18,20 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import GROUP, PYTHON, SECRETS, Broker, RawClient, frame
+from harness import GROUP, PYTHON, SECRETS, Broker, RawClient, frame, memory, unread, wait_for
 
 URL = "https://api.example.com/items"
 MIB = 1024
-
-
-def memory(pid):
-    """VmRSS and VmHWM of a process, in KiB."""
-    values = {}
-    for line in open(f"/proc/{pid}/status"):
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0])
-    return values
 
 
 def mib(kib):
@@ -170,7 +160,17 @@ calls = b"".join(frame(json.dumps({"type": "call", "serial": n, "method": "sign"
 socks = []
 for _ in range(count):
     s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(hello); socks.append(s)
-time.sleep(0.3)
+def read_exactly(s, n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk: return None
+        data += chunk
+    return data
+for s in socks:  # until the daemon has answered every hello
+    s.settimeout(10)
+    head = read_exactly(s, 4)
+    if head: read_exactly(s, struct.unpack(">I", head)[0])
 print("{}", flush=True)
 pending = {s: memoryview(calls) for s in socks}
 for s in socks: s.setblocking(False)
@@ -434,13 +434,18 @@ def test_a_large_frame_waiting_for_a_slot_goes_on_when_one_frees(logged_in):
     hogs = [RawClient(broker.socket) for _ in range(64)]
     for hog in hogs:
         hog.send_raw(whole[:10_000])
-    time.sleep(0.3)
+    wait_for(lambda: not any(unread(hog.sock) for hog in hogs), what="the daemon to read the hogs' halves")
     honest = RawClient(broker.socket)
     honest.send_raw(whole[:10_000])
+    # The daemon reads the honest half's head and finds no slot free: nothing outside shows that
+    # moment (the half stays unread), so this one waits by the clock.
     time.sleep(0.3)
+    assert unread(honest.sock), "the honest half was read while every slot was taken"
     for hog in hogs:
         hog.close()
-    time.sleep(0.3)
+    # A slot frees: the daemon goes on reading the honest half (a frame left paused would stay
+    # unread until the frame timeout closed the connection: then the reply below is missing).
+    wait_for(lambda: not unread(honest.sock), timeout=15, what="the daemon to read the honest half")
     started = time.monotonic()
     honest.send_raw(whole[10_000:])
     honest.sock.settimeout(15)
@@ -599,7 +604,7 @@ def test_a_frame_finished_by_another_process_is_refused(logged_in):
     client = RawClient(broker.socket)
     whole = call(7, "sign", {"method": "GET", "url": URL})
     client.send_raw(whole[:30])
-    time.sleep(0.2)  # the daemon has read the first half, from this process
+    wait_for(lambda: not unread(client.sock), what="the daemon to read the first half, from this process")
     child = os.fork()
     if child == 0:  # the second writer
         try:

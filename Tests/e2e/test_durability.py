@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from faults import frozen, kill_hard
-from harness import BIN, GROUP, SECRETS, Broker, RawClient
+from harness import BIN, GROUP, SECRETS, Broker, RawClient, wait_for
+from test_refresh import introspect
 
 URL = "https://api.example.com/items"
 SESSION_KEYS = ("state", "username", "loggedInAt", "sessionExpiresAt", "sessionMaxAt", "issuer")
@@ -72,7 +73,7 @@ def test_a_crash_after_logout_stays_logged_out(broker, desktop):
 def test_a_crash_keeps_an_extended_window(broker, desktop):
     assert broker.login().returncode == 0
     _, before = session(broker)
-    time.sleep(1.2)
+    time.sleep(1.2)  # more than a second: the extended window ends later than the first
     extended = json.loads(broker.msso("extend", "--json").stdout)
     assert extended["sessionExpiresAt"] > before["sessionExpiresAt"] + 1
     crash_and_restart(broker)
@@ -147,10 +148,13 @@ def test_a_crash_between_rotation_and_the_keyring_write(desktop, idp):
     daemon = Broker(desktop, idp, groups={GROUP: {"refresh_lead": "3600s"}}, args=["--keyring-timeout", "3"])
     try:
         assert daemon.login().returncode == 0
+        _, item = desktop.keyring_item()
+        SECRETS.update([item["accessToken"], item["refreshToken"]])
         with frozen(desktop.keyring.pid):
             sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
-            time.sleep(1)  # the IdP has rotated the refresh token; mssod waits on the keyring to store it
+            # The IdP has rotated the refresh token (the old one is spent); mssod waits on the keyring to store it.
+            wait_for(lambda: not introspect(idp, item["refreshToken"]), interval=0.1, what="the IdP to rotate")
             kill_hard(daemon)
             sign.wait(timeout=10)
         daemon.start()

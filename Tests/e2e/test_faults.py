@@ -12,7 +12,7 @@ import time
 import pytest
 
 from faults import frozen, login_bounded, timed
-from harness import BIN, GROUP, SECRETS, Broker, Desktop, IdP, RawClient
+from harness import BIN, GROUP, SECRETS, Broker, Desktop, IdP, RawClient, wait_for
 
 URL = "https://api.example.com/items"
 
@@ -185,7 +185,7 @@ def test_sigterm_during_the_start_up_read_of_a_hung_keyring_shuts_down_at_once(d
     try:
         with frozen(desktop.keyring.pid):
             daemon.start()  # its start-up read now waits for the keyring, up to 10 s
-            time.sleep(0.5)
+            time.sleep(0.5)  # the read is sent: nothing outside marks the moment
             started = time.monotonic()
             daemon.process.terminate()
             code = daemon.process.wait(timeout=2 * timeout)
@@ -205,7 +205,9 @@ def test_concurrent_callers_on_a_hung_secret_service_do_not_queue_up(desktop, id
     try:
         with frozen(desktop.keyring.pid):
             daemon.start()
-            time.sleep(timeout + 0.5)  # let the start-up load time out first
+            # Let the start-up load time out first.
+            wait_for(lambda: daemon.logged("could not load credential at start"), timeout=timeout + 10,
+                     what="the start-up load to time out")
             started = time.monotonic()
             calls = [subprocess.Popen([BIN / "msso", "status"], env=daemon.env, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True) for _ in range(4)]

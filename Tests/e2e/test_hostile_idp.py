@@ -13,7 +13,7 @@ import time
 import pytest
 
 from fake_idp import FakeIdP, Recorder
-from harness import BIN, GROUP, PASSWORDS, SECRETS, Broker, IdP, RawClient
+from harness import BIN, GROUP, PASSWORDS, SECRETS, Broker, IdP, RawClient, memory, wait_for
 
 URL = "https://api.example.com/items"
 PASSWORD = PASSWORDS["alice"]
@@ -40,16 +40,6 @@ def broker(desktop, fake):
     daemon = Broker(desktop, fake)
     yield daemon
     daemon.stop()
-
-
-def memory(pid):
-    """VmRSS and VmHWM of a process, in KiB."""
-    values = {}
-    for line in open(f"/proc/{pid}/status"):
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0])
-    return values
 
 
 def serving(broker):
@@ -238,7 +228,7 @@ def test_a_device_login_with_an_absurd_poll_interval(broker, fake, interval):
             assert first, "with interval \"inf\" the daemon never polled"
             assert len(polls(fake)) <= 2, "polling floods"
         else:
-            time.sleep(max(0.0, started + 3 - time.monotonic()))
+            time.sleep(max(0.0, started + 3 - time.monotonic()))  # no poll comes meanwhile
             assert polls(fake) == [], "an interval of 1e20 made the daemon poll at once (the interval overflowed)"
         assert cli.poll() is None, cli.stderr.read()
         cli.send_signal(signal.SIGKILL)
@@ -253,7 +243,8 @@ def test_a_device_login_with_an_absurd_poll_interval(broker, fake, interval):
         assert denied, "closing the client did not cancel the device login"
         seen = len(polls(fake))
         if interval == "inf":
-            time.sleep(7)  # more than the 5 s interval
+            # More than the 5 s interval after the last poll: a login still polling would have polled again.
+            time.sleep(max(0.0, polls(fake)[-1].time + 5 + 1.5 - time.monotonic()))
             assert len(polls(fake)) == seen, "the cancelled device login kept polling"
         assert broker.alive()
         assert serving(broker)
@@ -282,7 +273,7 @@ def test_expired_token_while_polling_ends_the_device_login_at_once(broker, fake)
     assert cli.returncode == 6, out + err
     assert "expired before it was approved" in err and "msso login" in err
     assert took < 5
-    time.sleep(1.5)
+    time.sleep(1.5)  # past the 1 s interval: no second poll comes
     assert len(polls(fake)) == 1
     assert [e["error"] for e in audit_entries(broker, "login")] == ["LoginDenied"]
     assert broker.msso("check").returncode == 2
@@ -336,7 +327,8 @@ def test_a_refresh_the_idp_cannot_answer_now_keeps_the_session(desktop, short_li
             # While the refresh hangs, others are served.
             signer = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=broker.env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True)
-            time.sleep(0.5)
+            wait_for(lambda: fake.recorded(method="POST", path_suffix="/token", grant="refresh_token"),
+                     what="the refresh to reach the IdP")
             check, took = timed_msso(broker, "check")
             print(f"refresh hung: check exit {check.returncode} in {took:.2f} s meanwhile")
             assert check.returncode == 0 and took < 1

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from harness import BIN, GROUP, ROOT, SECRETS, Broker, RawClient
+from harness import BIN, GROUP, ROOT, SECRETS, Broker, RawClient, wait_for
 
 sys.path.insert(0, str(ROOT / "examples" / "python"))
 from msso_client import MSSOClient, MSSOError  # noqa: E402
@@ -99,7 +99,8 @@ def test_wrong_passphrases_are_slowed_without_slowing_anyone_else(broker):
     results = {}
     second = threading.Thread(target=lambda: results.update(second=timed(unlock, broker, "guess two")))
     second.start()
-    time.sleep(0.8)  # past the hashing of guess two, inside its 2 s delay
+    # Past the hashing of guess two (logged), inside its 2 s delay.
+    wait_for(lambda: broker.logged("wrong passphrase for unlock") == 2, what="guess two judged wrong")
     paused, paused_took = timed(unlock, broker)
     with MSSOClient(broker.socket) as client:
         _, status_took = timed(client.status)
@@ -165,7 +166,7 @@ def test_no_sign_succeeds_after_lock_returns(broker):
             done = lock(broker)
             returned = time.monotonic()
             assert done.returncode == 0, done.stderr
-            time.sleep(0.3)
+            time.sleep(0.3)  # the signers go on after lock returned: each of those signs must be refused
             stop.set()
             for signer in signers:
                 signer.join(timeout=10)

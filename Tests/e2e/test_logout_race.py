@@ -134,7 +134,7 @@ def test_no_sign_succeeds_after_logout_returns(scenario, desktop):
             # While logout ran, signs either got a token or NotLoggedIn: no other error (say Internal).
             assert {s[2] for s in during} <= {"ok", "NotLoggedIn"}, summary
             # Nothing wrote the session back behind logout's back (a refresh finishing late, say).
-            time.sleep(0.2)
+            time.sleep(0.2)  # an interval in which nothing may happen
             assert broker.msso("check").returncode == 2
             assert desktop.keyring_item() is None
             assert {s[2] for s in run_briefly(clients[0])} == {"NotLoggedIn"}

@@ -19,8 +19,8 @@ from urllib.parse import parse_qs, urlparse
 
 import requests
 
-from harness import GROUP, Broker, as_uid, free_port, wait_for
-from test_bounds import memory, mib, MIB
+from harness import GROUP, Broker, as_uid, free_port, memory, wait_for
+from test_bounds import mib, MIB
 from test_browser_login import start_login
 
 STRANGER = 65534  # nobody: another user of the machine

@@ -406,7 +406,7 @@ for _ in range(int(sys.argv[2])):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sys.argv[1])
     kept.append(s)
-time.sleep(0.5)
+time.sleep(0.5)  # the daemon refuses what is past the share: nothing marks when it is done
 alive = 0
 for s in kept:
     s.setblocking(False)
@@ -438,9 +438,9 @@ def test_idle_connections_under_a_systemd_like_descriptor_limit(desktop, idp):
                                  stdout=subprocess.PIPE, text=True)
         kept = int(leaky.stdout.readline())  # well within the 10 s hello timeout
         assert kept == 256, f"the leaky app kept {kept} connections; its share is 256"
-        time.sleep(0.2)
+        time.sleep(0.2)  # the refusals are done with
         cpu_before, wall_before = cpu_seconds(daemon.process.pid), time.monotonic()
-        time.sleep(1)
+        time.sleep(1)  # the interval the daemon's CPU time is measured over
         busy = (cpu_seconds(daemon.process.pid) - cpu_before) / (time.monotonic() - wall_before)
         served = None
         try:

@@ -13,7 +13,7 @@ from http_message_signatures import HTTPMessageVerifier, HTTPSignatureKeyResolve
 from joserfc import jws
 from joserfc.jwk import ECKey, OKPKey
 
-from harness import GROUP, SECRETS, Broker, IdP
+from harness import GROUP, SECRETS, Broker, IdP, sleep_until
 
 API = "https://api.example.com/v1/items?page=2"
 
@@ -227,7 +227,7 @@ def test_dpop_bound_tokens_refresh_with_a_proof(desktop):
     try:
         broker.login()
         _, before = desktop.keyring_item()
-        time.sleep(2.5)
+        sleep_until(before["accessTokenExpiresAt"] - 38 + 0.1)  # within the refresh lead
         headers = signed_headers(broker, "--url", f"{short.issuer}/userinfo")
         _, after = desktop.keyring_item()
         SECRETS.update([before["accessToken"], before["refreshToken"], after["accessToken"], after["refreshToken"]])

@@ -1,11 +1,10 @@
 """The access-token clock against the real IdP: silent refresh, rotation stored, one refresh for many signs."""
 import json
 import subprocess
-import time
 
 import pytest
 
-from harness import BIN, GROUP, SECRETS, Broker, IdP
+from harness import BIN, GROUP, SECRETS, Broker, IdP, sleep_until
 
 
 @pytest.fixture
@@ -32,7 +31,7 @@ def test_many_concurrent_signs_near_expiry_cause_one_rotating_refresh(desktop, s
         first = broker.msso("sign", "--url", "https://api.example.com/").stdout.strip()
         assert first == f"Authorization: Bearer {before['accessToken']}", "a fresh token is served as is"
 
-        time.sleep(2.5)
+        sleep_until(before["accessTokenExpiresAt"] - 38 + 0.1)  # within the refresh lead
         signers = [subprocess.Popen([BIN / "msso", "sign", "--url", "https://api.example.com/"], env=broker.env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(16)]
         outputs = [signer.communicate(timeout=30) for signer in signers]
@@ -59,10 +58,10 @@ def test_refresh_survives_a_restart(desktop, short_lived_idp):
     broker = Broker(desktop, short_lived_idp, groups={GROUP: {"refresh_lead": "38s"}})
     try:
         broker.login()
-        time.sleep(2.5)
+        sleep_until(broker.status_json()["accessTokenExpiresAt"] - 38 + 0.1)  # within the refresh lead
         assert broker.msso("sign", "--url", "https://api.example.com/").returncode == 0
         broker.restart()
-        time.sleep(2.5)
+        sleep_until(broker.status_json()["accessTokenExpiresAt"] - 38 + 0.1)  # the refreshed token, likewise
         done = broker.msso("sign", "--url", "https://api.example.com/")
         assert done.returncode == 0, "the stored (rotated) refresh token works after a restart"
     finally:

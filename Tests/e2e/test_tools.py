@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import BIN, GROUP, PYTHON, SECRETS, Broker, IdP
+from harness import BIN, GROUP, PYTHON, SECRETS, Broker, IdP, sleep_until, wait_for
 from token_server import TokenServer
 
 KUBECTL = Path("/var/cache/msso-test-tools/kubernetes-client/usr/bin/kubectl")  # scripts/setup unpacks it
@@ -113,7 +113,9 @@ def test_erase_renews_the_token_and_never_logs_out(tools_broker, tmp_path):
     assert fields.get("username") == "oauth2" and fields["host"] == "git.example.com", first.stderr
     assert int(fields["password_expiry_utc"]) > time.time()
     SECRETS.add(fields["password"])
-    time.sleep(1)  # so that the renewed token is issued at another second
+    # The token was issued at or before this second: the renewed one must be issued at another.
+    got = int(time.time())
+    wait_for(lambda: int(time.time()) > got, what="the next second")
     erased = subprocess.run([*helper, "erase"], input=request + f"password={fields['password']}\n", env=tools_broker.env,
                             capture_output=True, text=True)
     assert erased.returncode == 0 and erased.stdout == ""
@@ -152,7 +154,8 @@ def test_kubectl_authenticates_with_the_exec_plugin_and_after_a_refresh(desktop,
         assert listed.returncode == 0, listed.stderr
         assert "msso-test" in listed.stdout
         first = set(served.seen)
-        time.sleep(6)  # the access token is now within the refresh lead: the broker renews it
+        # Until the access token is within the refresh lead (3 s of its 8): the broker renews it.
+        sleep_until(broker.status_json()["accessTokenExpiresAt"] - 3 + 0.2)
         again = subprocess.run([KUBECTL, "get", "namespaces"], env=env, capture_output=True, text=True, timeout=60)
         assert again.returncode == 0, again.stderr
         assert set(served.seen) - first, "kubectl came back with a refreshed token"

@@ -88,6 +88,18 @@ def me():
 
 def say(value):
     print(json.dumps(value), flush=True)
+
+def drained(s, timeout=10):
+    """Waits until the daemon has read everything sent on s (SIOCOUTQ: the kernel charges what was
+    sent to its sender until the reader has taken it all)."""
+    import fcntl, termios
+    count, deadline = array.array("i", [0]), time.monotonic() + timeout
+    while True:
+        fcntl.ioctl(s.fileno(), termios.TIOCOUTQ, count)
+        if count[0] == 0:
+            return
+        assert time.monotonic() < deadline, f"the daemon left {count[0]} bytes unread"
+        time.sleep(0.005)
 '''
 
 # argv: socket group. Connects, says hello, signs once.
@@ -599,9 +611,10 @@ def test_a_pinned_binary_rewritten_in_place_with_its_old_mtime_is_refused(bare, 
 
     result = run_script(pinned, SIGN_ONCE, bare.socket, GROUP)
     assert_refused(result["reply"], "NotEntitled", "is not the binary registered", digest, running)
-    time.sleep(0.3)  # the audit log is written in batches every 100 ms
-    rows = json.loads(bare.msso("audit", "--json").stdout)
-    row = next(r for r in rows if r["pid"] == result["me"]["pid"] and r["verb"] == "sign")
+    def audited():  # the audit log is written in batches every 100 ms
+        rows = json.loads(bare.msso("audit", "--json").stdout)
+        return next((r for r in rows if r["pid"] == result["me"]["pid"] and r["verb"] == "sign"), None)
+    row = wait_for(audited, interval=0.05, what="the refused sign in the audit log")
     assert row["outcome"] == "error" and row["error"] == "NotEntitled"
     assert row["detail"] == f"pinned sha256 {digest}, running {running}", row
 
@@ -838,7 +851,7 @@ s = connect(path)
 whole = sign_frame(group)          # serial 2
 cut = len(whole) // 2
 s.sendall(whole[:cut])
-time.sleep(0.2)                    # the daemon has read the first part
+drained(s)                         # the daemon has read the first part
 FINISH = """
 import os, socket, sys
 s = socket.socket(fileno=int(sys.argv[1]))
@@ -888,7 +901,7 @@ if writer == 0:
     s.sendall(whole[:cut])
     os._exit(0)
 os.waitpid(writer, 0)
-time.sleep(0.2)                    # the daemon has read the first half
+drained(s)                         # the daemon has read the first half
 FINISH = """
 import os, socket, sys
 s = socket.socket(fileno=int(sys.argv[1]))

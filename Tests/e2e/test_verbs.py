@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from harness import BIN, GROUP, SECRETS, Broker
+from harness import BIN, GROUP, SECRETS, Broker, sleep_until, wait_for
 
 
 def test_login_stores_one_item_with_secrets_only_in_the_payload(broker, desktop, idp):
@@ -85,7 +85,8 @@ def test_extend_never_passes_session_max(desktop, idp):
     try:
         daemon.login()
         status = daemon.status_json()
-        time.sleep(2)
+        # Until a window of 3 s from now would pass session_max, with time to spare before the window ends.
+        sleep_until(status["sessionMaxAt"] - 3 + 0.3)
         extended = json.loads(daemon.msso("extend", "--json").stdout)
         assert extended["sessionExpiresAt"] == pytest.approx(status["sessionMaxAt"])
     finally:
@@ -97,7 +98,9 @@ def test_window_passing_expires_the_session(desktop, idp):
     try:
         daemon.login()
         assert daemon.msso("sign", "--url", "https://api.example.com/").returncode == 0
-        time.sleep(2.2)
+        window = daemon.status_json()["sessionExpiresAt"]
+        wait_for(lambda: daemon.msso("check").returncode == 1, interval=0.1, what="the window to pass")
+        assert time.time() >= window - 0.05, "the session expired before its window passed"
         sign = daemon.msso("sign", "--url", "https://api.example.com/")
         assert sign.returncode == 1 and "has expired; run `msso login" in sign.stderr
         assert daemon.msso("check").returncode == 1
