@@ -64,7 +64,7 @@ order: setup
 # Not part of `make test`: a million malformed frames at a real mssod (a few minutes), then checks
 # that it is alive, answers, logs in and signs, and stayed within its memory bound.
 fuzz: setup build
-	./scripts/fuzz
+	$(MSSO_TEST_VENV)/bin/python scripts/fuzz
 
 release:
 	$(if $(DAEMON_CXX),mkdir -p $(STATIC_CXX) && echo 'INPUT($(CXX_ARCHIVE))' > $(STATIC_CXX)/libstdc++.so)

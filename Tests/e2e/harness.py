@@ -22,8 +22,6 @@ import termios
 import time
 from pathlib import Path
 
-import requests
-
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("MSSO_BIN", ROOT / ".build" / "debug"))
 GROUP = "com.example.suite"
@@ -96,6 +94,7 @@ class IdP:
     def add_client(self, client_id, pubkey_pem):
         """Registers a confidential client that authenticates with private_key_jwt, by its public
         key (PEM), through glewlwyd's admin API."""
+        import requests  # the harness itself needs nothing outside the standard library
         session = requests.Session()
         base = self.issuer.rsplit("/oidc", 1)[0]
         assert session.post(f"{base}/auth/", json={"username": "admin", "password": "password"}, timeout=5).status_code == 200
