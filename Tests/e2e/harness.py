@@ -91,6 +91,20 @@ class IdP:
         subprocess.run([ROOT / "scripts" / "idp", "approve-device", self.dir, user_code, user, PASSWORDS[user]],
                        check=True, capture_output=True)
 
+    def allow_redirect(self, uri, client_id="msso"):
+        """Registers one more redirect URI for a client, through glewlwyd's admin API (a test's
+        browser login on a port of its own, so that runs in parallel do not meet on 4600)."""
+        import requests  # the harness itself needs nothing outside the standard library
+        session = requests.Session()
+        base = self.issuer.rsplit("/oidc", 1)[0]
+        assert session.post(f"{base}/auth/", json={"username": "admin", "password": "password"}, timeout=5).status_code == 200
+        client = session.get(f"{base}/client/{client_id}", timeout=5).json()
+        client["redirect_uri"] = [*client["redirect_uri"], uri]
+        for member in ("source", "last_seen", "enabled_at"):
+            client.pop(member, None)
+        answer = session.put(f"{base}/client/{client_id}", json=client, timeout=5)
+        assert answer.status_code == 200, answer.text
+
     def add_client(self, client_id, pubkey_pem):
         """Registers a confidential client that authenticates with private_key_jwt, by its public
         key (PEM), through glewlwyd's admin API."""

@@ -105,8 +105,11 @@ def closed_by_daemon(child):
 @pytest.fixture
 def browser_broker(desktop, idp):
     """mssod whose group's browser login listens on a port of its own (the IdP's registered one,
-    4600, is shared by every test run on the machine; no login here needs the IdP to redirect)."""
-    daemon = Broker(desktop, idp, groups={GROUP: {"redirect_uri": f"http://127.0.0.1:{free_port()}/callback"}},
+    4600, is shared by every test run on the machine), registered at the IdP: mssod asks the
+    IdP's authorization endpoint before it waits, and an unknown redirect URI ends the login."""
+    redirect = f"http://127.0.0.1:{free_port()}/callback"
+    idp.allow_redirect(redirect)
+    daemon = Broker(desktop, idp, groups={GROUP: {"redirect_uri": redirect}},
                     launcher=["prlimit", f"--nofile={MSSOD_FILES}:{MSSOD_FILES}", "--"])
     daemon.port = int(urlparse(daemon_redirect(daemon)).port)
     yield daemon
@@ -126,7 +129,7 @@ def test_another_user_holding_connections_to_the_redirect_listener(browser_broke
     at once (mssod's descriptors stay within 32 of where they were); `msso check` answers within
     1 s meanwhile; the user's own browser still completes the login through the same listener;
     once the login has ended the listener is gone. (Its browser comes back with a refusal, which
-    ends the login just as well: the IdP registers only port 4600, shared by other test runs.)"""
+    ends the login just as well as a code.)"""
     broker = browser_broker
     pid = broker.process.pid
     before_files, before = descriptors(pid), memory(pid)
