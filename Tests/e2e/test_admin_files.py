@@ -103,7 +103,9 @@ class Recorder:
 
 class TLSFront:
     """glewlwyd (the real IdP) served over TLS at https://HOST:PORT, as an IdP on the network
-    is: every request is passed to glewlwyd, its own URL rewritten to the front's in answers."""
+    is: every request is passed to glewlwyd, its own URL rewritten to the front's in answers. Its
+    token answers lose their `id_token`, which glewlwyd signed for its own issuer, not the front's
+    (msso rightly refuses it; ID tokens are tested with glewlwyd itself)."""
 
     def __init__(self, idp, host, address, context):
         self.requests = Recorder()
@@ -128,6 +130,8 @@ class TLSFront:
                 data = answer.read()
                 for old, new in ((backend, front.url), (backend.replace("/", "\\/"), front.url.replace("/", "\\/"))):
                     data = data.replace(old.encode(), new.encode())
+                if self.path.split("?")[0].endswith("/token") and answer.status == 200:
+                    data = json.dumps({k: v for k, v in json.loads(data).items() if k != "id_token"}).encode()
                 self.send_response(answer.status)
                 for name, value in answer.getheaders():
                     if name.lower() not in ("content-length", "connection", "transfer-encoding", "date", "server"):
