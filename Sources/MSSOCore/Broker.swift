@@ -485,9 +485,15 @@ public actor Broker {
         if let refreshToken = credential.refreshToken {
             refreshKept = note(await identity.revoke(config, token: refreshToken, hint: .refreshToken))
         }
-        let accessLives = credential.accessTokenExpiresAt > now()
-        if accessLives {
-            accessKept = note(await identity.revoke(config, token: credential.accessToken, hint: .accessToken))
+        if credential.accessTokenExpiresAt > now() {
+            // Asked only where the refresh token's revocation went through (or there was none): a
+            // provider that offers none, refuses or does not answer would do the same again, and a
+            // logout waits for one bound at most.
+            if refreshKept {
+                accessKept = true
+            } else {
+                accessKept = note(await identity.revoke(config, token: credential.accessToken, hint: .accessToken))
+            }
         }
         guard refreshKept || accessKept, let reason = reasons.first else { return nil }
         return Methods.Logout.NotRevoked(group: config.name, reason: reason,

@@ -275,8 +275,11 @@ final class BrokerTests: XCTestCase {
 
         idp.revocation = .failed("the identity provider did not answer within 3 s")
         _ = try await login(broker)
+        let asked = idp.counts.revoked.count
         let again = try await broker.logout(nil, all: false)
         XCTAssertEqual(again.notRevoked?.first?.reason, "the identity provider did not answer within 3 s")
+        XCTAssertEqual(idp.counts.revoked.count, asked + 1, "one bound at most: the access token is not asked for after the refresh token failed")
+        XCTAssertNotNil(again.notRevoked?.first?.accessTokenExpiresAt, "and it is said to stay valid")
     }
 
     func testNoSignSucceedsAfterLogoutReturnsWhileSignsRace() async throws {
