@@ -91,13 +91,18 @@ class IdP:
         subprocess.run([ROOT / "scripts" / "idp", "approve-device", self.dir, user_code, user, PASSWORDS[user]],
                        check=True, capture_output=True)
 
-    def allow_redirect(self, uri, client_id="msso"):
-        """Registers one more redirect URI for a client, through glewlwyd's admin API (a test's
-        browser login on a port of its own, so that runs in parallel do not meet on 4600)."""
+    def admin(self):
+        """A session logged in to glewlwyd's admin API, and the API's base URL."""
         import requests  # the harness itself needs nothing outside the standard library
         session = requests.Session()
         base = self.issuer.rsplit("/oidc", 1)[0]
         assert session.post(f"{base}/auth/", json={"username": "admin", "password": "password"}, timeout=5).status_code == 200
+        return session, base
+
+    def allow_redirect(self, uri, client_id="msso"):
+        """Registers one more redirect URI for a client, through glewlwyd's admin API (a test's
+        browser login on a port of its own, so that runs in parallel do not meet on 4600)."""
+        session, base = self.admin()
         client = session.get(f"{base}/client/{client_id}", timeout=5).json()
         client["redirect_uri"] = [*client["redirect_uri"], uri]
         for member in ("source", "last_seen", "enabled_at"):
@@ -108,10 +113,7 @@ class IdP:
     def add_client(self, client_id, pubkey_pem):
         """Registers a confidential client that authenticates with private_key_jwt, by its public
         key (PEM), through glewlwyd's admin API."""
-        import requests  # the harness itself needs nothing outside the standard library
-        session = requests.Session()
-        base = self.issuer.rsplit("/oidc", 1)[0]
-        assert session.post(f"{base}/auth/", json={"username": "admin", "password": "password"}, timeout=5).status_code == 200
+        session, base = self.admin()
         answer = session.post(f"{base}/client/", timeout=5, json={
             "client_id": client_id, "name": client_id, "enabled": True, "confidential": True,
             "token_endpoint_auth_method": ["private_key_jwt"], "pubkey": pubkey_pem,
