@@ -121,7 +121,7 @@ public actor Broker {
         }
         let t = now()
         let credential = Credential(
-            issuer: config.issuer, username: tokens.username ?? args.username ?? tokens.subject.flatMap { TerminalText.safe($0) == $0 && $0.utf8.count <= 255 ? $0 : nil },
+            issuer: config.issuer, username: tokens.username ?? args.username,
             accessToken: tokens.accessToken,
             refreshToken: tokens.refreshToken, accessTokenExpiresAt: t + tokens.expiresIn, loggedInAt: t,
             sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax,

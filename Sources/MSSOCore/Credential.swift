@@ -94,11 +94,9 @@ public struct TokenSet: Sendable {
     public var refreshToken: String?
     /// Seconds the access token lives, per the IdP.
     public var expiresIn: Double
-    /// Who logged in as people know them (from a checked ID token: `preferred_username`, else
-    /// `email`, else `name`); for display only.
+    /// Who logged in as people know them (from a checked ID token); for display only.
     public var username: String?
-    /// The provider's id for the user (`sub` of a checked ID token): what ties a refresh to the
-    /// login; shown only when nothing better is known (often a number or a long hash).
+    /// The provider's id for the user (`sub` of a checked ID token): what ties a refresh to the login.
     public var subject: String?
 
     public init(accessToken: String, refreshToken: String?, expiresIn: Double, username: String? = nil, subject: String? = nil) {

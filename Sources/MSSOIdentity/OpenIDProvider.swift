@@ -67,7 +67,7 @@ public final class OpenIDProvider: IdentityProvider {
             ("grant_type", "password"), ("username", username), ("password", password),
             ("scope", group.scopes.joined(separator: " ")),
         ]) {
-        case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil)
+        case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil, typed: username)
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
         case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.status == 403):
             throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
@@ -178,12 +178,14 @@ public final class OpenIDProvider: IdentityProvider {
     /// provider's for this client and this login (OpenID Connect Core §3.1.3.7): the name shown
     /// comes from it, and a token that fails stores no session. A provider that sends none (an
     /// OAuth-only password grant) gives a session without a name.
-    private func loginTokens(_ body: Data, group: GroupConfig, dpop: Bool, nonce: String?) async throws(BrokerError) -> TokenSet {
+    /// The name shown: the token's (``IDTokenClaims/displayName``), else the one `typed` at a
+    /// password login, else `sub` when it can be shown at all.
+    private func loginTokens(_ body: Data, group: GroupConfig, dpop: Bool, nonce: String?, typed: String? = nil) async throws(BrokerError) -> TokenSet {
         let response = try decode(TokenResponse.self, body, group)
         var tokens = try response.tokens(group: group, dpop: dpop)
         if let idToken = response.id_token {
             let claims = try await verifiedClaims(idToken, group: group, nonce: nonce)
-            tokens.username = claims.displayName
+            tokens.username = claims.displayName ?? typed ?? (IDTokenClaims.isDisplayable(claims.subject) ? claims.subject : nil)
             tokens.subject = claims.subject
         } else if nonce != nil, group.scopes.contains("openid") {
             // OpenID Connect Core §3.1.3.3: the code flow's answer carries an ID token. Without
