@@ -176,10 +176,9 @@ public final class OpenIDProvider: IdentityProvider {
 
     /// A login's tokens, once its ID token, when the provider sent one, is found to be the
     /// provider's for this client and this login (OpenID Connect Core §3.1.3.7): the name shown
-    /// comes from it, and a token that fails stores no session. A provider that sends none (an
-    /// OAuth-only password grant) gives a session without a name.
-    /// The name shown: the token's (``IDTokenClaims/displayName``), else the one `typed` at a
-    /// password login, else `sub` when it can be shown at all.
+    /// comes from it (``IDTokenClaims/displayName``, else the name `typed` at a password login,
+    /// else `sub` when it can be shown at all), and a token that fails stores no session. A
+    /// provider that sends none (an OAuth-only password grant) leaves the name to the broker.
     private func loginTokens(_ body: Data, group: GroupConfig, dpop: Bool, nonce: String?, typed: String? = nil) async throws(BrokerError) -> TokenSet {
         let response = try decode(TokenResponse.self, body, group)
         var tokens = try response.tokens(group: group, dpop: dpop)
