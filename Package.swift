@@ -43,10 +43,10 @@ let package = Package(
             // a release build reads /etc/msso and nothing else (Configuration.swift).
             .define("MSSO_TEST_PATHS", .when(configuration: .debug)),
         ]),
-        // The Secret Service store (libsecret).
+        // The stores: the Secret Service (libsecret), the kernel keyring (keyctl), the choice between them.
         .systemLibrary(name: "CLibSecret", pkgConfig: "libsecret-1",
                        providers: [.apt(["libsecret-1-dev"])]),
-        .target(name: "MSSOKeyring", dependencies: ["CLibSecret", "MSSOCore"]),
+        .target(name: "MSSOKeyring", dependencies: ["CLibSecret", "CMSSOSystem", "MSSOCore", "MSSOProtocol"]),
         // Desktop notifications (freedesktop Notifications over GDBus, which libsecret already loads).
         .systemLibrary(name: "CDesktopBus", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
         .target(name: "MSSODesktop", dependencies: ["CDesktopBus", "MSSOCore", "MSSOProtocol",

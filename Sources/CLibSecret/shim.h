@@ -175,6 +175,28 @@ static inline msso_secret_result msso_secret_probe(GCancellable *cancellable, ch
     return result;
 }
 
+/// Whether the Secret Service holds any of msso's items (a credential or a signing key, of any
+/// group), locked or not: OK when it does, ABSENT when not. Reads attributes only, which a locked
+/// keyring shows: nothing is unlocked or prompted for.
+static inline msso_secret_result msso_secret_holds_any(GCancellable *cancellable, char **message) {
+    msso_secret_result result = MSSO_SECRET_OK;
+    SecretService *service = msso_secret_service(cancellable, &result, message);
+    if (!service) return result;
+    result = MSSO_SECRET_ABSENT;
+    const SecretSchema *schemas[] = { &msso_credential_schema, &msso_key_schema };
+    for (int i = 0; i < 2 && result == MSSO_SECRET_ABSENT; i++) {
+        GError *error = NULL;
+        GHashTable *none = g_hash_table_new(g_str_hash, g_str_equal);
+        GList *items = secret_service_search_sync(service, schemas[i], none, SECRET_SEARCH_ALL, cancellable, &error);
+        g_hash_table_unref(none);
+        if (error) result = msso_secret_fail(error, message);
+        else if (items) result = MSSO_SECRET_OK;
+        g_list_free_full(items, g_object_unref);
+    }
+    g_object_unref(service);
+    return result;
+}
+
 /// Wipes and frees a string the shim returned.
 static inline void msso_secret_free(char *text) {
     if (!text) return;

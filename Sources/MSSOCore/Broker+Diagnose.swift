@@ -16,6 +16,11 @@ public protocol DiscoveryProbe: Sendable {
 }
 
 extension Broker {
+    /// Which store keeps the sessions, and why (nil for a store that cannot say: the tests').
+    public nonisolated func storeDescription() async -> StoreDescription? {
+        await (store as? any StoreDescribing)?.describe()
+    }
+
     /// The daemon's checks for `msso doctor`, except the caller's registrations (the server's):
     /// the keyring; the configuration files read again now (with `environment`, the daemon's);
     /// each group's discovery, all groups at once, each timed.

@@ -27,6 +27,17 @@ public struct Policy: Equatable, Sendable {
     public init() {}
 }
 
+/// Where mssod keeps credentials and signing keys: the file's top-level `store`.
+public enum StorePreference: String, Sendable, Equatable, CaseIterable {
+    /// The Secret Service when one answers on the session bus with its default keyring unlocked,
+    /// else the kernel keyring; chosen once, at the first use.
+    case auto
+    /// The Secret Service only: without one, every verb that needs the store fails, saying so.
+    case secretService = "secret-service"
+    /// The kernel keyring only (keyrings(7)), even where a Secret Service runs.
+    case kernel
+}
+
 /// The broker's configuration: the access groups and the admin's policy, from TOML files.
 ///
 /// The admin's directory, ``administratorDirectory`` (`/etc/msso`, fixed when msso is built),
@@ -44,6 +55,9 @@ public struct Configuration: Equatable, Sendable {
     public var policy = Policy()
     public var systemDirectory = Configuration.administratorDirectory
     public var userDirectory = "~/.config/msso"
+    public var store = StorePreference.auto
+    /// The file whose `store` is in force (nil: the default, `auto`).
+    public var storeSetIn: String?
     /// What was ignored while reading, each in a sentence naming the file and the fix.
     public var warnings: [String] = []
 
@@ -99,9 +113,17 @@ public struct Configuration: Equatable, Sendable {
         var groups: [String: GroupConfig] = [:]
         var policy = Policy()
         var warnings: [String] = []
+        var store: (StorePreference, String)?
         for (path, admin) in searchPath(environment: environment, testPaths: testPaths) {
             guard let text = try AdminFiles.text(of: path, admin: admin, maximumSize: maximumFileSize, warnings: &warnings) else { continue }
-            let (fileGroups, filePolicy) = try parseFile(text, file: path, admin: admin)
+            let (fileGroups, filePolicy, fileStore) = try parseFile(text, file: path, admin: admin)
+            if let fileStore {
+                if let (chosen, file) = store, chosen != fileStore {
+                    warnings.append("\(path): `store = \"\(fileStore.rawValue)\"` is ignored: the administrator's \(file) sets `store = \"\(chosen.rawValue)\"`")
+                } else if store == nil {
+                    store = (fileStore, path)
+                }
+            }
             for group in fileGroups {
                 if !admin, let theirs = groups[group.name], theirs.admin {
                     warnings.append("\(path): group \"\(group.name)\" is the administrator's; a user's file cannot redefine it, so this table is ignored")
@@ -117,6 +139,7 @@ public struct Configuration: Equatable, Sendable {
         var configuration = Configuration(groups: Array(groups.values))
         configuration.policy = policy
         configuration.warnings = warnings
+        if let (chosen, file) = store { (configuration.store, configuration.storeSetIn) = (chosen, file) }
         (configuration.systemDirectory, configuration.userDirectory) = directories(environment: environment, testPaths: testPaths)
         return configuration
     }
@@ -143,13 +166,26 @@ public struct Configuration: Equatable, Sendable {
     }
 
     /// Parses one file: its groups, and its policy when it is the admin's.
-    static func parseFile(_ text: String, file: String, admin: Bool) throws -> (groups: [GroupConfig], policy: Policy?) {
+    static func parseFile(_ text: String, file: String, admin: Bool) throws
+        -> (groups: [GroupConfig], policy: Policy?, store: StorePreference?) {
         let document = try TOMLSubset.parse(text, file: file)
         var groups: [GroupConfig] = []
         var policy: Policy?
+        var store: StorePreference?
         for table in document {
             let fail = { (line: Int?, key: String?, problem: String) in
                 ConfigError(file: file, line: line, key: key, problem: problem)
+            }
+            if table.path.isEmpty {
+                for (key, value) in table.values.sorted(by: { $0.value.line < $1.value.line }) {
+                    guard key == "store" else { throw fail(value.line, key, "keys must be inside a [groups.\"NAME\"] table (the only key before the first table is `store`)") }
+                    let text = try value.string(fail, key)
+                    guard let chosen = StorePreference(rawValue: text) else {
+                        throw fail(value.line, key, "expected \(StorePreference.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")), got \"\(text)\"")
+                    }
+                    store = chosen
+                }
+                continue
             }
             if table.path == ["policy"] {
                 guard admin else { throw fail(table.line, nil, "only the administrator's config.toml may set [policy]") }
@@ -276,7 +312,7 @@ public struct Configuration: Equatable, Sendable {
             }
             groups.append(group)
         }
-        return (groups, policy)
+        return (groups, policy, store)
     }
 
     /// `http://[user:password@]host:port` (also `https://`, which names the same plain connection to

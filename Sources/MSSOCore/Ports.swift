@@ -17,6 +17,11 @@ public protocol CredentialStore: Sendable {
     func delete(group: String) async throws -> Bool
 }
 
+/// A store that can say which one it is and why: for `status` and `msso doctor`.
+public protocol StoreDescribing: Sendable {
+    func describe() async -> StoreDescription
+}
+
 /// A group's signing key as stored: its private half, for the keyring only.
 public struct StoredKey: Codable, Sendable {
     public var kind: SigningKey.Kind

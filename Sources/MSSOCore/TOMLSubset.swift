@@ -1,4 +1,5 @@
-/// The part of TOML msso's config uses: `[a."b"]` tables, `key = value` with strings
+/// The part of TOML msso's config uses: `[a."b"]` tables (keys before the first table make one
+/// whose path is empty), `key = value` with strings
 /// (basic and literal), booleans, integers and arrays of strings (across lines too), comments.
 ///
 /// Hand-written rather than a TOML package so every error can name the line and key, and so a
@@ -98,7 +99,7 @@ enum TOMLSubset {
             }
             scanner.skipBlanks()
             guard scanner.atEndOfContent else { throw fail("unexpected text after the value", key: key) }
-            guard !tables.isEmpty else { throw fail("keys must be inside a [groups.\"NAME\"] table", key: key) }
+            if tables.isEmpty { tables.append(Table(path: [], line: startLine)) } // keys before any table: the file's own
             guard tables[tables.count - 1].values[key] == nil else { throw fail("key is defined twice", key: key) }
             tables[tables.count - 1].values[key] = Value(kind: value, line: startLine)
         }

@@ -22,16 +22,16 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
     }
 
     public func load(group: String) async throws(BrokerError) -> Credential? {
-        try await read(Credential.self, schema: .credential, group: group, what: "credential")
+        try await read(Credential.self, schema: .credential, group: group)
     }
 
     public func save(_ credential: Credential, group: String) async throws(BrokerError) {
-        try await write(credential, schema: .credential, group: group, attribute: ("issuer", credential.issuer), what: "credential")
+        try await write(credential, schema: .credential, group: group, attribute: ("issuer", credential.issuer))
     }
 
     @discardableResult
     public func delete(group: String) async throws(BrokerError) -> Bool {
-        try Self.requireCText(group, attribute: ("issuer", ""))
+        try StoredItem.requireCText(group)
         let (result, _, message) = await call { cancellable, message in
             (msso_secret_delete(ItemSchema.credential.pointer, group, cancellable, &message), nil)
         }
@@ -39,20 +39,11 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         return result == MSSO_SECRET_OK
     }
 
-    /// Attributes reach libsecret as C strings, which end at a NUL: "adm\u{0}x" would name the
-    /// item of "adm". The configuration refuses such names; this keeps the store from ever
-    /// mistaking one item for another whatever reaches it.
-    private static func requireCText(_ group: String, attribute: (String, String)) throws(BrokerError) {
-        guard !group.utf8.contains(0), !attribute.1.utf8.contains(0) else {
-            throw BrokerError(.internal, "a group or issuer with a NUL character cannot name a keyring item")
-        }
-    }
-
     // MARK: Items as JSON
 
-    private func read<T: Decodable>(_ type: T.Type, schema: ItemSchema, group: String,
-                                    what: String) async throws(BrokerError) -> T? {
-        try Self.requireCText(group, attribute: ("", ""))
+    private func read<T: Decodable>(_ type: T.Type, schema: ItemSchema, group: String) async throws(BrokerError) -> T? {
+        let what = schema.item.what
+        try StoredItem.requireCText(group)
         let (result, secret, message) = await call { cancellable, message in
             var secret: UnsafeMutablePointer<CChar>?
             let result = msso_secret_lookup(schema.pointer, group, &secret, cancellable, &message)
@@ -61,22 +52,14 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         }
         try check(result, message, doing: "read the \(what) of \"\(group)\"")
         guard result == MSSO_SECRET_OK, let secret else { return nil }
-        do {
-            return try JSONDecoder().decode(T.self, from: Data(secret.utf8))
-        } catch {
-            throw BrokerError(.corrupt, "the keyring's \(what) item of \"\(group)\" is damaged or not msso's; `msso logout --group \(group)` clears it")
-        }
+        return try StoredItem.decode(T.self, from: Data(secret.utf8), schema.item, group: group, store: "keyring")
     }
 
     private func write<T: Encodable>(_ value: T, schema: ItemSchema, group: String,
-                                     attribute: (String, String), what: String) async throws(BrokerError) {
-        try Self.requireCText(group, attribute: attribute)
-        let payload: String
-        do {
-            payload = String(decoding: try JSONEncoder().encode(value), as: UTF8.self)
-        } catch {
-            throw BrokerError(.internal, "could not encode the \(what) of \"\(group)\"")
-        }
+                                     attribute: (String, String)) async throws(BrokerError) {
+        let what = schema.item.what
+        try StoredItem.requireCText(group, attribute.1)
+        let payload = String(decoding: try StoredItem.encode(value, schema.item, group: group), as: UTF8.self)
         let (result, _, message) = await call { cancellable, message in
             (msso_secret_store(schema.pointer, group, attribute.0, attribute.1, "msso \(what) for \(group)", payload, cancellable, &message), nil)
         }
@@ -139,17 +122,18 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
 
 extension SecretServiceStore {
     public func loadKey(group: String) async throws(BrokerError) -> StoredKey? {
-        try await read(StoredKey.self, schema: .key, group: group, what: "signing key")
+        try await read(StoredKey.self, schema: .key, group: group)
     }
 
     public func saveKey(_ key: StoredKey, group: String) async throws(BrokerError) {
-        try await write(key, schema: .key, group: group, attribute: ("kind", key.kind.rawValue), what: "signing key")
+        try await write(key, schema: .key, group: group, attribute: ("kind", key.kind.rawValue))
     }
 }
 
 /// The shim's two item schemas.
 enum ItemSchema: Sendable {
     case credential, key
+    var item: StoredItem { self == .credential ? .credential : .key }
     /// Static C data: the pointer stays valid.
     var pointer: UnsafePointer<SecretSchema> { self == .credential ? msso_credential_schema_ref() : msso_key_schema_ref() }
 }

@@ -49,8 +49,10 @@ public struct DiscoveryCheck: Codable, Sendable, Equatable {
 
 /// The daemon's side of `msso doctor`.
 public struct Diagnosis: Codable, Sendable, Equatable {
-    /// The Secret Service and its default collection: present and unlocked.
+    /// The store in use (the Secret Service's default collection, or the kernel keyring): usable.
     public var keyring: Finding
+    /// Which store that is, and why (absent from older daemons).
+    public var store: StoreDescription?
     /// The configuration files, read again now: whether they parse (``Finding/message`` names the
     /// file, line and key when not).
     public var configuration: Finding
@@ -72,8 +74,9 @@ public struct Diagnosis: Codable, Sendable, Equatable {
 
     public init(keyring: Finding, configuration: Finding, configurationChanged: Bool, configurationWarnings: [String],
                 groups: [String], discovery: [DiscoveryCheck], caller: CallerDescription, locked: Bool,
-                resources: [String: [String]]? = nil) {
+                resources: [String: [String]]? = nil, store: StoreDescription? = nil) {
         self.resources = resources
+        self.store = store
         self.keyring = keyring
         self.configuration = configuration
         self.configurationChanged = configurationChanged

@@ -77,10 +77,13 @@ extension Methods {
             public var locked: Bool?
             /// When the lock took effect.
             public var lockedAt: Double?
-            public init(groups: [SessionStatus], locked: Bool? = nil, lockedAt: Double? = nil) {
+            /// Where every group's session is kept, and why there (absent from older daemons).
+            public var store: StoreDescription?
+            public init(groups: [SessionStatus], locked: Bool? = nil, lockedAt: Double? = nil, store: StoreDescription? = nil) {
                 self.groups = groups
                 self.locked = locked
                 self.lockedAt = lockedAt
+                self.store = store
             }
         }
     }
@@ -90,6 +93,27 @@ extension Methods {
         public static let name = "check"
         public typealias Arguments = GroupArguments
         public typealias Result = SessionStatus
+    }
+}
+
+/// Where the daemon keeps every group's credential and signing key (`store` in msso.toml(5)).
+public struct StoreDescription: Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable {
+        /// The desktop keyring, through the freedesktop Secret Service.
+        case secretService = "secret-service"
+        /// The kernel's key retention service: the user's persistent keyring, in memory.
+        case kernel
+    }
+    public var kind: Kind
+    /// Where exactly, in a sentence (which keyring, how long it keeps what it holds).
+    public var place: String
+    /// Why this store: the configuration's choice, or what `auto` found.
+    public var reason: String
+
+    public init(kind: Kind, place: String, reason: String) {
+        self.kind = kind
+        self.place = place
+        self.reason = reason
     }
 }
 

@@ -7,7 +7,8 @@ extension Dispatcher {
     /// `status`'s result, saying whether the broker is locked.
     func statusResult(_ groups: [SessionStatus]) async -> Methods.Status.Result {
         let lock = await broker.lockState
-        return Methods.Status.Result(groups: groups, locked: lock.locked ? true : nil, lockedAt: lock.lockedAt)
+        return Methods.Status.Result(groups: groups, locked: lock.locked ? true : nil, lockedAt: lock.lockedAt,
+                                     store: await broker.storeDescription())
     }
 
     /// `diagnose`: the broker's checks, and how the caller is registered.
@@ -21,6 +22,7 @@ extension Dispatcher {
         return Diagnosis(keyring: found.keyring, configuration: found.configuration, configurationChanged: found.changed,
                          configurationWarnings: found.warnings, groups: configuration.groups.keys.sorted(),
                          discovery: found.discovery, caller: description, locked: await broker.lockState.locked,
-                         resources: configuration.groups.compactMapValues { $0.resources?.entries })
+                         resources: configuration.groups.compactMapValues { $0.resources?.entries },
+                         store: await broker.storeDescription())
     }
 }

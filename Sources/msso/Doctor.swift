@@ -119,10 +119,15 @@ struct Report: Encodable {
 
     /// The checks mssod made, in the user's order.
     mutating func daemonChecks(_ found: Diagnosis) {
+        // Where sessions are kept and why: `store` chose, or `auto` found no usable Secret Service.
+        let kept = found.store.map { "sessions are kept in \($0.place): \($0.reason)" }
         if let message = found.keyring.message, !found.keyring.ok {
-            fail("keyring", message, status: found.keyring.error.map { ExitStatus(BrokerError($0, message)) } ?? .keyring)
+            fail("keyring", message + (kept.map { " (\($0))" } ?? ""),
+                 status: found.keyring.error.map { ExitStatus(BrokerError($0, message)) } ?? .keyring)
+        } else if let store = found.store, store.kind == .kernel {
+            pass("keyring", "S" + kept!.dropFirst())
         } else {
-            pass("keyring", "the Secret Service is there and its default keyring is unlocked")
+            pass("keyring", "the Secret Service is there and its default keyring is unlocked" + (kept.map { "; \($0)" } ?? ""))
         }
 
         if !found.configuration.ok {

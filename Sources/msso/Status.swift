@@ -23,6 +23,10 @@ struct Status: ParsableCommand {
             } else {
                 groups.forEach { Output.print(Output.line($0)) }
             }
+            // Where every group above is kept (one store for all), when it is not the desktop keyring.
+            if let store = result.store, store.kind == .kernel {
+                Output.print("Sessions are kept in \(store.place): \(store.reason).")
+            }
         }
     }
 }

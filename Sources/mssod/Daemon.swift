@@ -113,9 +113,17 @@ struct Daemon: AsyncParsableCommand {
 
         let rules = Rules(configuration: configuration, logger: logger)
         let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
-        let keyring = SecretServiceStore(timeout: keyringTimeout)
-        let identity = OpenIDProvider(logger: logger, requestTimeout: idpTimeout, environment: environment, keys: keyring)
-        let broker = Broker(rules: rules, store: keyring, keys: keyring, identity: identity, logger: logger)
+        // From `store` (a reload does not move sessions), chosen from now on: what `auto` finds
+        // must not depend on which call comes first. Calls that need the store wait for it; the
+        // rest, and a SIGTERM, do not.
+        let store = ChosenStore(configuration.store, chosenIn: configuration.storeSetIn,
+                                secretService: SecretServiceStore(timeout: keyringTimeout))
+        Task {
+            let kept = await store.describe()
+            logger.info("sessions are kept in \(kept.place): \(kept.reason)")
+        }
+        let identity = OpenIDProvider(logger: logger, requestTimeout: idpTimeout, environment: environment, keys: store)
+        let broker = Broker(rules: rules, store: store, keys: store, identity: identity, logger: logger)
         var limits = ServerLimits()
         limits.helloTimeout = Self.nanoseconds(helloTimeout)
         limits.frameTimeout = Self.nanoseconds(frameTimeout)

@@ -61,7 +61,9 @@ final class ConfigurationTests: XCTestCase {
              "/c.toml:5: `session_max`: must not be shorter than session_timeout"),
             ("[daemon]\n", "/c.toml:1: unknown table [daemon]; groups are written [groups.\"NAME\"]"),
             ("[groups.a]\nclient_secret = s3cr3t-value", "/c.toml:2: `client_secret`: unsupported value; strings must be quoted"),
-            ("issuer = \"x\"", "/c.toml:1: `issuer`: keys must be inside a [groups.\"NAME\"] table"),
+            ("issuer = \"x\"", "/c.toml:1: `issuer`: keys must be inside a [groups.\"NAME\"] table (the only key before the first table is `store`)"),
+            ("store = \"cloud\"", "/c.toml:1: `store`: expected \"auto\", \"secret-service\", \"kernel\", got \"cloud\""),
+            ("store = true", "/c.toml:1: `store`: expected a quoted string"),
             // A NUL would end the name in the keyring and in PAM: "adm\0" there is the admin's "adm" (outside attack).
             ("[groups.\"adm\\u0000\"]\nissuer = \"https://i.example\"\nclient_id = \"c\"", "/c.toml:1: a NUL character (\\u0000) is not allowed"),
             ("[groups.a]\nissuer = \"https://i.example\\u0000.evil\"\nclient_id = \"c\"", "/c.toml:2: `issuer`: a NUL character (\\u0000) is not allowed"),
@@ -82,6 +84,32 @@ final class ConfigurationTests: XCTestCase {
         try text.write(toFile: dir + "/config.toml", atomically: false, encoding: .utf8)
         chmod(dir + "/config.toml", 0o644)
         return dir
+    }
+
+    func testTheStoreIsTheUsersChoiceUnlessTheAdministratorMadeIt() throws {
+        try XCTSkipUnless(getuid() == 0, "makes root-owned files")
+        let group = "[groups.a]\nissuer = \"https://admin.example\"\nclient_id = \"corp\"\n"
+        let user = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)
+        try FileManager.default.createDirectory(at: user.appendingPathComponent("msso"), withIntermediateDirectories: true)
+        try "store = \"kernel\"\n".write(to: user.appendingPathComponent("msso/config.toml"), atomically: true, encoding: .utf8)
+
+        let silent = try adminDirectory(text: group)
+        var configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": silent, "XDG_CONFIG_HOME": user.path, "HOME": "/nonexistent"])
+        XCTAssertEqual(configuration.store, .kernel)
+        XCTAssertEqual(configuration.storeSetIn, user.path + "/msso/config.toml")
+        XCTAssertEqual(configuration.warnings, [])
+
+        let insisting = try adminDirectory(text: "store = \"secret-service\"\n" + group)
+        configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": insisting, "XDG_CONFIG_HOME": user.path, "HOME": "/nonexistent"])
+        XCTAssertEqual(configuration.store, .secretService, "the administrator's choice stands")
+        XCTAssertEqual(configuration.storeSetIn, insisting + "/config.toml")
+        XCTAssertEqual(configuration.warnings.count, 1)
+        XCTAssertTrue(configuration.warnings[0].hasSuffix("`store = \"kernel\"` is ignored: the administrator's \(insisting)/config.toml sets `store = \"secret-service\"`"),
+                      configuration.warnings[0])
+
+        configuration = try Configuration.load(environment: ["MSSO_SYSTEM_DIR": silent, "HOME": "/nonexistent"])
+        XCTAssertEqual(configuration.store, .auto, "nobody chose: auto")
+        XCTAssertNil(configuration.storeSetIn)
     }
 
     func testAUserFileAddsGroupsButCannotRedefineTheAdmins() throws {

@@ -161,9 +161,10 @@ class Desktop:
     The bus has no service activation: the stock session bus would D-Bus-activate a
     gnome-keyring-daemon of its own (with the bus's HOME) on the first call to the Secret Service,
     which could win the name before the test's keyring, and would make "no Secret Service"
-    untestable. With `uid`, the bus, the keyring (and a Broker on it) run as that user."""
+    untestable. With `uid`, the bus, the keyring (and a Broker on it) run as that user. Without
+    `bus`, there is no session bus at all (as over SSH on a server): no keyring either."""
 
-    def __init__(self, keyring=True, password="login-pw", uid=None):
+    def __init__(self, keyring=True, password="login-pw", uid=None, bus=True):
         self.uid = uid
         self.extra_dirs = []  # made outside HOME (the administrator's), removed with it
         self.prefix = [] if uid is None else as_uid(uid)
@@ -183,14 +184,16 @@ class Desktop:
             "XDG_STATE_HOME": str(self.home / ".local" / "state"),
             "LANG": "C.UTF-8",
         }
-        out = subprocess.run(self.prefix + ["dbus-daemon", f"--config-file={bus_config}", "--fork",
-                                            "--print-address=1", "--print-pid=1"],
-                             env=self.env, check=True, capture_output=True, text=True).stdout.split()
-        self.bus_address, self.bus_pid = out[0], int(out[1])
-        self.env["DBUS_SESSION_BUS_ADDRESS"] = self.bus_address
+        self.bus_address, self.bus_pid = None, None
+        if bus:
+            out = subprocess.run(self.prefix + ["dbus-daemon", f"--config-file={bus_config}", "--fork",
+                                                "--print-address=1", "--print-pid=1"],
+                                 env=self.env, check=True, capture_output=True, text=True).stdout.split()
+            self.bus_address, self.bus_pid = out[0], int(out[1])
+            self.env["DBUS_SESSION_BUS_ADDRESS"] = self.bus_address
         self.keyring_password = password
         self.keyring = None
-        if keyring:
+        if keyring and bus:
             try:
                 self.start_keyring()
             except BaseException:
@@ -255,7 +258,8 @@ class Desktop:
     def cleanup(self):
         self.stop_keyring()
         try:
-            os.kill(self.bus_pid, signal.SIGTERM)
+            if self.bus_pid:
+                os.kill(self.bus_pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
         shutil.rmtree(self.home, ignore_errors=True)
@@ -274,12 +278,14 @@ class Broker:
     """mssod on a Desktop, configured for one IdP."""
 
     def __init__(self, desktop: Desktop, idp: IdP | None, groups=None, args=(), start=True, register=True,
-                 executable=None, launcher=(), environment=None, admin_files=True):
+                 executable=None, launcher=(), environment=None, admin_files=True, store=None):
         """`executable`: the mssod to run (the build's by default); `launcher`: a command it runs
         under, before the drop to the desktop's uid (e.g. `unshare --mount --`); `environment`:
         variables added to its own. `admin_files`: the groups and registrations in the stand-in
         for /etc/msso ($MSSO_SYSTEM_DIR, which only debug builds read), else in the user's own
-        files: a release mssod reads the administrator's files from /etc/msso alone."""
+        files: a release mssod reads the administrator's files from /etc/msso alone. `store`: the
+        configuration's `store` (by default unset: `auto`)."""
+        self.store = store
         self.desktop = desktop
         self.executable = Path(executable or BIN / "mssod")
         self.launcher = list(launcher)
@@ -319,7 +325,7 @@ class Broker:
             self.desktop.chown(directory.parent.parent, recursive=True)  # the user's ~/.config
 
     def write_config(self, groups, idp):
-        lines = []
+        lines = [f"store = {json.dumps(self.store)}"] if self.store else []
         for name, overrides in groups.items():
             values = {"issuer": idp.issuer if idp else "http://127.0.0.1:9/api/oidc", "client_id": "msso",
                       "client_secret_file": str(idp.secret_file) if idp else "/dev/null",
@@ -337,8 +343,11 @@ class Broker:
         return dict(self.desktop.env, MSSO_SYSTEM_DIR=str(self.admin_dir),
                     MSSO_LOG_LEVEL="debug")
 
-    def start(self, wait=True):
-        """Starts mssod and (with `wait`) waits until its socket answers."""
+    def start(self, wait=True, store=True):
+        """Starts mssod and (with `wait`) waits until its socket answers and (with `store`) until
+        it has chosen where sessions are kept, which it does as it starts (with a hung keyring
+        that takes the keyring timeout)."""
+        chosen = self.logged("sessions are kept in") if self.log.exists() else 0
         log = open(self.log, "a")
         self.process = subprocess.Popen([*self.launcher, *self.desktop.prefix, self.executable, *self.args],
                                         env=dict(self.env, **self.environment), stdout=log, stderr=log)
@@ -347,6 +356,9 @@ class Broker:
         # Until it answers: after a kill -9 the stale socket file is there before the new daemon is.
         wait_for(lambda: answers(self.socket) or self.process.poll() is not None, what="mssod's socket")
         assert self.process.poll() is None, f"mssod exited: {self.log.read_text()}"
+        if store:
+            wait_for(lambda: self.logged("sessions are kept in") > chosen or self.process.poll() is not None,
+                     what="mssod's choice of store")
 
     def stop(self, sig=signal.SIGTERM):
         """Stops mssod; a daemon that ignores `sig` for 5 s is killed, and that is a test failure."""

@@ -61,7 +61,9 @@ def test_all_checks_pass(guarded, setup):
     assert done.returncode == 0, done.stdout + done.stderr
     out = lines(done)
     assert out[0] == f"✓ mssod answers on {broker.socket}"
-    assert out[1] == "✓ the Secret Service is there and its default keyring is unlocked"
+    assert out[1] == ("✓ the Secret Service is there and its default keyring is unlocked; sessions are kept in the desktop keyring "
+                      "(the Secret Service's default collection): `store = \"auto\"` and a Secret Service answers on the session bus, "
+                      "its default keyring unlocked")
     assert out[2] == f"✓ the configuration parses: 1 access group ({GROUP})"
     assert out[3].startswith(f"✓ the identity provider of {GROUP} answers discovery at ") and out[3].endswith(" ms")
     assert out[4] == f"✓ {(BIN / 'msso').resolve()} is registered for {GROUP} (only for https://api.example.com/)"

@@ -122,7 +122,8 @@ def test_keyring_locked_while_the_credential_is_in_memory(broker, desktop, idp):
 def test_no_secret_service_is_reported_not_read_as_logged_out(idp):
     session = Desktop(keyring=False)  # a bus without service activation: nothing provides the service
     try:
-        daemon = Broker(session, idp)
+        # Insisting on the Secret Service (`auto` would take the kernel keyring: test_kernel_store.py).
+        daemon = Broker(session, idp, store="secret-service")
         try:
             for verb, argv in VERBS.items():
                 done, took = timed(daemon.msso, *argv)
@@ -151,7 +152,8 @@ def test_no_secret_service_is_reported_not_read_as_logged_out(idp):
 
 def test_hung_secret_service_times_out_and_recovers(desktop, idp):
     timeout = 2
-    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+    # The Secret Service store's own timeouts (`auto` would first wait one to choose a store).
+    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False, store="secret-service")
     try:
         daemon.start()
         assert daemon.login().returncode == 0
@@ -181,7 +183,8 @@ def test_sigterm_during_the_start_up_read_of_a_hung_keyring_shuts_down_at_once(d
     """mssod reads every group's credential as it starts; a Secret Service that does not answer
     must not hold a SIGTERM (systemctl stop, logout) for the keyring timeout."""
     timeout = 10
-    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+    # The Secret Service store's own timeouts (`auto` would first wait one to choose a store).
+    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False, store="secret-service")
     try:
         with frozen(desktop.keyring.pid):
             daemon.start()  # its start-up read now waits for the keyring, up to 10 s
@@ -201,7 +204,8 @@ def test_sigterm_during_the_start_up_read_of_a_hung_keyring_shuts_down_at_once(d
 def test_concurrent_callers_on_a_hung_secret_service_do_not_queue_up(desktop, idp):
     """Four apps asking at once must not wait 4 x the keyring timeout."""
     timeout = 2
-    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+    # The Secret Service store's own timeouts (`auto` would first wait one to choose a store).
+    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False, store="secret-service")
     try:
         with frozen(desktop.keyring.pid):
             daemon.start()

@@ -143,4 +143,33 @@ int cmsso_one_heap(void);
 int cmsso_loopback_peer_uid(uint32_t peer_address, uint16_t peer_port, uint32_t local_address, uint16_t local_port,
                             uint32_t *uid);
 
+
+// MARK: The kernel's key retention service (keyrings(7))
+
+/// The keyring msso keeps its items in when there is no Secret Service: the user's persistent
+/// keyring (it outlives the user's last process for /proc/sys/kernel/keys/persistent_keyring_expiry
+/// seconds after its last use, never a reboot), else, in a kernel without persistent keyrings, the
+/// user keyring (it lives while the user has processes). Either is linked into this process's
+/// keyring, which makes its items ours to read (the kernel lets a process of the same uid that
+/// does not hold the keyring see an item's name, not its content). Asked again on every use: that
+/// also restarts the persistent keyring's expiry. Returns its serial and sets `persistent`, or -errno.
+int32_t cmsso_keys_home(int *persistent);
+
+/// The "user" key named `description` in `keyring` (or a keyring linked in it): its serial, 0
+/// when there is none, or -errno.
+int32_t cmsso_keys_find(int32_t keyring, const char *description);
+
+/// Reads a key's payload: its length (which may exceed `capacity`: call again with more room),
+/// or -errno.
+long cmsso_keys_read(int32_t key, char *buffer, size_t capacity);
+
+/// Adds the "user" key `description` to `keyring`, or replaces the payload of the one there (in
+/// one step: a reader sees the old payload or the new). Its serial, or -errno (-EDQUOT: the
+/// user's key quota, /proc/sys/kernel/keys/maxbytes and maxkeys, is full).
+int32_t cmsso_keys_write(int32_t keyring, const char *description, const void *payload, size_t length);
+
+/// Removes a key from `keyring` and invalidates it (its payload is gone at once, wherever else
+/// it was linked). 0 or -errno.
+int cmsso_keys_delete(int32_t keyring, int32_t key);
+
 #endif

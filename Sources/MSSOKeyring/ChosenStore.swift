@@ -1,0 +1,87 @@
+import FoundationEssentials
+import Synchronization
+import MSSOCore
+import MSSOProtocol
+
+/// The store `store` in msso.toml(5) names: the Secret Service, the kernel keyring, or (`auto`)
+/// one of them, found when mssod starts.
+///
+/// Chosen once (mssod asks as it starts) and kept for the daemon's life: a session
+/// stored in one place must not vanish because another appeared (a keyring unlocked later, a
+/// desktop session started after an SSH one). So `auto` takes a Secret Service that is there
+/// unless it is locked and holds nothing of msso's (over SSH, D-Bus activation starts a keyring
+/// nobody can unlock: sessions then go to the kernel keyring); a locked one that holds msso's
+/// items keeps them, and the user is asked to unlock it, as is one that is slow to answer.
+public final class ChosenStore: CredentialStore, KeyStore, KeyringProbe, StoreDescribing, Sendable {
+    public let preference: StorePreference
+    /// The file that chose, for the reason given (nil: nobody did, `auto` by default).
+    let chosenIn: String?
+    let secretService: SecretServiceStore
+    let kernel: KernelKeyringStore
+    private let choice = Mutex<Task<Choice, Never>?>(nil)
+
+    struct Choice: Sendable {
+        var kind: StoreDescription.Kind
+        var reason: String
+    }
+
+    public init(_ preference: StorePreference, chosenIn: String?, secretService: SecretServiceStore, kernel: KernelKeyringStore = KernelKeyringStore()) {
+        self.preference = preference
+        self.chosenIn = chosenIn
+        self.secretService = secretService
+        self.kernel = kernel
+    }
+
+    private func chosen() async -> Choice {
+        let task = choice.withLock { task in
+            if let task { return task }
+            let made = Task { await self.choose() }
+            task = made
+            return made
+        }
+        return await task.value
+    }
+
+    private func choose() async -> Choice {
+        let file = chosenIn.map { " in \($0)" } ?? ""
+        switch preference {
+        case .secretService:
+            return Choice(kind: .secretService, reason: "`store = \"secret-service\"`\(file)")
+        case .kernel:
+            return Choice(kind: .kernel, reason: "`store = \"kernel\"`\(file)")
+        case .auto:
+            let auto = "`store = \"auto\"`\(file) and "
+            switch await secretService.presence() {
+            case .unlocked:
+                return Choice(kind: .secretService, reason: auto + "a Secret Service answers on the session bus, its default keyring unlocked")
+            case .locked(holdsSessions: true):
+                return Choice(kind: .secretService, reason: auto + "the Secret Service's default keyring holds msso's sessions, locked: unlock it")
+            case .silent:
+                return Choice(kind: .secretService, reason: auto + "a Secret Service is on the session bus, though it did not answer in time")
+            case .locked(holdsSessions: false):
+                return Choice(kind: .kernel, reason: auto + "the Secret Service's default keyring is locked and holds none of msso's items (when mssod started)")
+            case .absent:
+                return Choice(kind: .kernel, reason: auto + "no Secret Service answers on the session bus (when mssod started)")
+            }
+        }
+    }
+
+    private func store() async -> any CredentialStore & KeyStore & KeyringProbe {
+        await chosen().kind == .secretService ? secretService : kernel
+    }
+
+    public func describe() async -> StoreDescription {
+        let choice = await chosen()
+        let place = choice.kind == .secretService
+            ? "the desktop keyring (the Secret Service's default collection)" : KernelKeyringStore.place()
+        return StoreDescription(kind: choice.kind, place: place, reason: choice.reason)
+    }
+
+    public func load(group: String) async throws -> Credential? { try await store().load(group: group) }
+    public func save(_ credential: Credential, group: String) async throws { try await store().save(credential, group: group) }
+    @discardableResult
+    public func delete(group: String) async throws -> Bool { try await store().delete(group: group) }
+    public func loadKey(group: String) async throws -> StoredKey? { try await store().loadKey(group: group) }
+    public func saveKey(_ key: StoredKey, group: String) async throws { try await store().saveKey(key, group: group) }
+    public func probe() async -> BrokerError? { await store().probe() }
+}

@@ -1,0 +1,138 @@
+import CMSSOSystem
+import FoundationEssentials
+import Glibc
+import MSSOCore
+import MSSOProtocol
+
+/// Credentials and signing keys in the kernel's key retention service (keyrings(7)), for sessions
+/// without a Secret Service: SSH logins, containers, servers.
+///
+/// Each is a "user" key named `msso:credential:GROUP` or `msso:key:GROUP` holding the same JSON as
+/// the Secret Service's item, in the user's persistent keyring (``CMSSOSystem/cmsso_keys_home``):
+/// in kernel memory, bound to the uid (and to the user namespace), kept for
+/// `/proc/sys/kernel/keys/persistent_keyring_expiry` seconds after msso last used it, never
+/// across a reboot, as with ssh-agent. A write replaces the payload in one step. System calls
+/// only: nothing to wait for, so no queue and no timeout.
+public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, Sendable {
+    /// The biggest payload of a "user" key.
+    static let maximumPayload = 32_767
+
+    public init() {}
+
+    public func load(group: String) async throws(BrokerError) -> Credential? {
+        try read(Credential.self, .credential, group: group)
+    }
+
+    public func save(_ credential: Credential, group: String) async throws(BrokerError) {
+        try write(credential, .credential, group: group)
+    }
+
+    @discardableResult
+    public func delete(group: String) async throws(BrokerError) -> Bool {
+        let home = try self.home(doing: "delete the credential of \"\(group)\"")
+        guard let key = try find(.credential, group: group, in: home, doing: "delete the credential of \"\(group)\"") else { return false }
+        let result = cmsso_keys_delete(home, key)
+        guard result == 0 || result == -ENOKEY || result == -EKEYREVOKED else {
+            throw failure(result, doing: "delete the credential of \"\(group)\"")
+        }
+        return true
+    }
+
+    public func loadKey(group: String) async throws(BrokerError) -> StoredKey? {
+        try read(StoredKey.self, .key, group: group)
+    }
+
+    public func saveKey(_ key: StoredKey, group: String) async throws(BrokerError) {
+        try write(key, .key, group: group)
+    }
+
+    /// Whether msso can use the keyring: the persistent (or user) keyring can be had.
+    public func probe() async -> BrokerError? {
+        do {
+            _ = try home(doing: "use the kernel keyring")
+            return nil
+        } catch {
+            return error
+        }
+    }
+
+    /// Where the items are, in a sentence for `status` and `msso doctor`.
+    public static func place() -> String {
+        var persistent: Int32 = 0
+        guard cmsso_keys_home(&persistent) >= 0, persistent == 1 else {
+            return "the kernel keyring (the user keyring of uid \(getuid()): in memory, kept while you have processes, never across a reboot)"
+        }
+        let kept = setting("persistent_keyring_expiry").map { "kept \(SessionDuration.format(Double($0))) after msso last used it" } ?? "kept for a while after msso last used it"
+        return "the kernel keyring (the persistent keyring of uid \(getuid()): in memory, \(kept), never across a reboot)"
+    }
+
+    /// A number in /proc/sys/kernel/keys.
+    static func setting(_ name: String) -> Int? {
+        (try? String(contentsOfFile: "/proc/sys/kernel/keys/" + name, encoding: .utf8)).flatMap { Int(String($0.prefix { $0.isNumber })) }
+    }
+
+    // MARK: Items
+
+    private static func name(_ item: StoredItem, group: String) -> String {
+        "msso:\(item == .credential ? "credential" : "key"):\(group)"
+    }
+
+    private func read<T: Decodable>(_ type: T.Type, _ item: StoredItem, group: String) throws(BrokerError) -> T? {
+        let doing = "read the \(item.what) of \"\(group)\""
+        let home = try self.home(doing: doing)
+        guard let key = try find(item, group: group, in: home, doing: doing) else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let length = buffer.withUnsafeMutableBytes { cmsso_keys_read(key, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
+            if length == -Int(ENOKEY) || length == -Int(EKEYREVOKED) || length == -Int(EKEYEXPIRED) { return nil } // gone meanwhile
+            guard length >= 0 else { throw failure(Int32(length), doing: doing) }
+            if length <= buffer.count {
+                return try StoredItem.decode(T.self, from: Data(buffer[..<length]), item, group: group, store: "kernel keyring")
+            }
+            guard length <= Self.maximumPayload else {
+                throw StoredItem.corrupt(item, group: group, store: "kernel keyring")
+            }
+            buffer = [UInt8](repeating: 0, count: length) // it grew between the two reads: read again
+        }
+    }
+
+    private func write<T: Encodable>(_ value: T, _ item: StoredItem, group: String) throws(BrokerError) {
+        let doing = "store the \(item.what) of \"\(group)\""
+        try StoredItem.requireCText(group)
+        let payload = try StoredItem.encode(value, item, group: group)
+        guard payload.count <= Self.maximumPayload else {
+            throw BrokerError(.keyringUnavailable, "the \(item.what) of \"\(group)\" is \(payload.count) bytes, more than a kernel key holds (\(Self.maximumPayload)), so msso could not store it; use the Secret Service (`store = \"secret-service\"`)")
+        }
+        let home = try self.home(doing: doing)
+        let result = payload.withUnsafeBytes { cmsso_keys_write(home, Self.name(item, group: group), $0.baseAddress, $0.count) }
+        guard result >= 0 else { throw failure(result, doing: doing) }
+    }
+
+    private func find(_ item: StoredItem, group: String, in home: Int32, doing: String) throws(BrokerError) -> Int32? {
+        try StoredItem.requireCText(group)
+        let key = cmsso_keys_find(home, Self.name(item, group: group))
+        guard key >= 0 else { throw failure(key, doing: doing) }
+        return key == 0 ? nil : key
+    }
+
+    private func home(doing: String) throws(BrokerError) -> Int32 {
+        var persistent: Int32 = 0
+        let home = cmsso_keys_home(&persistent)
+        guard home >= 0 else { throw failure(home, doing: doing) }
+        return home
+    }
+
+    /// A system call's -errno, in a sentence that says what to do.
+    private func failure(_ result: Int32, doing: String) -> BrokerError {
+        switch -result {
+        case EDQUOT:
+            let file = getuid() == 0 ? "root_maxbytes" : "maxbytes"
+            let bytes = Self.setting(file).map { "\($0) bytes in all, " } ?? ""
+            return BrokerError(.keyringUnavailable, "your kernel keyring quota (\(bytes)/proc/sys/kernel/keys/\(file)) is full, so msso could not \(doing); log out of groups you no longer use (`msso logout --group NAME`), remove other keys (`keyctl show @u`), or ask the administrator to raise the quota")
+        case ENOSYS, EPERM:
+            return BrokerError(.keyringUnavailable, "this process may not use the kernel's key retention service (a container's seccomp profile forbids keyctl?), so msso could not \(doing); run mssod where keyctl is allowed, or use a Secret Service (`store = \"secret-service\"`)")
+        default:
+            return BrokerError(.keyringUnavailable, "the kernel keyring refused (\(String(cString: strerror(-result)))), so msso could not \(doing)")
+        }
+    }
+}

@@ -1,0 +1,43 @@
+import FoundationEssentials
+import MSSOCore
+import MSSOProtocol
+
+/// What both stores keep per group: a credential, and a signing key, each as one JSON item.
+enum StoredItem: Sendable {
+    case credential, key
+
+    /// In sentences: "the credential of \"g\"".
+    var what: String { self == .credential ? "credential" : "signing key" }
+
+    static func encode<T: Encodable>(_ value: T, _ item: StoredItem, group: String) throws(BrokerError) -> Data {
+        do {
+            return try JSONEncoder().encode(value)
+        } catch {
+            throw BrokerError(.internal, "could not encode the \(item.what) of \"\(group)\"")
+        }
+    }
+
+    /// An item that does not decode is reported as Corrupt, never as "none stored": a damaged or
+    /// planted item must not look like a logout, and `logout` is what clears it.
+    static func decode<T: Decodable>(_ type: T.Type, from payload: Data, _ item: StoredItem, group: String,
+                                     store: String) throws(BrokerError) -> T {
+        do {
+            return try JSONDecoder().decode(T.self, from: payload)
+        } catch {
+            throw corrupt(item, group: group, store: store)
+        }
+    }
+
+    static func corrupt(_ item: StoredItem, group: String, store: String) -> BrokerError {
+        BrokerError(.corrupt, "the \(store)'s \(item.what) item of \"\(group)\" is damaged or not msso's; `msso logout --group \(group)` clears it")
+    }
+
+    /// Item names reach C as strings, which end at a NUL: "adm\u{0}x" would name the item of
+    /// "adm". The configuration refuses such names; this keeps a store from ever mistaking one
+    /// item for another whatever reaches it.
+    static func requireCText(_ texts: String...) throws(BrokerError) {
+        guard !texts.contains(where: { $0.utf8.contains(0) }) else {
+            throw BrokerError(.internal, "a group or issuer with a NUL character cannot name a keyring item")
+        }
+    }
+}

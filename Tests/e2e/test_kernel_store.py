@@ -1,0 +1,183 @@
+"""Sessions without a Secret Service: the kernel keyring (keyrings(7)), real, with no session bus.
+
+Each test runs its broker as a user id of its own, so that it has a persistent keyring of its own
+(the kernel keeps one per uid): nothing of root's, or of another test's, is read or left behind.
+"""
+import json
+import os
+import random
+import subprocess
+
+import pytest
+
+from faults import copy_secret
+from harness import GROUP, SECRETS, Broker, Desktop, as_uid, wait_for
+
+CREDENTIAL = f"msso:credential:{GROUP}"
+
+
+def fresh_uid() -> int:
+    """A user id no account has, whose persistent keyring holds nothing of an earlier run."""
+    uid = random.randrange(3_000_000, 4_000_000)
+    keyring(uid, "keyctl clear $home")
+    return uid
+
+
+def keyring(uid, script, namespace=False, input=None):
+    """Runs `script` (sh) as `uid` with $home set to its persistent keyring, as a process of its
+    own session keyring (so that it holds the keyring it asks for); with `namespace`, from a user
+    namespace of its own, as an unprivileged program can make one."""
+    command = ["keyctl", "session", "-", "sh", "-c", f"home=$(keyctl get_persistent @s) || exit 9; {script}"]
+    if namespace:
+        command = ["unshare", "--user", "--map-current-user", *command]
+    return subprocess.run(as_uid(uid) + command, input=input, capture_output=True, text=True, timeout=30)
+
+
+def payload(uid, name=CREDENTIAL):
+    """The item's payload as the kernel holds it, or None when there is none."""
+    done = keyring(uid, f'key=$(keyctl search $home user "{name}") && keyctl pipe $key')
+    return done.stdout if done.returncode == 0 else None
+
+
+@pytest.fixture
+def account():
+    uid = fresh_uid()
+    yield uid
+    keyring(uid, "keyctl clear $home")
+
+
+@pytest.fixture
+def server_session(account):
+    """A login over SSH on a server: no session bus, no Secret Service."""
+    session = Desktop(uid=account, bus=False)
+    yield session
+    session.cleanup()
+
+
+@pytest.fixture
+def server_broker(server_session, idp):
+    daemon = Broker(server_session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, server_session))}})
+    yield daemon
+    daemon.stop()
+
+
+def test_without_a_session_bus_a_login_lives_in_the_kernel_keyring_and_survives_a_restart(server_broker, account):
+    assert "DBUS_SESSION_BUS_ADDRESS" not in server_broker.env
+    done = server_broker.login()
+    assert done.returncode == 0, done.stderr
+    stored = json.loads(payload(account))
+    assert stored["username"] == "alice" and stored["accessToken"] and stored["refreshToken"]
+    SECRETS.update([stored["accessToken"], stored["refreshToken"]])
+
+    status = server_broker.msso("status")
+    assert status.returncode == 0, status.stderr
+    assert f"Sessions are kept in the kernel keyring (the persistent keyring of uid {account}: in memory, kept 3d after msso last used it, never across a reboot): " \
+           "`store = \"auto\"` and no Secret Service answers on the session bus (when mssod started)." in status.stdout, status.stdout
+    described = json.loads(server_broker.msso("status", "--json").stdout)["store"]
+    assert described["kind"] == "kernel"
+
+    token = server_broker.msso("token")
+    assert token.returncode == 0 and token.stdout.strip() == stored["accessToken"], token.stderr
+
+    server_broker.restart()  # a new daemon: the session is read back from the kernel
+    assert server_broker.status_json()["state"] == "valid"
+    assert server_broker.msso("token").stdout.strip() == stored["accessToken"]
+
+    done = server_broker.msso("logout")
+    assert done.returncode == 0, done.stderr
+    assert payload(account) is None, "logout removes the item"
+    assert server_broker.status_json()["state"] == "notLoggedIn"
+
+
+def test_doctor_says_where_sessions_are_kept_and_why(server_broker, account):
+    done = server_broker.msso("doctor")
+    keyring_line = done.stdout.splitlines()[1]
+    assert keyring_line.startswith(f"✓ Sessions are kept in the kernel keyring (the persistent keyring of uid {account}"), done.stdout
+    assert "no Secret Service answers on the session bus" in keyring_line
+
+
+def test_a_damaged_item_is_reported_as_corrupt_and_logout_clears_it(server_broker, account):
+    planted = keyring(account, f'keyctl padd user "{CREDENTIAL}" $home', input="{not json")
+    assert planted.returncode == 0, planted.stderr
+    server_broker.restart()  # it reads the store at start
+    done = server_broker.msso("check", "--group", GROUP)
+    assert done.returncode == 4, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == f"{GROUP}: the stored credential is damaged; run `msso logout --group {GROUP}`, then log in\n"
+    assert server_broker.msso("logout", "--group", GROUP).returncode == 0
+    assert payload(account) is None
+    assert server_broker.login().returncode == 0, "and a login works again"
+
+
+def test_a_full_quota_is_named_with_the_fix_and_the_daemon_serves_on(server_broker, account):
+    # Another program of the user's has taken nearly all of the uid's key quota (20,000 bytes).
+    filler = keyring(account, 'keyctl padd user filler $home', input="x" * 19_500)
+    assert filler.returncode == 0, filler.stderr
+    done = server_broker.login()
+    assert done.returncode == 4, (done.returncode, done.stderr)
+    assert "your kernel keyring quota (20000 bytes in all, /proc/sys/kernel/keys/maxbytes) is full, so msso could not store the credential" in done.stderr
+    assert "log out of groups you no longer use" in done.stderr
+    assert server_broker.status_json()["state"] == "notLoggedIn", "nothing half-stored"
+    keyring(account, 'keyctl unlink $(keyctl search $home user filler) $home')
+    assert server_broker.login().returncode == 0, "room again: the next login is stored"
+
+
+def test_other_users_and_namespaces_of_the_same_user_find_nothing(server_broker, account):
+    assert server_broker.login().returncode == 0
+    assert payload(account) is not None
+    # Another user of the machine: its own persistent keyring, and no way into this one.
+    other = fresh_uid()
+    assert payload(other) is None
+    stolen = subprocess.run(as_uid(other) + ["keyctl", "print", str(item_serial(account))], capture_output=True, text=True)
+    assert stolen.returncode != 0 and "Permission denied" in stolen.stderr, stolen.stdout
+    # A user namespace the same user makes (as any program of theirs can): another keyring.
+    inside = keyring(account, f'keyctl search $home user "{CREDENTIAL}"', namespace=True)
+    assert inside.returncode != 0, inside.stdout
+
+
+def item_serial(uid) -> int:
+    return int(keyring(uid, f'keyctl search $home user "{CREDENTIAL}"').stdout)
+
+
+def test_store_kernel_keeps_sessions_out_of_a_running_desktop_keyring(idp):
+    account = 1000  # gnome-keyring-daemon wants an account in the password database
+    keyring(account, "keyctl clear $home")
+    session = Desktop(uid=account)
+    daemon = Broker(session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, session))}}, store="kernel")
+    try:
+        assert daemon.login().returncode == 0
+        assert payload(account) is not None
+        assert session.keyring_item() is None, "nothing in the Secret Service"
+        status = json.loads(daemon.msso("status", "--json").stdout)["store"]
+        assert status["kind"] == "kernel" and status["reason"].startswith('`store = "kernel"` in ')
+    finally:
+        daemon.stop()
+        session.cleanup()
+        keyring(account, "keyctl clear $home")
+
+
+def test_auto_takes_a_running_unlocked_desktop_keyring(broker):
+    assert broker.login().returncode == 0
+    assert broker.desktop.keyring_item() is not None
+    status = json.loads(broker.msso("status", "--json").stdout)["store"]
+    assert status["kind"] == "secret-service", status
+    assert "Sessions are kept" not in broker.msso("status").stdout, "the usual place goes unsaid"
+
+
+def test_auto_passes_over_a_locked_keyring_that_holds_no_session(idp):
+    """Over SSH, D-Bus activation starts a keyring nobody there can unlock: sessions go to the
+    kernel. (A locked keyring that holds msso's sessions keeps them: test_faults.py.)"""
+    account = 1000  # gnome-keyring-daemon wants an account in the password database
+    keyring(account, "keyctl clear $home")
+    session = Desktop(uid=account)
+    session.lock_keyring()
+    daemon = Broker(session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, session))}})
+    try:
+        status = json.loads(daemon.msso("status", "--json").stdout)["store"]
+        assert status == {"kind": "kernel", "place": status["place"],
+                          "reason": "`store = \"auto\"` and the Secret Service's default keyring is locked and holds none of msso's items (when mssod started)"}
+        assert daemon.login().returncode == 0
+        assert payload(account) is not None
+    finally:
+        daemon.stop()
+        session.cleanup()
+        keyring(account, "keyctl clear $home")
