@@ -30,10 +30,11 @@ public actor Broker {
     var dpopNonces: [String: DPoPNonces] = [:]
     var groups: [String: GroupState] = [:]
     var subscribers = Subscribers()
-    /// Device and browser logins waiting for the user right now.
-    var interactiveLogins = 0
-    /// At most this many device or browser logins wait at once (each holds an IdP poll or a
-    /// loopback listener).
+    /// The device or browser login of each group waiting for the user right now: one per group,
+    /// joined by every further login of the group (``SharedLogin``).
+    var sharedLogins: [String: SharedLogin] = [:]
+    /// At most this many groups have a device or browser login waiting at once (each holds an
+    /// IdP poll or a loopback listener).
     public static let maximumInteractiveLogins = 4
     /// `msso lock`: see ``BrokerLock``.
     var lock = BrokerLock()
@@ -93,17 +94,40 @@ public actor Broker {
 
     /// Logs the group in with the flow the caller chose, stores the credential, announces it. The
     /// refresh token of the session it replaces, if any, is revoked.
-    public func login(_ args: LoginArguments, prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
+    ///
+    /// A device or browser login joins the one of the group already waiting for the user, if any
+    /// (whichever its flow): `prompt` is called with its code or address (`joined` true), and the
+    /// result is the same for everyone. A caller that goes (its task cancelled) leaves it to the
+    /// others; the last one to go ends it.
+    public func login(_ args: LoginArguments, prompt: @escaping @Sendable (LoginPrompt, _ joined: Bool) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
         try requireUnlocked()
-        let interactive = args.flow != .password
-        if interactive {
-            guard interactiveLogins < Self.maximumInteractiveLogins else {
-                throw BrokerError(.busy, "\(Self.maximumInteractiveLogins) logins are already waiting for the user; finish or cancel one of them first")
-            }
-            interactiveLogins += 1
+        guard args.flow != .password else { return try await performLogin(args, config) { _ in } }
+        if let running = sharedLogins[config.name], !running.abandoned {
+            return try await running.wait(prompt: prompt, joined: true)
         }
-        defer { if interactive { interactiveLogins -= 1 } }
+        guard sharedLogins.values.filter({ !$0.abandoned }).count < Self.maximumInteractiveLogins else {
+            throw BrokerError(.busy, "\(Self.maximumInteractiveLogins) logins are already waiting for the user; finish or cancel one of them first")
+        }
+        let shared = SharedLogin()
+        sharedLogins[config.name] = shared
+        shared.begin(Task {
+            let outcome: Result<SessionStatus, any Error>
+            do {
+                outcome = .success(try await performLogin(args, config) { shared.show($0) })
+            } catch {
+                outcome = .failure(error)
+                if shared.abandoned { logger.info("login abandoned: everyone who waited for it left", metadata: ["group": "\(config.name)"]) }
+            }
+            // On the actor since performLogin returned: no login of the group can join in between.
+            if sharedLogins[config.name] === shared { sharedLogins[config.name] = nil }
+            shared.end(outcome)
+        })
+        return try await shared.wait(prompt: prompt, joined: false)
+    }
+
+    /// One login, with the flow `args` names, calling `prompt` with what to show the user.
+    private func performLogin(_ args: LoginArguments, _ config: GroupConfig, prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
         if groups[config.name] == nil { groups[config.name] = GroupState() }
         let logoutsBefore = groups[config.name]!.logouts
         let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil

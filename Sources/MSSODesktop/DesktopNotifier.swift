@@ -213,12 +213,16 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     private func login(_ group: String) async {
         let flow: LoginFlow = browser ? .browser : .device
         do {
-            _ = try await broker.login(LoginArguments(group: group, flow: flow)) { [self] prompt in
+            _ = try await broker.login(LoginArguments(group: group, flow: flow)) { [self] prompt, joined in
                 switch prompt {
                 case .device(let device):
                     show(group, summary: "Log in to SSO for \(group)",
                          body: "Open \(Self.shown(device.verificationURIComplete ?? device.verificationURI)) and enter the code \(Self.shown(device.userCode)).",
                          action: nil)
+                case .browser(let browser) where joined:
+                    // A login of the group was already waiting: its window may be open; no second one.
+                    show(group, summary: "Log in to SSO for \(group)",
+                         body: "A login is already waiting for you: finish it in your browser, or open \(Self.shown(browser.url)).", action: nil)
                 case .browser(let browser):
                     Self.open(browser.url)
                 }

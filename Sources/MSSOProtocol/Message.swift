@@ -101,14 +101,20 @@ public struct Signal: Codable, Sendable, Equatable {
     public var prompt: DevicePrompt?
     /// What to open (for `BrowserPrompt`).
     public var browser: BrowserPrompt?
+    /// True when the login was already waiting for the user as this call came (the prompts): its
+    /// code or address was shown to whoever started it, and its browser window may be open. Absent
+    /// otherwise.
+    public var joined: Bool?
 
     public init(signal: SignalName, group: String, serial: UInt32? = nil,
-                status: SessionStatus? = nil, prompt: DevicePrompt? = nil, browser: BrowserPrompt? = nil) {
+                status: SessionStatus? = nil, prompt: DevicePrompt? = nil, browser: BrowserPrompt? = nil,
+                joined: Bool? = nil) {
         self.signal = signal
         self.group = group
         self.serial = serial
         self.status = status
         self.prompt = prompt
         self.browser = browser
+        self.joined = joined
     }
 }

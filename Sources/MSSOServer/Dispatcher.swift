@@ -155,12 +155,14 @@ final class Dispatcher: Sendable {
             try policy.authorize(args.flow, role: role, group: config)
             args.group = config.name
             let name = config.name
-            return reply(try await broker.login(args) { prompt in
+            return reply(try await broker.login(args) { prompt, joined in
                 switch prompt {
                 case .device(let device):
-                    connection.post(WireCodec.frame(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device), serial: 0))
+                    connection.post(WireCodec.frame(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device,
+                                                           joined: joined ? true : nil), serial: 0))
                 case .browser(let browser):
-                    connection.post(WireCodec.frame(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser), serial: 0))
+                    connection.post(WireCodec.frame(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser,
+                                                           joined: joined ? true : nil), serial: 0))
                 }
             })
         case .extend(let args):

@@ -8,16 +8,24 @@ struct Login: ParsableCommand {
         commandName: "login",
         abstract: "Log in to the group's identity provider; every app of the group shares the login.",
         discussion: """
-            Without --username: a device login. msso shows a web address and a code; approve the \
-            login there (on any device), and msso finishes when you have.
-            With --username and --password-stdin: a password login (for scripts); the password is \
-            read from standard input, never from the command line.
+            By default, the flow that fits this session: in your web browser where there is a \
+            desktop (a display and xdg-open), else a device login.
             With --browser: a login in your web browser on this machine (authorization code with \
             PKCE); msso opens it with xdg-open when there is a desktop, and prints the address.
+            With --device: msso shows a web address and a code (and a QR code, when qrencode is \
+            installed and the terminal is wide enough); approve the login there, on any device, and \
+            msso finishes when you have.
+            With --username and --password-stdin: a password login (for scripts); the password is \
+            read from standard input, never from the command line.
+            While a device or browser login of the group waits for you, every further one (another \
+            terminal, kubectl, git, an app) joins it: the same code or address, one result.
             """)
 
     @Flag(help: "Log in through a web browser on this machine.")
     var browser = false
+
+    @Flag(help: "Log in with a code approved on any device (the device flow).")
+    var device = false
 
     @OptionGroup var options: CommonOptions
 
@@ -29,7 +37,7 @@ struct Login: ParsableCommand {
 
     func validate() throws {
         if passwordStdin && username == nil { throw ValidationError("--password-stdin needs --username") }
-        if browser && username != nil { throw ValidationError("give --browser or --username, not both") }
+        if [browser, device, username != nil].filter({ $0 }).count > 1 { throw ValidationError("give one of --browser, --device and --username") }
         if username != nil && !passwordStdin {
             throw ValidationError("give the password on standard input with --password-stdin (never on the command line)")
         }
@@ -43,28 +51,46 @@ struct Login: ParsableCommand {
                     throw BrokerError(.badRequest, "no password on standard input")
                 }
                 status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, flow: .password, username: username, password: line))
-            } else if browser {
-                status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, flow: .browser), untilAnswered: true,
-                                         onSignal: { signal in if let prompt = signal.browser { Login.open(prompt) } })
             } else {
-                status = try Login.device(broker, group: options.group, quiet: options.json)
+                let flow: LoginFlow = browser ? .browser : device ? .device : Login.flowThatFits
+                status = try Login.interactive(broker, group: options.group, flow: flow, quiet: options.json)
             }
             if options.json { Output.json(status) } else { Output.print(Output.line(status)) }
         }
     }
 
-    /// A device login: the prompt, a countdown while the user approves, the new session.
+    /// An interactive login (device or browser): what to show, a countdown while the user
+    /// approves, the new session. The broker may join it to a login of the group already waiting
+    /// for the user (another terminal, kubectl, an app): then the same code or address is shown,
+    /// and no second browser window opened.
     @discardableResult
-    static func device(_ broker: BrokerConnection, group: String?, quiet: Bool) throws(BrokerError) -> SessionStatus {
+    static func interactive(_ broker: BrokerConnection, group: String?, flow: LoginFlow, quiet: Bool) throws(BrokerError) -> SessionStatus {
         let countdown = Countdown(quiet: quiet)
         defer { countdown.stop() }
-        return try broker.call(Methods.Login.self, LoginArguments(group: group, flow: .device), untilAnswered: true,
-                               onSignal: { signal in if let prompt = signal.prompt { countdown.start(prompt) } },
+        return try broker.call(Methods.Login.self, LoginArguments(group: group, flow: flow), untilAnswered: true,
+                               onSignal: { signal in
+                                   if let prompt = signal.prompt { countdown.start(prompt, joined: signal.joined == true) }
+                                   if let prompt = signal.browser { Login.open(prompt, joined: signal.joined == true) }
+                               },
                                tick: { countdown.tick() })
     }
 
-    /// Prints the login address, and opens it in the desktop's browser when there is one.
-    static func open(_ prompt: BrowserPrompt) {
+    /// The browser flow where this session can show a browser (a display, and xdg-open to open
+    /// it), else the device flow, whose code can be approved on any device.
+    static var flowThatFits: LoginFlow {
+        let environment = ProcessInfo.processInfo.environment
+        let display = environment["DISPLAY"].map { !$0.isEmpty } == true || environment["WAYLAND_DISPLAY"].map { !$0.isEmpty } == true
+        return display && access("/usr/bin/xdg-open", X_OK) == 0 ? .browser : .device
+    }
+
+    /// Prints the login address, and opens it in the desktop's browser when there is one (unless
+    /// the login was already waiting: its window may be open).
+    static func open(_ prompt: BrowserPrompt, joined: Bool) {
+        if joined {
+            Output.note("A login of this group is already waiting for you: finish it in your browser, or open this address on this machine:")
+            Output.note(prompt.url)
+            return
+        }
         Output.note("To log in, open this address in a browser on this machine:")
         Output.note(prompt.url)
         let environment = ProcessInfo.processInfo.environment
@@ -90,12 +116,14 @@ final class Countdown {
 
     init(quiet: Bool) { self.quiet = quiet }
 
-    func start(_ prompt: DevicePrompt) {
+    func start(_ prompt: DevicePrompt, joined: Bool) {
         self.prompt = prompt
+        if joined { Output.note("A login of this group is already waiting for approval (started elsewhere):") }
         Output.note("To log in, open \(prompt.verificationURI) and enter the code \(prompt.userCode)")
         if let complete = prompt.verificationURIComplete {
             Output.note("(or open \(complete))")
         }
+        if !quiet { QRCode.show(prompt.verificationURIComplete ?? prompt.verificationURI) }
         if isatty(STDERR_FILENO) != 1 {
             Output.note("Waiting for approval (\(Output.span(prompt.expiresAt - Output.now)) left)…")
             self.prompt = nil // no live countdown off a terminal

@@ -42,7 +42,7 @@ struct Token: ParsableCommand {
             } catch let error as BrokerError where format == .kubernetes && Kubernetes.mayLogIn && (error.name == .notLoggedIn || error.name == .expired) {
                 // kubectl runs us on a terminal in interactive mode: log in, as it expects a plugin to.
                 Output.error(error.message)
-                try Login.device(broker, group: options.group, quiet: false)
+                try Login.interactive(broker, group: options.group, flow: Login.flowThatFits, quiet: false)
                 token = try broker.call(Methods.Token.self, .init(group: options.group, resource: resource))
             }
             switch format {

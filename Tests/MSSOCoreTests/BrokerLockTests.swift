@@ -27,7 +27,7 @@ final class BrokerLockTests: XCTestCase {
 
     func testLockWithdrawsThePublishedSnapshotAndRefusesEveryTokenVerb() async throws {
         let (broker, config) = makeBroker()
-        _ = try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in }
+        _ = try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _, _ in }
         let request = SignRequest(group: group, method: "GET", url: "https://api.example/x")
         _ = try await broker.sign(request)
         XCTAssertNotNil(try broker.signWithoutWaiting(request, group: config))
@@ -39,7 +39,7 @@ final class BrokerLockTests: XCTestCase {
         await assertLocked { try await broker.sign(request) }
         await assertLocked { try await broker.token(nil, renew: false) }
         await assertLocked { try await broker.extend(nil) }
-        await assertLocked { try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in } }
+        await assertLocked { try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _, _ in } }
         await assertLocked { try await broker.lock(passphrase: "another") }
         let status = try await broker.status(nil)
         XCTAssertEqual(status.first?.locked, true)

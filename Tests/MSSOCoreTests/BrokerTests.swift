@@ -19,7 +19,7 @@ final class BrokerTests: XCTestCase {
     }
 
     func login(_ broker: Broker) async throws -> SessionStatus {
-        try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in }
+        try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _, _ in }
     }
 
     func assertFails<T>(_ name: ErrorName, _ body: () async throws -> T, file: StaticString = #filePath, line: UInt = #line) async {
@@ -49,7 +49,7 @@ final class BrokerTests: XCTestCase {
     func testWrongPasswordStoresNothing() async {
         let broker = makeBroker()
         await assertFails(.invalidCredentials) {
-            try await broker.login(LoginArguments(flow: .password, username: "alice", password: "wrong")) { _ in }
+            try await broker.login(LoginArguments(flow: .password, username: "alice", password: "wrong")) { _, _ in }
         }
         XCTAssertNil(store.item(group))
     }
@@ -232,7 +232,7 @@ final class BrokerTests: XCTestCase {
         var added = GroupConfig(name: "com.example.added", issuer: "https://idp.example", clientID: "msso")
         added.sessionTimeout = 1800
         broker.rules.reload(Configuration(groups: [broker.configuration.groups[group]!, added]))
-        _ = try await broker.login(LoginArguments(group: added.name, flow: .password, username: "alice", password: "right")) { _ in }
+        _ = try await broker.login(LoginArguments(group: added.name, flow: .password, username: "alice", password: "right")) { _, _ in }
         XCTAssertEqual(every.signals.map(\.group), [added.name], "every group, those configured later included")
         XCTAssertEqual(named.signals.map(\.group), [], "only the groups it named")
         let again = try await broker.subscribe(every, groups: nil)
@@ -343,7 +343,7 @@ final class BrokerTests: XCTestCase {
         // active") stored its session, and apps signed again.
         let broker = makeBroker()
         idp.loginGate = AsyncGate()
-        let login = Task { try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in } }
+        let login = Task { try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _, _ in } }
         await idp.loginGate!.waitUntilEntered()
         let ended = try await broker.logout(nil, all: true)
         XCTAssertEqual(ended.loggedOut, [], "nothing was logged in yet")
@@ -380,7 +380,7 @@ final class BrokerTests: XCTestCase {
         let sink = RecordingSink()
         _ = try await broker.subscribe(sink, groups: nil)
         await clock.waitForOneMoreSleeper {
-            Task { _ = try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _ in } }
+            Task { _ = try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _, _ in } }
         }
         while sink.signals.isEmpty { await Task.yield() }
         clock.advance(599)

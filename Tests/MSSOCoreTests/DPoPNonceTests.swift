@@ -30,7 +30,7 @@ final class DPoPNonceTests: XCTestCase {
     }
 
     func login(_ broker: Broker, _ name: String? = nil) async throws {
-        _ = try await broker.login(LoginArguments(group: name, flow: .password, username: "alice", password: "right")) { _ in }
+        _ = try await broker.login(LoginArguments(group: name, flow: .password, username: "alice", password: "right")) { _, _ in }
     }
 
     /// The `nonce` claim of the DPoP proof among `headers`.

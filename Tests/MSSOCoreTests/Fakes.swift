@@ -117,10 +117,29 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
         return next()
     }
 
+    /// Device logins begun, and those that ended cancelled.
+    private(set) var deviceLogins = 0
+    private(set) var deviceLoginsCancelled = 0
+    /// When set, a device login waits (cancellably) after its prompt until this is true, as a
+    /// user approving it would make it.
+    var deviceApproved: Bool?
+
     func deviceLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (DevicePrompt) -> Void) async throws -> TokenSet {
-        prompt(DevicePrompt(verificationURI: "https://idp.example/device", verificationURIComplete: nil, userCode: "ABCD", expiresAt: 0))
+        let number = lock.withLock { deviceLogins += 1; return deviceLogins }
+        prompt(DevicePrompt(verificationURI: "https://idp.example/device", verificationURIComplete: nil, userCode: "CODE-\(number)", expiresAt: 0))
+        while lock.withLock({ deviceApproved == false }) {
+            do {
+                try await Task.sleep(nanoseconds: 1_000_000) // an IdP poll
+            } catch {
+                lock.withLock { deviceLoginsCancelled += 1 }
+                throw error
+            }
+        }
         return next()
     }
+
+    func approveDevice() { lock.withLock { deviceApproved = true } }
+    var deviceCounts: (begun: Int, cancelled: Int) { lock.withLock { (deviceLogins, deviceLoginsCancelled) } }
 
     func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws -> TokenSet {
         next()
