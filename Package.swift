@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "MSSOKeyring", dependencies: ["CLibSecret", "CMSSOSystem", "MSSOCore", "MSSOProtocol"]),
         // Desktop notifications (freedesktop Notifications over GDBus, which libsecret already loads).
         .systemLibrary(name: "CDesktopBus", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
-        .target(name: "MSSODesktop", dependencies: ["CDesktopBus", "MSSOCore", "MSSOProtocol",
+        .target(name: "MSSODesktop", dependencies: ["CDesktopBus", "CMSSOSystem", "MSSOCore", "MSSOProtocol",
                                                     .product(name: "Logging", package: "swift-log")]),
         // The audit log: who asked for what, in SQLite (libsqlite3).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
@@ -83,7 +83,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "msso", dependencies: [
-            "MSSOClient",
+            "MSSOClient", "CMSSOSystem",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <linux/nsfs.h>
@@ -327,4 +328,20 @@ void cmsso_trim_memory(void) {
 
 int cmsso_one_heap(void) {
     return mallopt(M_ARENA_MAX, 1);
+}
+
+extern char **environ;
+
+int cmsso_open_in_browser(const char *url) {
+    static const char *opener = "/usr/bin/xdg-open";
+    if (access(opener, X_OK) != 0) return -errno;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    char *argv[] = { (char *)opener, (char *)url, NULL };
+    pid_t pid;
+    int failed = posix_spawn(&pid, opener, &actions, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    return failed ? -failed : pid;
 }

@@ -1,4 +1,5 @@
 import CDesktopBus
+import CMSSOSystem
 import Dispatch
 import FoundationEssentials
 import Glibc
@@ -235,19 +236,10 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         } catch {}
     }
 
-    /// Opens a URL in the desktop's browser (`xdg-open`, output discarded).
+    /// Opens a URL in the desktop's browser (`xdg-open`), and reaps it.
     private static func open(_ url: String) {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        var pid = pid_t()
-        let argv = ["/usr/bin/xdg-open", url].map { (text: String) in strdup(text) } + [nil]
-        defer { argv.forEach { free($0) } }
-        if posix_spawn(&pid, "/usr/bin/xdg-open", &actions, nil, argv, environ) == 0 {
-            let child = pid
-            DispatchQueue.global().async { _ = waitpid(child, nil, 0) } // reap it
-        }
+        let child = cmsso_open_in_browser(url)
+        guard child > 0 else { return }
+        DispatchQueue.global().async { _ = waitpid(child, nil, 0) }
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CMSSOSystem
 import FoundationEssentials
 import Glibc
 import MSSOClient
@@ -93,19 +94,8 @@ struct Login: ParsableCommand {
         }
         Output.note("To log in, open this address in a browser on this machine:")
         Output.note(prompt.url)
-        let environment = ProcessInfo.processInfo.environment
-        guard environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil, access("/usr/bin/xdg-open", X_OK) == 0 else { return }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        var pid = pid_t()
-        let argv = ["/usr/bin/xdg-open", prompt.url].map { (text: String) in strdup(text) } + [nil]
-        defer { argv.forEach { free($0) } }
-        if posix_spawn(&pid, "/usr/bin/xdg-open", &actions, nil, argv, environ) == 0 {
-            Output.note("(opened in your browser)")
-        }
+        guard flowThatFits == .browser, cmsso_open_in_browser(prompt.url) > 0 else { return }
+        Output.note("(opened in your browser)") // xdg-open is reaped with us: the command ends soon
     }
 }
 

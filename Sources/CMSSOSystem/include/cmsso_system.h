@@ -124,6 +124,10 @@ void cmsso_process_executable_of(int pid, cmsso_process_facts *facts);
 /// when the file holds more than `capacity` bytes.
 ssize_t cmsso_read_small_file(const char *path, char *buffer, size_t capacity);
 
+/// Opens `url` in the desktop's browser: /usr/bin/xdg-open, its output discarded. Returns its pid
+/// (the caller reaps it) or -errno. One definition for the login command and the notifier.
+int cmsso_open_in_browser(const char *url);
+
 /// malloc_trim(0): gives freed heap memory back to the system after a flood.
 void cmsso_trim_memory(void);
 
