@@ -25,10 +25,7 @@ let package = Package(
         .target(name: "MSSOProtocol"),
         // The library apps and the commands link: blocking calls with deadlines, and an async
         // client over the same socket code. No event loop, nothing of Foundation beyond Essentials.
-        .target(name: "MSSOClient", dependencies: [
-            "MSSOProtocol", "CMSSOSystem",
-            .product(name: "Crypto", package: "swift-crypto"),
-        ]),
+        .target(name: "MSSOClient", dependencies: ["MSSOProtocol", "CMSSOSystem"]),
         // `URLRequest` signing, for apps that already use Foundation's networking.
         .target(name: "MSSOClientFoundation", dependencies: ["MSSOClient"]),
         // Broker logic: sessions, the two clocks, config, dispatch. Storage and IdP behind protocols.
@@ -85,7 +82,6 @@ let package = Package(
         .executableTarget(name: "msso", dependencies: [
             "MSSOClient", "CMSSOSystem",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .executableTarget(name: "msso-logout", dependencies: [
             "MSSOClient",
@@ -100,7 +96,8 @@ let package = Package(
         .executableTarget(name: "App2", dependencies: ["SuiteKit"], path: "examples/App2"),
         .executableTarget(name: "Logout", dependencies: ["MSSOClient"], path: "examples/Logout"),
 
-        .testTarget(name: "MSSOProtocolTests", dependencies: ["MSSOProtocol"]),
+        // swift-crypto here only to check BodyDigest against it.
+        .testTarget(name: "MSSOProtocolTests", dependencies: ["MSSOProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),

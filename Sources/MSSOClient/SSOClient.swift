@@ -1,4 +1,3 @@
-import Crypto
 import Dispatch
 import FoundationEssentials
 @_exported import MSSOProtocol
@@ -123,7 +122,7 @@ public final class SSOClient: Sendable {
     ///   - dpopNonce: a `DPoP-Nonce` the server answered with (retry the request with it).
     public func sign(method: String, url: String, headers: [Header] = [], body: [UInt8]? = nil, group: String? = nil,
                      dpopNonce: String? = nil) async throws -> [Header] {
-        let digest = body.map { Data(SHA256.hash(data: $0)).base64EncodedString() }
+        let digest = body.map { BodyDigest.base64SHA256($0) }
         return try await call(Methods.Sign.self, SignRequest(group: group, method: method, url: url, headers: headers.isEmpty ? nil : headers,
                                                              bodySHA256: digest, dpopNonce: dpopNonce)).headers
     }

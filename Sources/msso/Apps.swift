@@ -1,5 +1,4 @@
 import ArgumentParser
-import Crypto
 import Glibc
 import FoundationEssentials
 import MSSOClient
@@ -176,7 +175,6 @@ struct Apps: ParsableCommand {
 
     static func digest(_ path: String) throws -> String {
         guard let data = FileManager.default.contents(atPath: path) else { throw BrokerError(.badRequest, "cannot read \(path)") }
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: SHA256.hash(data: data).flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] }, as: UTF8.self)
+        return BodyDigest.hexSHA256(data)
     }
 }

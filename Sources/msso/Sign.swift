@@ -1,5 +1,4 @@
 import ArgumentParser
-import Crypto
 import FoundationEssentials
 import MSSOClient
 
@@ -50,7 +49,7 @@ struct Sign: ParsableCommand {
             guard let data = FileManager.default.contents(atPath: bodyFile) else {
                 throw ValidationError("cannot read --body-file \(bodyFile)")
             }
-            digest = Data(SHA256.hash(data: data)).base64EncodedString()
+            digest = BodyDigest.base64SHA256(data)
         }
         let given = headers.map { line -> Header in
             let parts = line.split(separator: ":", maxSplits: 1)
