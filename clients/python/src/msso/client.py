@@ -17,6 +17,7 @@ from ._wire import (AuditEntry, BrowserPrompt, DevicePrompt, Headers, KeyDescrip
 from .errors import BrokerUnreachable, MSSOError
 
 _DEFAULT: Any = object()
+QUIET = 1.0   # seconds without a read after which a call first checks that the connection is still open
 _clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
 
@@ -78,6 +79,7 @@ class Client:
         self._reading = False                                   # a waiting thread is reading for all
         self._stray: MSSOError | None = None                    # the last serial-0 error: why it closes
         self._closed = False                                    # close() was called
+        self._last_read = 0.0                                   # time.monotonic() of the last read
 
     # -- the verbs -----------------------------------------------------------------------------------
 
@@ -314,9 +316,10 @@ class Client:
     def _read(self, sock: socket.socket, timeout: float | None) -> tuple[list[dict], MSSOError | None]:
         """What arrives within `timeout` (whole messages), and why the connection ended, if it did."""
         try:
-            if not self._poll.poll(-1 if timeout is None else max(0, int(timeout * 1000) + 1)):
+            if not self._poll.poll(-1 if timeout is None else max(0, int(timeout * 1000) + (timeout > 0))):
                 return [], None
             count = sock.recv_into(self._chunk)
+            self._last_read = time.monotonic()
         except (OSError, ValueError):   # ValueError: closed under us
             return [], _lost_connection()
         if count == 0:
@@ -350,11 +353,28 @@ class Client:
         """The open socket, connecting (and saying hello) first if there is none. Holds the lock."""
         if self._closed:
             raise BrokerUnreachable("this msso client was closed")
+        if self._sock is not None and not self._reading and time.monotonic() - self._last_read > QUIET:
+            self._catch_up(self._sock)
         if self._sock is None:
             self._sock = self._open()
             self._poll = select.poll()
             self._poll.register(self._sock, select.POLLIN)
+            self._last_read = time.monotonic()
         return self._sock
+
+    def _catch_up(self, sock: socket.socket) -> None:
+        # Nobody read this socket for a while: the daemon may have closed it (idle, or restarted).
+        # Read what is there without waiting, so that a call goes on a new connection rather than
+        # fail on the dead one. Holds the lock (this read cannot block).
+        while True:
+            messages, ended = self._read(sock, 0)
+            for message in messages:
+                self._dispatch(message)
+            if ended is not None:
+                self._lost(sock, ended)
+            if ended is not None or not messages:
+                break   # (a TimedOut message comes before the end of the stream: read on to see it)
+        self._cond.notify_all()
 
     def _open(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
