@@ -15,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
-import json
 import os
 from typing import IO, Any, AsyncIterator, Callable, Iterable, Mapping
 
 from . import _wire
 from ._wire import (AuditEntry, BrowserPrompt, DevicePrompt, Headers, KeyDescription, LockState, LogoutResult,
                     SessionStatus, Signal, Token)
-from .errors import BrokerUnreachable, Internal, MSSOError
+from .errors import BrokerUnreachable, Internal, MSSOError, TimedOut
 
 __all__ = ["Client", "connect"]
 
@@ -190,11 +189,13 @@ class Client:
         """Any method by name: the reply's `result`, or the error it carries raised."""
         if timeout is _DEFAULT:
             timeout = None if on_prompt else self.timeout
-        arguments = json.dumps(args)
-        writer = await self._connected()
-        return await self._call(writer, method, arguments, timeout, on_prompt)
+        try:
+            return await self._call(await self._connected(), method, args, timeout, on_prompt)
+        except TimedOut:
+            # Closed for idleness before the daemon read this call (not carried out): once more.
+            return await self._call(await self._connected(), method, args, timeout, on_prompt)
 
-    async def _call(self, writer: asyncio.StreamWriter, method: str, arguments: str, timeout: float | None,
+    async def _call(self, writer: asyncio.StreamWriter, method: str, arguments: Mapping[str, Any], timeout: float | None,
                     on_prompt: Callable[[Any], Any] | None) -> Any:
         serial = self._next_serial()
         answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
@@ -250,7 +251,7 @@ class Client:
                                     "start it with `systemctl --user start msso.socket` or `mssod`") from None
         task = asyncio.create_task(self._read(reader, writer))
         try:
-            hello = await self._call(writer, "hello", json.dumps({"version": _wire.PROTOCOL_VERSION, "client": self.label}),
+            hello = await self._call(writer, "hello", {"version": _wire.PROTOCOL_VERSION, "client": self.label},
                                      self.timeout, None)
         except BaseException:
             writer.close()

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import collections
-import json
 import os
 import select
 import socket
@@ -14,7 +13,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 from . import _wire
 from ._wire import (AuditEntry, BrowserPrompt, DevicePrompt, Headers, KeyDescription, LockState, LogoutResult,
                     SessionStatus, Signal, Token)
-from .errors import BrokerUnreachable, MSSOError
+from .errors import BrokerUnreachable, MSSOError, TimedOut
 
 _DEFAULT: Any = object()
 QUIET = 1.0   # seconds without a read after which a call first checks that the connection is still open
@@ -60,11 +59,15 @@ class Client:
         self._new_state()
         _clients.add(self)
         if connect:
-            with self._cond:
+            with self._lock:
                 self._connected()
 
     def _new_state(self) -> None:
-        self._cond = threading.Condition()      # guards everything below; waiters sleep on it
+        # The lock guards everything below; threads waiting for a reader sleep on the condition.
+        # (A plain Lock, entered directly: this is the hot path of every call.)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._sleepers = 0                      # threads waiting on the condition
         self._send_lock = threading.Lock()      # one frame at a time on the socket
         self._sock: socket.socket | None = None
         self._poll: Any = None
@@ -140,7 +143,7 @@ class Client:
         """Asks for the groups' signals (all this program may use when none are named); read them
         with `next_event` or `events`. Returns the groups now subscribed."""
         result = self.call("subscribe", _wire.subscribe_args(groups))["groups"]
-        with self._cond:
+        with self._lock:
             self._subscribed, self._signals_ended = True, None
         return result
 
@@ -205,7 +208,7 @@ class Client:
 
     def close(self) -> None:
         """Closes the connection: pending calls fail, `events` ends. Later calls fail too."""
-        with self._cond:
+        with self._lock:
             self._closed = True
             sock, self._sock = self._sock, None
             self._fail_pending(BrokerUnreachable("this msso client was closed"))
@@ -232,45 +235,92 @@ class Client:
         `timeout` defaults to the client's (None: wait for ever)."""
         if timeout is _DEFAULT:
             timeout = None if on_prompt else self.timeout
-        arguments = json.dumps(args)
-        with self._cond:
-            sock = self._connected()
+        try:
+            return self._call(method, args, timeout, on_prompt)
+        except TimedOut:
+            # The daemon closed the connection for idleness (or for a frame that came too slowly)
+            # before it read this call, so the call was not carried out: once more, on a new one.
+            return self._call(method, args, timeout, on_prompt)
+
+    def _call(self, method: str, args: Mapping[str, Any], timeout: float | None,
+              on_prompt: Callable[[Any], None] | None) -> Any:
+        with self._lock:
+            sock = self._sock
+            if sock is None or time.monotonic() - self._last_read > QUIET:
+                sock = self._connected()
             serial = self._next_serial()
             self._answers[serial] = None
             if on_prompt:
                 self._prompts[serial] = collections.deque()
         try:
-            self._send(sock, _wire.frame(serial, method, arguments))
+            self._send(sock, _wire.frame(serial, method, args))
             deadline = None if timeout is None else time.monotonic() + timeout
-
-            def ready() -> dict | MSSOError | None:
-                answer = self._answers.get(serial)
-                if answer is None and on_prompt and self._prompts[serial]:
-                    return self._prompts[serial].popleft()
-                return answer
             while True:
-                answer = self._wait(ready, None if deadline is None else deadline - time.monotonic())
+                answer = self._answer(serial, deadline)
                 if answer is None:
                     raise BrokerUnreachable(f"the msso broker did not answer {method} in time ({self.socket_path}); "
                                             "is mssod stuck? `systemctl --user restart msso.service`")
                 if isinstance(answer, MSSOError):
                     raise answer
                 if answer.get("type") == "signal":   # this login's prompt: show it, keep waiting
-                    on_prompt(answer.get("prompt") or answer.get("browser") or {})
+                    on_prompt(answer.get("prompt") or answer.get("browser") or {})  # type: ignore[misc]
                     continue
                 return _wire.result_of(answer)
         finally:
-            with self._cond:
-                # A reply that comes after we gave up finds no pending serial and is dropped.
-                self._answers.pop(serial, None)
-                self._prompts.pop(serial, None)
+            if serial in self._answers:   # gave up (timeout, an error in on_prompt): forget the call
+                with self._lock:
+                    # A reply that comes after we gave up finds no pending serial and is dropped.
+                    self._answers.pop(serial, None)
+                    self._prompts.pop(serial, None)
+
+    def _answer(self, serial: int, deadline: float | None) -> dict | MSSOError | None:
+        """The call's answer (then forgotten) or its next prompt, reading the socket meanwhile if
+        nobody else is; None once `deadline` (time.monotonic()) has passed. `_wait`, specialised:
+        this is the path of every call."""
+        answers, prompts = self._answers, self._prompts
+        with self._lock:
+            while True:
+                answer = answers[serial]
+                if answer is not None:
+                    del answers[serial]
+                    prompts.pop(serial, None)
+                    return answer
+                if prompts and prompts.get(serial):
+                    return prompts[serial].popleft()
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                sock = self._sock
+                if self._reading or sock is None:
+                    self._sleepers += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._sleepers -= 1
+                    continue
+                self._reading = True
+                self._lock.release()
+                try:
+                    messages, ended = self._read(sock, remaining)
+                finally:
+                    self._lock.acquire()
+                    self._reading = False
+                for message in messages:
+                    self._dispatch(message)
+                if ended is not None:
+                    self._lost(sock, ended)
+                if self._sleepers:
+                    self._cond.notify_all()
 
     def _next_serial(self) -> int:
         # Unique among pending calls is all the protocol asks; wrapping after 2^32 - 1 is fine.
-        while True:
-            self._serial = self._serial % _wire.MAX_SERIAL + 1
-            if self._serial not in self._answers:
-                return self._serial
+        serial = self._serial % _wire.MAX_SERIAL + 1
+        while serial in self._answers:
+            serial = serial % _wire.MAX_SERIAL + 1
+        self._serial = serial
+        return serial
 
     def _send(self, sock: socket.socket, frame: bytes) -> None:
         try:
@@ -288,30 +338,37 @@ class Client:
         every message it gets (answers by serial, signals in a queue) for all; the others sleep on
         the condition until something arrives."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
+        remaining = timeout
+        with self._lock:
             while True:
                 value = ready()
                 if value is not None:
                     return value
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
                 sock = self._sock
                 if self._reading or sock is None:
-                    self._cond.wait(remaining)
+                    self._sleepers += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._sleepers -= 1
                     continue
                 self._reading = True
-                self._cond.release()
+                self._lock.release()
                 try:
                     messages, ended = self._read(sock, remaining)
                 finally:
-                    self._cond.acquire()
+                    self._lock.acquire()
                     self._reading = False
                 for message in messages:
                     self._dispatch(message)
                 if ended is not None:
                     self._lost(sock, ended)
-                self._cond.notify_all()
+                if self._sleepers:
+                    self._cond.notify_all()
 
     def _read(self, sock: socket.socket, timeout: float | None) -> tuple[list[dict], MSSOError | None]:
         """What arrives within `timeout` (whole messages), and why the connection ended, if it did."""
@@ -374,7 +431,8 @@ class Client:
                 self._lost(sock, ended)
             if ended is not None or not messages:
                 break   # (a TimedOut message comes before the end of the stream: read on to see it)
-        self._cond.notify_all()
+        if self._sleepers:
+            self._cond.notify_all()
 
     def _open(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -394,7 +452,7 @@ class Client:
             serial = self._next_serial()
             frames = _wire.Frames()
             try:
-                sock.sendall(_wire.frame(serial, "hello", json.dumps({"version": _wire.PROTOCOL_VERSION, "client": self.label})))
+                sock.sendall(_wire.frame(serial, "hello", {"version": _wire.PROTOCOL_VERSION, "client": self.label}))
                 hello = None
                 while hello is None:
                     chunk = sock.recv(_wire.MAX_FRAME + 4)
