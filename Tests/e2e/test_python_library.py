@@ -30,7 +30,7 @@ import msso.aio
 import msso.httpx
 import msso.requests
 from api_server import APIServer
-from harness import GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker, Desktop, RawClient, wait_for
+from harness import GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker, Desktop, RawClient
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
 LIBRARY = ROOT / "clients" / "python"

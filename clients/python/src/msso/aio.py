@@ -59,6 +59,7 @@ class Client:
         self._signals_ended: MSSOError | None = None
         self._subscribed = False
         self._closed = False
+        self._prompting: set[asyncio.Future[Any]] = set()   # coroutine prompt callbacks running
 
     # -- the verbs (as msso.Client's) -----------------------------------------------------------------
 
@@ -313,13 +314,19 @@ class Client:
 
     def _prompt(self, waiter: tuple[asyncio.Future[dict], Callable[[Any], Any] | None], prompt: dict) -> None:
         answer, on_prompt = waiter
-        try:
-            shown = on_prompt(prompt)  # type: ignore[misc]
-            if inspect.isawaitable(shown):
-                asyncio.ensure_future(shown)
-        except Exception as error:   # the login fails with the callback's error; the reader goes on
+
+        def failed(error: BaseException) -> None:   # the login fails with the callback's error; the reader goes on
             if not answer.done():
                 answer.set_exception(error)
+        try:
+            shown = on_prompt(prompt)  # type: ignore[misc]
+        except Exception as error:
+            return failed(error)
+        if inspect.isawaitable(shown):   # a coroutine callback runs beside the reader, held until done
+            task = asyncio.ensure_future(shown)
+            self._prompting.add(task)
+            task.add_done_callback(self._prompting.discard)
+            task.add_done_callback(lambda done: done.cancelled() or done.exception() is None or failed(done.exception()))
 
     def _fail_pending(self, reason: MSSOError) -> None:
         for answer, _ in list(self._waiting.values()):
