@@ -63,12 +63,15 @@ class MSSOKeyring(KeyringBackend):
         raise ReadOnly("msso stores no password; `msso logout` ends the session")
 
     def _token(self, service: str) -> str | None:
-        if urllib.parse.urlsplit(service).scheme not in ("http", "https"):
+        url = urllib.parse.urlsplit(service)
+        if url.scheme not in ("http", "https"):
             return None   # pip also asks for the bare host; the token goes only with a URL it can be checked against
         try:
             with Client() as broker:
                 return broker.token(group=self.group or None, resource=service).access_token
         except MSSOError as error:
-            # The daemon's sentence says what to do (log in, register, ...) and holds no secret.
-            log.warning("msso: no token for %s: %s", service, error.message or error.name)
+            # The daemon's sentence says what to do (log in, register, ...) and holds no secret;
+            # the URL is shown without any user info it may carry.
+            shown = url._replace(netloc=url.netloc.rpartition("@")[2]).geturl()
+            log.warning("msso: no token for %s: %s", shown, error.message or error.name)
             return None
