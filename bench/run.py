@@ -12,6 +12,9 @@ mssod as a separate process):
 - (b) `ping` and (c) `sign` for each signing profile, from a Python client written from
   docs/PROTOCOL.md (JSON encode, frame, JSON decode: the work any client does) and from a C client
   that does no JSON work of its own (bench/load.c), which shows the server's own cost;
+- (c') the bearer `sign` of the Python library (clients/python, `msso.Client.sign`), in the same
+  turns, beside the hand-written client of (b) and (c): what the library's thread safety, timeouts
+  and reconnection cost an app;
 - (a') the same floor plus the kernel work of per-call identity (`echo --identify`: recvmsg with
   the sender's credentials and pidfd, its executable statx'ed, the pidfd checked and closed), what
   every mssod call pays before any broker code runs (docs/SECURITY.md);
@@ -42,6 +45,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "Tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--daemon", required=True, help="directory of the release mssod")
@@ -55,6 +59,8 @@ options = parser.parse_args()
 os.environ["MSSO_BIN"] = options.daemon  # the harness starts this mssod
 import harness  # noqa: E402 (needs MSSO_BIN first)
 from harness import GROUP, PYTHON, Broker, Desktop, IdP  # noqa: E402
+
+import msso  # noqa: E402 (the Python library, clients/python)
 
 TOOLS = Path(options.tools)
 MSSO = Path(options.clients) / "msso"
@@ -96,6 +102,22 @@ class Client:
         return data
 
 
+LIBRARY = "library"  # in a run, instead of hello: the Python library's client (which says hello itself)
+
+
+class LibraryClient:
+    """The Python library behind the same interface: a `sign` call goes through `msso.Client.sign`,
+    as an app makes it."""
+
+    def __init__(self, path):
+        self.client = msso.Client(path, client="bench")
+
+    def call(self, method, args):
+        assert method == "sign", method
+        self.client.sign(args["method"], args["url"], group=args.get("group"))
+        return {"type": "reply"}
+
+
 def percentiles(samples):
     samples.sort()
     return samples[len(samples) // 2], samples[len(samples) * 99 // 100]
@@ -107,8 +129,9 @@ def python_latency(path, method, args, calls, hello=True):
 
 def interleaved_latency(runs, calls, rounds=10):
     """p50 and p99 of each run (path, method, args, hello), measured in turns of calls/rounds calls
-    each: a virtual machine's speed drifts, and figures to be divided must see the same drift."""
-    clients = [Client(path, hello) for path, _, _, hello in runs]
+    each: a virtual machine's speed drifts, and figures to be divided must see the same drift.
+    `hello` LIBRARY: the run's calls go through the Python library."""
+    clients = [LibraryClient(path) if hello == LIBRARY else Client(path, hello) for path, _, _, hello in runs]
     samples = [[] for _ in runs]
     for client, (_, method, args, _) in zip(clients, runs):
         for _ in range(calls // 10):
@@ -273,15 +296,22 @@ def main():
         # Latency, with the client and the servers each on a CPU of their own (see placed).
         with placed([pid] + [server.pid for server in servers]):
             # (a), (b), (c) from the Python client
-            floor, ping, bearer = interleaved_latency([(echo_path, "sign", signed["bearer"], False),
-                                                       (broker.socket, "ping", {"data": "x"}, True),
-                                                       (broker.socket, "sign", signed["bearer"], True)], calls)
+            floor, ping, bearer, library = interleaved_latency([(echo_path, "sign", signed["bearer"], False),
+                                                                (broker.socket, "ping", {"data": "x"}, True),
+                                                                (broker.socket, "sign", signed["bearer"], True),
+                                                                (broker.socket, "sign", signed["bearer"], LIBRARY)], calls)
             print(f"Python client ({calls} sequential calls each), p50 / p99 in µs:")
             print(f"  (a) echo floor               {floor[0]:7.1f} / {floor[1]:7.1f}")
             print(f"  (b) ping                     {ping[0]:7.1f} / {ping[1]:7.1f}   {ping[0] / floor[0]:.2f}× floor")
             print(f"  (c) sign, bearer             {bearer[0]:7.1f} / {bearer[1]:7.1f}   {bearer[0] / floor[0]:.2f}× floor")
+            print(f"  (c') sign, bearer, library   {library[0]:7.1f} / {library[1]:7.1f}   {library[0] / floor[0]:.2f}× floor, "
+                  f"{library[0] / bearer[0]:.2f}× the hand-written client")
             report("bearer sign p50 vs the echo floor", f"{bearer[0] / floor[0]:.2f}×", "≤ 2×", bearer[0] <= 2 * floor[0])
             report("bearer sign p99 vs the echo floor", f"{bearer[1] / floor[0]:.2f}×", "≤ 5×", bearer[1] <= 5 * floor[0])
+            report("the Python library's bearer sign p50 vs the hand-written client", f"{library[0] / bearer[0]:.2f}×", "≤ 1.2×",
+                   library[0] <= 1.2 * bearer[0])
+            report("the Python library's bearer sign p50 vs the echo floor", f"{library[0] / floor[0]:.2f}×", "≤ 2×",
+                   library[0] <= 2 * floor[0])
             for profile in ("dpop", "http-signature", "dpop+http-signature"):
                 arguments = body_sign if profile == "http-signature" else signed[profile]
                 figure = python_latency(broker.socket, "sign", arguments, calls // 4)

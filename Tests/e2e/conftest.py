@@ -9,7 +9,10 @@ import pytest
 # the pyenv interpreter that ran pytest before put its own directory first, this does).
 os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
 
-from harness import Broker, Desktop, IdP  # noqa: E402
+from harness import ROOT, Broker, Desktop, IdP  # noqa: E402
+
+# The Python library (clients/python), importable as `msso` by every test, as from its checkout.
+sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
 
 
 @pytest.fixture(scope="session")

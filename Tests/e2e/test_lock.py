@@ -14,10 +14,9 @@ import time
 
 import pytest
 
-from harness import BIN, GROUP, ROOT, SECRETS, Broker, RawClient, wait_for
+from harness import BIN, GROUP, SECRETS, Broker, RawClient, wait_for
 
-sys.path.insert(0, str(ROOT / "examples" / "python"))
-from msso_client import MSSOClient, MSSOError  # noqa: E402
+from msso import Client as MSSOClient, MSSOError  # the Python library, clients/python
 
 PASSPHRASE = "correct horse battery staple"
 SECRETS.add(PASSPHRASE)

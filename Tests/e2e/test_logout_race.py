@@ -5,16 +5,14 @@ Two ways to sign: with a fresh token (the hot path, served from memory), and wit
 refreshing the token at the IdP first (refresh_lead longer than the token's life), so that a
 refresh is nearly always in flight when logout arrives and must not write the session back.
 """
-import sys
 import threading
 import time
 
 import pytest
 
-from harness import GROUP, ROOT, SECRETS, Broker, IdP
+from harness import GROUP, SECRETS, Broker, IdP
 
-sys.path.insert(0, str(ROOT / "examples" / "python"))
-from msso_client import MSSOClient, MSSOError  # noqa: E402
+from msso import Client as MSSOClient, MSSOError  # the Python library, clients/python
 
 CLIENTS = 16
 ROUNDS = 3

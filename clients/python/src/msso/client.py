@@ -1,0 +1,519 @@
+"""The blocking client: one connection to mssod, shared safely by threads."""
+from __future__ import annotations
+
+import collections
+import os
+import select
+import socket
+import threading
+import time
+import weakref
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping
+
+from . import _wire
+from ._wire import (AuditEntry, BrowserPrompt, DevicePrompt, Headers, KeyDescription, LockState, LogoutResult,
+                    SessionStatus, Signal, Token)
+from .errors import BrokerUnreachable, MSSOError, TimedOut
+
+_DEFAULT: Any = object()
+QUIET = 1.0   # seconds without a read after which a call first checks that the connection is still open
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def _forget_connections_after_fork() -> None:
+    # A forked child must not write on its parent's socket (their frames would interleave, and the
+    # daemon counts each frame's writer): it opens a connection of its own at its next call.
+    for client in list(_clients):
+        client._after_fork()
+
+
+os.register_at_fork(after_in_child=_forget_connections_after_fork)
+
+
+class Client:
+    """One connection to the user's msso broker; `hello` is sent when it opens.
+
+        with msso.Client() as broker:
+            headers = broker.sign("GET", "https://api.example.com/items")
+
+    Several threads may share one client: calls are matched to their replies by serial, and while
+    they wait, whichever thread is waiting reads the socket for all of them (no thread of its own).
+    A call that finds the connection gone (the daemon closes idle ones after 10 minutes, or it was
+    restarted, or the process forked) opens a new one; a call in flight when it went fails with
+    BrokerUnreachable, and so does `next_event` (subscribe again: subscriptions die with their
+    connection). Every call is bounded by `timeout` seconds (None: none), except logins that wait
+    for the user, which the daemon bounds.
+
+    `daemon`, `peer` and `version` hold the answer to the last hello: `peer` is how the daemon
+    sees this process (uid, pid, executable: what registrations are matched against).
+    """
+
+    def __init__(self, socket_path: str | os.PathLike[str] | None = None, *, client: str | None = None,
+                 timeout: float | None = _wire.DEFAULT_TIMEOUT, connect: bool = True):
+        self.socket_path = os.fspath(socket_path) if socket_path else _wire.default_socket_path()
+        self.timeout = timeout
+        self.label = client or _wire.default_label()
+        self.daemon = ""
+        self.peer: dict[str, Any] = {}
+        self.version = _wire.PROTOCOL_VERSION
+        self._new_state()
+        _clients.add(self)
+        if connect:
+            with self._lock:
+                self._connected()
+
+    def _new_state(self) -> None:
+        # The lock guards everything below; threads waiting for a reader sleep on the condition.
+        # (A plain Lock, entered directly: this is the hot path of every call.)
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._sleepers = 0                      # threads waiting on the condition
+        self._send_lock = threading.Lock()      # one frame at a time on the socket
+        self._sock: socket.socket | None = None
+        self._poll: Any = None
+        self._frames = _wire.Frames()
+        self._chunk = memoryview(bytearray(_wire.MAX_FRAME + 4))
+        self._serial = 0
+        self._answers: dict[int, dict | MSSOError | None] = {}   # pending serial -> its answer, once here
+        self._prompts: dict[int, collections.deque[dict]] = {}  # a login's DevicePrompt/BrowserPrompt
+        self._signals: collections.deque[Signal] = collections.deque()
+        self._signals_ended: MSSOError | None = None            # the subscribed connection was lost
+        self._subscribed = False
+        self._reading = False                                   # a waiting thread is reading for all
+        self._stray: MSSOError | None = None                    # the last serial-0 error: why it closes
+        self._closed = False                                    # close() was called
+        self._last_read = 0.0                                   # time.monotonic() of the last read
+
+    # -- the verbs -----------------------------------------------------------------------------------
+
+    def ping(self, data: str = "") -> str:
+        """The same data back: a round trip that touches no state."""
+        return self.call("ping", {"data": data})["data"]
+
+    def status(self, group: str | None = None) -> list[SessionStatus]:
+        """The SessionStatus of the named group, or of every group this program may use."""
+        return self.call("status", _wire.with_group({}, group))["groups"]
+
+    def check(self, group: str | None = None) -> SessionStatus:
+        """The group's SessionStatus. A missing or expired session is a `state`, not an error."""
+        return self.call("check", _wire.with_group({}, group))
+
+    def sign(self, method: str, url: str, headers: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
+             body: bytes | str | None = None, *, group: str | None = None, dpop_nonce: str | None = None) -> Headers:
+        """The headers that authenticate the described request, per the group's signing profile.
+
+        `headers`: those the request already has (an RFC 9421 profile covers content-type). `body`:
+        sent as its SHA-256 only, for profiles that cover it. `dpop_nonce`: the `DPoP-Nonce` a
+        server answered with (RFC 9449); the daemon keeps it for later proofs to that origin."""
+        return _wire.headers_of(self.call("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce)))
+
+    def token(self, *, group: str | None = None, renew: bool = False, resource: str | None = None) -> Token:
+        """The access token itself (bearer groups only), for a program that cannot have each request
+        signed. `resource`: the URL it will be sent to (required by a group that names `resources`).
+        `renew`: refresh it first (a server refused it)."""
+        return _wire.token_of(self.call("token", _wire.token_args(group, renew, resource)))
+
+    def login(self, username: str, password: str | IO[str], *, group: str | None = None) -> SessionStatus:
+        """Logs in with the password grant. `password` is a string or a file to read one line from
+        (e.g. sys.stdin); it crosses the socket once and is never stored."""
+        return self.call("login", _wire.password_login_args(username, password, group))
+
+    def login_device(self, on_prompt: Callable[[DevicePrompt], None] = _wire.print_device_prompt, *,
+                     group: str | None = None, timeout: float | None = None) -> SessionStatus:
+        """Logs in with the device grant: `on_prompt` gets the address and code to show the user
+        (printed to stderr by default); returns once they approved (LoginDenied if not)."""
+        return self.call("login", _wire.with_group({"flow": "device"}, group), timeout=timeout, on_prompt=on_prompt)
+
+    def login_browser(self, on_prompt: Callable[[BrowserPrompt], None] = _wire.open_browser_prompt, *,
+                      group: str | None = None, timeout: float | None = None) -> SessionStatus:
+        """Logs in through a browser on this machine: `on_prompt` gets the URL to open (opened with
+        `webbrowser` by default); returns once the browser came back."""
+        return self.call("login", _wire.with_group({"flow": "browser"}, group), timeout=timeout, on_prompt=on_prompt)
+
+    def extend(self, group: str | None = None) -> SessionStatus:
+        """Slides the session window (call it while the user is active)."""
+        return self.call("extend", _wire.with_group({}, group))
+
+    def logout(self, group: str | None = None, *, all: bool = False) -> LogoutResult:
+        """Ends the group's session (every group's with all=True) for every app. The result names
+        the groups logged out and whether the identity provider revoked their tokens."""
+        return self.call("logout", _wire.logout_args(group, all))
+
+    def subscribe(self, groups: Iterable[str] | None = None) -> list[str]:
+        """Asks for the groups' signals (all this program may use when none are named); read them
+        with `next_event` or `events`. Returns the groups now subscribed."""
+        result = self.call("subscribe", _wire.subscribe_args(groups))["groups"]
+        with self._lock:
+            self._subscribed, self._signals_ended = True, None
+        return result
+
+    def next_event(self, timeout: float | None = None) -> Signal | None:
+        """The next signal, waiting at most `timeout` seconds (None: for ever); None on timeout.
+
+        Raises BrokerUnreachable when the subscribed connection is lost or the client closed."""
+        def ready() -> Signal | None:
+            if self._signals:
+                return self._signals.popleft()
+            if self._closed:
+                raise BrokerUnreachable("this msso client was closed")
+            if self._signals_ended:
+                raise self._signals_ended.copy()
+            return None
+        return self._wait(ready, timeout)
+
+    def events(self, groups: Iterable[str] | None = None) -> Iterator[Signal]:
+        """Subscribes (now), then iterates over the signals as they come, until `close()`.
+
+        Signals go to whoever reads them first: read them in one place per client."""
+        self.subscribe(groups)
+
+        def stream() -> Iterator[Signal]:
+            while True:
+                try:
+                    event = self.next_event()
+                except BrokerUnreachable:
+                    if self._closed:
+                        return
+                    raise
+                if event is not None:
+                    yield event
+        return stream()
+
+    def keys(self, *, group: str | None = None, rotate: bool = False) -> KeyDescription:
+        """The public half of the group's signing key (`rotate`: a new one). The user's own tools only."""
+        return self.call("keys", _wire.keys_args(group, rotate))
+
+    def apps(self) -> dict[str, Any]:
+        """The registrations in force and the caller as the daemon sees it. The user's own tools only."""
+        return self.call("apps", {})
+
+    def audit(self, *, group: str | None = None, since: float | None = None, limit: int | None = None) -> list[AuditEntry]:
+        """The audit log, oldest first (the newest `limit`). The user's own tools only."""
+        return self.call("audit", _wire.audit_args(group, since, limit))["entries"]
+
+    def diagnose(self) -> dict[str, Any]:
+        """The daemon's side of `msso doctor`. The user's own tools only."""
+        return self.call("diagnose", {})
+
+    def lock(self, passphrase: str) -> LockState:
+        """Locks the broker: nothing signs or hands out a token until `unlock` with the same passphrase."""
+        return self.call("lock", {"passphrase": passphrase}, timeout=self._slow_timeout())
+
+    def unlock(self, passphrase: str) -> LockState:
+        """Lifts the lock. A wrong passphrase is answered late (up to a minute): Locked."""
+        return self.call("unlock", {"passphrase": passphrase}, timeout=self._slow_timeout())
+
+    def _slow_timeout(self) -> float | None:
+        return None if self.timeout is None else max(self.timeout, _wire.SLOW_TIMEOUT)
+
+    def close(self) -> None:
+        """Closes the connection: pending calls fail, `events` ends. Later calls fail too."""
+        with self._lock:
+            self._closed = True
+            sock, self._sock = self._sock, None
+            self._fail_pending(BrokerUnreachable("this msso client was closed"))
+            self._cond.notify_all()
+        if sock is not None:
+            _shut(sock)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<msso.Client {self.socket_path!r}{' closed' if self._closed else ''}>"
+
+    # -- calls and replies -----------------------------------------------------------------------------
+
+    def call(self, method: str, args: Mapping[str, Any], *, timeout: float | None = _DEFAULT,
+             on_prompt: Callable[[Any], None] | None = None) -> Any:
+        """Any method by name: the reply's `result`, or the error it carries raised.
+
+        The verbs above are thin wrappers; this is public for methods this library does not know.
+        `timeout` defaults to the client's (None: wait for ever)."""
+        if timeout is _DEFAULT:
+            timeout = None if on_prompt else self.timeout
+        try:
+            return self._call(method, args, timeout, on_prompt)
+        except TimedOut:
+            # The daemon closed the connection for idleness (or for a frame that came too slowly)
+            # before it read this call, so the call was not carried out: once more, on a new one.
+            return self._call(method, args, timeout, on_prompt)
+
+    def _call(self, method: str, args: Mapping[str, Any], timeout: float | None,
+              on_prompt: Callable[[Any], None] | None) -> Any:
+        with self._lock:
+            sock = self._sock
+            if sock is None or time.monotonic() - self._last_read > QUIET:
+                sock = self._connected()
+            serial = self._next_serial()
+            self._answers[serial] = None
+            if on_prompt:
+                self._prompts[serial] = collections.deque()
+        try:
+            self._send(sock, _wire.frame(serial, method, args))
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                answer = self._answer(serial, deadline)
+                if answer is None:
+                    raise BrokerUnreachable(f"the msso broker did not answer {method} in time ({self.socket_path}); "
+                                            "is mssod stuck? `systemctl --user restart msso.service`")
+                if isinstance(answer, MSSOError):
+                    raise answer
+                if answer.get("type") == "signal":   # this login's prompt: show it, keep waiting
+                    on_prompt(answer.get("prompt") or answer.get("browser") or {})  # type: ignore[misc]
+                    continue
+                return _wire.result_of(answer)
+        finally:
+            if serial in self._answers:   # gave up (timeout, an error in on_prompt): forget the call
+                with self._lock:
+                    # A reply that comes after we gave up finds no pending serial and is dropped.
+                    self._answers.pop(serial, None)
+                    self._prompts.pop(serial, None)
+
+    def _answer(self, serial: int, deadline: float | None) -> dict | MSSOError | None:
+        """The call's answer (then forgotten) or its next prompt, reading the socket meanwhile if
+        nobody else is; None once `deadline` (time.monotonic()) has passed. `_wait`, specialised:
+        this is the path of every call."""
+        answers, prompts = self._answers, self._prompts
+        with self._lock:
+            while True:
+                answer = answers[serial]
+                if answer is not None:
+                    del answers[serial]
+                    prompts.pop(serial, None)
+                    return answer
+                if prompts and prompts.get(serial):
+                    return prompts[serial].popleft()
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                sock = self._sock
+                if self._reading or sock is None:
+                    self._sleepers += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._sleepers -= 1
+                    continue
+                self._reading = True
+                self._lock.release()
+                try:
+                    messages, ended = self._read(sock, remaining)
+                finally:
+                    self._lock.acquire()
+                    self._reading = False
+                for message in messages:
+                    self._dispatch(message)
+                if ended is not None:
+                    self._lost(sock, ended)
+                if self._sleepers:
+                    self._cond.notify_all()
+
+    def _next_serial(self) -> int:
+        # Unique among pending calls is all the protocol asks; wrapping after 2^32 - 1 is fine.
+        serial = self._serial % _wire.MAX_SERIAL + 1
+        while serial in self._answers:
+            serial = serial % _wire.MAX_SERIAL + 1
+        self._serial = serial
+        return serial
+
+    def _send(self, sock: socket.socket, frame: bytes) -> None:
+        try:
+            with self._send_lock:
+                sock.sendall(frame)
+        except OSError:
+            # The daemon closed the connection: the reader will see the end, and the reason the
+            # daemon gave before closing (Busy at its connection cap, say), and fail this call.
+            pass
+
+    def _wait(self, ready: Callable[[], Any], timeout: float | None) -> Any:
+        """ready()'s first value other than None, reading the socket meanwhile; None after `timeout`.
+
+        Leader/follower: a waiting thread that finds nobody reading becomes the reader and files
+        every message it gets (answers by serial, signals in a queue) for all; the others sleep on
+        the condition until something arrives."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        remaining = timeout
+        with self._lock:
+            while True:
+                value = ready()
+                if value is not None:
+                    return value
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                sock = self._sock
+                if self._reading or sock is None:
+                    self._sleepers += 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._sleepers -= 1
+                    continue
+                self._reading = True
+                self._lock.release()
+                try:
+                    messages, ended = self._read(sock, remaining)
+                finally:
+                    self._lock.acquire()
+                    self._reading = False
+                for message in messages:
+                    self._dispatch(message)
+                if ended is not None:
+                    self._lost(sock, ended)
+                if self._sleepers:
+                    self._cond.notify_all()
+
+    def _read(self, sock: socket.socket, timeout: float | None) -> tuple[list[dict], MSSOError | None]:
+        """What arrives within `timeout` (whole messages), and why the connection ended, if it did."""
+        try:
+            if not self._poll.poll(-1 if timeout is None else max(0, int(timeout * 1000) + (timeout > 0))):
+                return [], None
+            count = sock.recv_into(self._chunk)
+            self._last_read = time.monotonic()
+        except (OSError, ValueError):   # ValueError: closed under us
+            return [], _lost_connection()
+        if count == 0:
+            return [], _lost_connection()
+        try:
+            return self._frames.feed(self._chunk[:count].tobytes()), None
+        except MSSOError as unreadable:   # the stream can no longer be trusted
+            return [], unreadable
+
+    def _dispatch(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "reply" or kind == "error":
+            serial = message.get("serial")
+            if serial in self._answers and self._answers[serial] is None:
+                self._answers[serial] = message
+            else:
+                self._stray = _wire.stray_error(message) or self._stray
+            # Anything else answers a call nobody waits for any more: dropped.
+        elif kind == "signal":
+            if message.get("signal") in _wire.PROMPTS:
+                prompts = self._prompts.get(message.get("serial"))
+                if prompts is not None:
+                    prompts.append(message)
+            else:
+                self._signals.append(_wire.signal_of(message))
+        # The daemon never calls clients; unknown types are ignored, like unknown keys.
+
+    # -- the connection --------------------------------------------------------------------------------
+
+    def _connected(self) -> socket.socket:
+        """The open socket, connecting (and saying hello) first if there is none. Holds the lock."""
+        if self._closed:
+            raise BrokerUnreachable("this msso client was closed")
+        if self._sock is not None and not self._reading and time.monotonic() - self._last_read > QUIET:
+            self._catch_up(self._sock)
+        if self._sock is None:
+            self._sock = self._open()
+            self._poll = select.poll()
+            self._poll.register(self._sock, select.POLLIN)
+            self._last_read = time.monotonic()
+        return self._sock
+
+    def _catch_up(self, sock: socket.socket) -> None:
+        # Nobody read this socket for a while: the daemon may have closed it (idle, or restarted).
+        # Read what is there without waiting, so that a call goes on a new connection rather than
+        # fail on the dead one. Holds the lock (this read cannot block).
+        while True:
+            messages, ended = self._read(sock, 0)
+            for message in messages:
+                self._dispatch(message)
+            if ended is not None:
+                self._lost(sock, ended)
+            if ended is not None or not messages:
+                break   # (a TimedOut message comes before the end of the stream: read on to see it)
+        if self._sleepers:
+            self._cond.notify_all()
+
+    def _open(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)   # connect and hello only; then blocking, reads wait in poll
+        try:
+            try:
+                sock.connect(self.socket_path)
+            except TimeoutError:
+                raise BrokerUnreachable(f"the msso broker did not accept the connection in {self.timeout} s "
+                                        f"({self.socket_path}); is mssod stuck? `systemctl --user restart msso.service`") from None
+            except PermissionError:
+                raise BrokerUnreachable(f"no permission to talk to the msso broker at {self.socket_path}: "
+                                        "it is another user's") from None
+            except OSError:
+                raise BrokerUnreachable(f"the msso broker is not running (nothing answers on {self.socket_path}); "
+                                        "start it with `systemctl --user start msso.socket` or `mssod`") from None
+            serial = self._next_serial()
+            frames = _wire.Frames()
+            try:
+                sock.sendall(_wire.frame(serial, "hello", {"version": _wire.PROTOCOL_VERSION, "client": self.label}))
+                hello = None
+                while hello is None:
+                    chunk = sock.recv(_wire.MAX_FRAME + 4)
+                    if not chunk:
+                        raise self._stray or _lost_connection()
+                    for message in frames.feed(chunk):
+                        if message.get("serial") == serial and message.get("type") in ("reply", "error"):
+                            hello = _wire.result_of(message)
+                        else:
+                            self._stray = _wire.stray_error(message) or self._stray
+            except TimeoutError:
+                raise BrokerUnreachable(f"the msso broker did not answer hello in time ({self.socket_path}); "
+                                        "is mssod stuck? `systemctl --user restart msso.service`") from None
+            except OSError:
+                raise self._stray or _lost_connection() from None
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            self._stray = None
+        sock.settimeout(None)
+        self._frames = frames   # anything read past the hello reply stays for the reader
+        self.version = hello.get("version", _wire.PROTOCOL_VERSION)
+        self.daemon = hello.get("daemon", "")
+        self.peer = hello.get("peer", {})
+        return sock
+
+    def _lost(self, sock: socket.socket, reason: MSSOError) -> None:
+        """The connection ended: its pending calls fail, and its subscription ends. Holds the lock."""
+        if sock is not self._sock:
+            return   # closed or replaced already
+        reason = self._stray or reason   # what the daemon said before closing is the better reason
+        self._sock, self._stray = None, None
+        _shut(sock)
+        self._fail_pending(reason)
+        if self._subscribed:
+            self._subscribed, self._signals_ended = False, reason
+
+    def _fail_pending(self, reason: MSSOError) -> None:
+        for serial, answer in self._answers.items():
+            if answer is None:
+                self._answers[serial] = reason.copy()
+
+    def _after_fork(self) -> None:
+        sock = self._sock
+        subscribed, closed = self._subscribed, self._closed
+        self._new_state()   # the parent's locks may have been held by a thread the child does not have
+        self._closed = closed
+        if subscribed:
+            self._signals_ended = BrokerUnreachable("the process forked: the subscription stayed with the parent")
+        if sock is not None:
+            sock.close()    # the child's copy only; the parent's connection stays open
+
+
+def _lost_connection() -> BrokerUnreachable:
+    return BrokerUnreachable("the connection to the msso broker was lost; is mssod still running?")
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)   # wakes a thread blocked reading it
+    except OSError:
+        pass
+    sock.close()
