@@ -303,17 +303,23 @@ def test_an_app_sees_and_uses_only_its_groups(desktop, idp):
 
 
 def test_device_login_shows_the_prompt_and_waits_for_approval(client, broker, idp):
-    """Both clients at once (each waits for the IdP's polling interval, 5 s): the blocking one
-    calls its prompt callback in the calling thread, the asyncio one awaits a coroutine's."""
+    """Both clients at once: the blocking one calls its prompt callback in the calling thread, the
+    asyncio one awaits a coroutine's. The second login joins the first (one login per group waits
+    for the user at a time): both are shown the one code, approved once."""
     prompts = []
+    approved = set()
+    lock = threading.Lock()
 
     def approve(prompt):  # called while the login call is still open
-        prompts.append(prompt)
+        with lock:
+            prompts.append(prompt)
+            if prompt["userCode"] in approved:
+                return
+            approved.add(prompt["userCode"])
         idp.approve_device(prompt["userCode"])
 
     async def approve_later(prompt):
-        prompts.append(prompt)
-        await asyncio.to_thread(idp.approve_device, prompt["userCode"])
+        await asyncio.to_thread(approve, prompt)
 
     async def asynchronous():
         async with msso.aio.Client(broker.socket) as aio:
@@ -325,7 +331,7 @@ def test_device_login_shows_the_prompt_and_waits_for_approval(client, broker, id
     thread.join(timeout=60)
     # (`username` is whatever the IdP says: with these scopes glewlwyd gives only the opaque `sub`.)
     assert [status["state"] for status in statuses] == ["valid", "valid"] and all(s["username"] for s in statuses)
-    assert len(prompts) == 2 and prompts[0]["userCode"] != prompts[1]["userCode"]
+    assert len(prompts) == 2 and prompts[0]["userCode"] == prompts[1]["userCode"] and len(approved) == 1
     for prompt in prompts:
         assert prompt["verificationURI"].startswith(idp.issuer) and prompt["expiresAt"] > time.time()
 
