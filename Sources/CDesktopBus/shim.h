@@ -14,6 +14,18 @@ static inline GDBusConnection *msso_bus_session(void) {
     return g_bus_get_sync(G_BUS_TYPE_SESSION, NULL, NULL);
 }
 
+/// The uid the kernel says runs the bus daemon at the other end of `bus`, or -1: a session bus
+/// address may name another user's bus, whose notification server would then answer `confirm`.
+static inline long msso_bus_daemon_uid(GDBusConnection *bus) {
+    GIOStream *stream = g_dbus_connection_get_stream(bus);
+    if (!G_IS_SOCKET_CONNECTION(stream)) return -1;
+    GCredentials *peer = g_socket_get_credentials(g_socket_connection_get_socket(G_SOCKET_CONNECTION(stream)), NULL);
+    if (!peer) return -1;
+    long uid = (long)g_credentials_get_unix_user(peer, NULL);
+    g_object_unref(peer);
+    return uid;
+}
+
 /// Shows (or, with replaces != 0, replaces) a notification; returns its id, 0 when no server
 /// answered within timeout_ms. `actions` is a NULL-terminated list of key, label pairs.
 static inline guint32 msso_notify(GDBusConnection *bus, guint32 replaces, const char *summary, const char *body,

@@ -7,6 +7,7 @@
 
 #include <libsecret/secret.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef enum {
     MSSO_SECRET_OK = 0,
@@ -14,6 +15,8 @@ typedef enum {
     MSSO_SECRET_LOCKED = 2,
     MSSO_SECRET_UNAVAILABLE = 3,
     MSSO_SECRET_TIMEOUT = 4,
+    /// A Secret Service (or a session bus) of another user: never used.
+    MSSO_SECRET_FOREIGN = 5,
 } msso_secret_result;
 
 // One item per access group and schema. Attributes are readable while the keyring is locked:
@@ -52,10 +55,53 @@ static inline msso_secret_result msso_secret_search(SecretService *service, cons
     return error ? msso_secret_fail(error, message) : MSSO_SECRET_OK;
 }
 
+/// Whether `bus` and the owner of `name` on it are this user's (or root's): a session bus address
+/// can name a bus another user runs (an abstract socket, a stale /tmp path), whose "Secret
+/// Service" would then read every token stored and hand back sessions of its choosing. The bus
+/// daemon is judged by the kernel (SO_PEERCRED of our connection); once it is ours, its word on
+/// who owns `name` is. Otherwise FOREIGN, with why.
+static inline msso_secret_result msso_bus_trusted(GDBusConnection *bus, const char *name, GCancellable *cancellable, char **message) {
+    uid_t me = getuid();
+    GIOStream *stream = g_dbus_connection_get_stream(bus);
+    GCredentials *peer = G_IS_SOCKET_CONNECTION(stream)
+        ? g_socket_get_credentials(g_socket_connection_get_socket(G_SOCKET_CONNECTION(stream)), NULL) : NULL;
+    uid_t daemon = peer ? g_credentials_get_unix_user(peer, NULL) : (uid_t)-1;
+    if (peer) g_object_unref(peer);
+    if (daemon != me && daemon != 0) {
+        *message = g_strdup_printf("the session bus is run by uid %d, not by you (uid %d): its Secret Service is not yours",
+                                   (int)daemon, (int)me);
+        return MSSO_SECRET_FOREIGN;
+    }
+    GError *error = NULL;
+    GVariant *owner = g_dbus_connection_call_sync(bus, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                                  "GetConnectionUnixUser", g_variant_new("(s)", name), G_VARIANT_TYPE("(u)"),
+                                                  G_DBUS_CALL_FLAGS_NONE, -1, cancellable, &error);
+    if (!owner) return msso_secret_fail(error, message);
+    guint32 uid = 0;
+    g_variant_get(owner, "(u)", &uid);
+    g_variant_unref(owner);
+    if (uid != me && uid != 0) {
+        *message = g_strdup_printf("%s on the session bus belongs to uid %u, not to you (uid %d)", name, uid, (int)me);
+        return MSSO_SECRET_FOREIGN;
+    }
+    return MSSO_SECRET_OK;
+}
+
 static inline SecretService *msso_secret_service(GCancellable *cancellable, msso_secret_result *result, char **message) {
     GError *error = NULL;
     SecretService *service = secret_service_get_sync(SECRET_SERVICE_NONE, cancellable, &error);
-    if (!service) *result = error ? msso_secret_fail(error, message) : MSSO_SECRET_UNAVAILABLE;
+    if (!service) {
+        *result = error ? msso_secret_fail(error, message) : MSSO_SECRET_UNAVAILABLE;
+        return NULL;
+    }
+    // libsecret's proxy names the service by its well-known name: whoever owns it now answers.
+    msso_secret_result trusted = msso_bus_trusted(g_dbus_proxy_get_connection(G_DBUS_PROXY(service)),
+                                                  "org.freedesktop.secrets", cancellable, message);
+    if (trusted != MSSO_SECRET_OK) {
+        g_object_unref(service);
+        *result = trusted;
+        return NULL;
+    }
     return service;
 }
 

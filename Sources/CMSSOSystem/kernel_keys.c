@@ -16,11 +16,8 @@ static long keyctl5(int operation, unsigned long a, unsigned long b, unsigned lo
 
 int32_t cmsso_keys_home(int *persistent) {
     // uid -1: our own; linked into our process keyring (made if this process has none yet).
+    *persistent = 1;
     long home = keyctl5(KEYCTL_GET_PERSISTENT, (unsigned long)-1, (unsigned long)KEY_SPEC_PROCESS_KEYRING, 0, 0);
-    if (home >= 0) {
-        *persistent = 1;
-        return (int32_t)home;
-    }
     if (home != -EOPNOTSUPP) return (int32_t)home;
     *persistent = 0;
     long user = keyctl5(KEYCTL_GET_KEYRING_ID, (unsigned long)KEY_SPEC_USER_KEYRING, 1, 0, 0);

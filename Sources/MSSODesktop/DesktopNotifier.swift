@@ -52,6 +52,13 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
             logger.info("no session bus: no desktop notifications")
             return nil
         }
+        let owner = msso_bus_daemon_uid(bus)
+        guard owner == Int(getuid()) || owner == 0 else {
+            // Its notification server would answer `confirm` and see every prompt: another user's.
+            logger.warning("the session bus is run by uid \(owner), not by this user: no desktop notifications")
+            g_object_unref(UnsafeMutableRawPointer(bus))
+            return nil
+        }
         let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
         let notifier = DesktopNotifier(bus: bus, broker: broker, logger: logger, browser: display && access("/usr/bin/xdg-open", X_OK) == 0)
         var thread = pthread_t()

@@ -95,7 +95,7 @@ final class LoopbackRedirect: Sendable {
             return LoopbackRedirect(channel: channel, result: result, accepted: accepted, port: channel.localAddress?.port ?? port)
         } catch {
             result.fail(error)
-            throw BrokerError(.idpUnavailable, "cannot listen on 127.0.0.1:\(port) for the browser's redirect (is another browser login waiting?)")
+            throw BrokerError(.idpUnavailable, "cannot listen on 127.0.0.1:\(port) for the browser's redirect: another program holds the port (another browser login, or any program of any user of this machine); close it, or register a redirect_uri with another port at the identity provider")
         }
     }
 

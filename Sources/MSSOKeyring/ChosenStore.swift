@@ -60,6 +60,8 @@ public final class ChosenStore: CredentialStore, KeyStore, KeyringProbe, StoreDe
                 return Choice(kind: .secretService, reason: auto + "a Secret Service is on the session bus, though it did not answer in time")
             case .locked(holdsSessions: false):
                 return Choice(kind: .kernel, reason: auto + "the Secret Service's default keyring is locked and holds none of msso's items (when mssod started)")
+            case .foreign(let why):
+                return Choice(kind: .kernel, reason: auto + "\(why) (when mssod started)")
             case .absent:
                 return Choice(kind: .kernel, reason: auto + "no Secret Service answers on the session bus (when mssod started)")
             }

@@ -58,8 +58,9 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
 
     /// Where the items are, in a sentence for `status` and `msso doctor`.
     public static func place() -> String {
-        var persistent: Int32 = 0
-        guard cmsso_keys_home(&persistent) >= 0, persistent == 1 else {
+        var persistent: Int32 = 1
+        _ = cmsso_keys_home(&persistent) // failing (a full quota) says nothing of which keyring it is
+        guard persistent == 1 else {
             return "the kernel keyring (the user keyring of uid \(getuid()): in memory, kept while you have processes, never across a reboot)"
         }
         let kept = setting("persistent_keyring_expiry").map { "kept \(SessionDuration.format(Double($0))) after msso last used it" } ?? "kept for a while after msso last used it"
@@ -128,7 +129,7 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
         case EDQUOT:
             let file = getuid() == 0 ? "root_maxbytes" : "maxbytes"
             let bytes = Self.setting(file).map { "\($0) bytes in all, " } ?? ""
-            return BrokerError(.keyringUnavailable, "your kernel keyring quota (\(bytes)/proc/sys/kernel/keys/\(file)) is full, so msso could not \(doing); log out of groups you no longer use (`msso logout --group NAME`), remove other keys (`keyctl show @u`), or ask the administrator to raise the quota")
+            return BrokerError(.keyringUnavailable, "your kernel keyring quota (\(bytes)/proc/sys/kernel/keys/\(file)) is full, so msso could not \(doing); log out of groups you no longer use (`msso logout --group NAME`), or find what holds the rest (your line of /proc/key-users counts keys of every program of your uid, in any namespace; `keyctl show @u` lists those in your user keyring), or ask the administrator to raise the quota")
         case ENOSYS, EPERM:
             return BrokerError(.keyringUnavailable, "this process may not use the kernel's key retention service (a container's seccomp profile forbids keyctl?), so msso could not \(doing); run mssod where keyctl is allowed, or use a Secret Service (`store = \"secret-service\"`)")
         default:

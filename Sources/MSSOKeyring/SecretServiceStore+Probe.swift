@@ -26,13 +26,16 @@ extension SecretServiceStore {
         case silent
         /// Nothing answers for it (no session bus, or no Secret Service on it).
         case absent
+        /// The bus, or the Secret Service on it, is another user's: why.
+        case foreign(String)
     }
 
     public func presence() async -> Presence {
-        let (result, _, _) = await call { cancellable, message in (msso_secret_probe(cancellable, &message), nil) }
+        let (result, _, message) = await call { cancellable, message in (msso_secret_probe(cancellable, &message), nil) }
         switch result {
         case MSSO_SECRET_OK: return .unlocked
         case MSSO_SECRET_TIMEOUT: return .silent
+        case MSSO_SECRET_FOREIGN: return .foreign(message ?? "another user's")
         case MSSO_SECRET_LOCKED:
             let (held, _, _) = await call { cancellable, message in (msso_secret_holds_any(cancellable, &message), nil) }
             // Unknown counts as held: sessions in a keyring must not be hidden by a fresh one elsewhere.

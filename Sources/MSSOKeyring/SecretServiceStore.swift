@@ -112,6 +112,8 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
             return
         case MSSO_SECRET_LOCKED:
             throw BrokerError(.keyringLocked, "the keyring is locked, so msso could not \(what); unlock it (log in to the desktop, or unlock it in your keyring manager) and try again")
+        case MSSO_SECRET_FOREIGN:
+            throw BrokerError(.keyringUnavailable, "the Secret Service on this session bus is not yours (\(message ?? "another user's")), so msso could not \(what); check DBUS_SESSION_BUS_ADDRESS (your own bus is usually unix:path=$XDG_RUNTIME_DIR/bus)")
         case MSSO_SECRET_TIMEOUT:
             throw BrokerError(.keyringUnavailable, "the Secret Service did not answer within \(Int(timeout)) s, so msso could not \(what); check that gnome-keyring-daemon (or another Secret Service) is running")
         default:

@@ -6,7 +6,10 @@ Each test runs its broker as a user id of its own, so that it has a persistent k
 import json
 import os
 import random
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -181,3 +184,81 @@ def test_auto_passes_over_a_locked_keyring_that_holds_no_session(idp):
         daemon.stop()
         session.cleanup()
         keyring(account, "keyctl clear $home")
+
+
+OPEN_BUS = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>session</type>
+  <listen>unix:abstract={name}</listen>
+  <auth>ANONYMOUS</auth>
+  <allow_anonymous/>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+"""
+
+
+@pytest.mark.parametrize("store", ["auto", "secret-service"])
+def test_a_secret_service_on_another_users_bus_is_never_used(idp, account, store):
+    """Outside attack: the user's DBUS_SESSION_BUS_ADDRESS names a bus another user runs (an
+    abstract socket, a stale /tmp path), which anyone may join; on it, that user's own unlocked
+    gnome-keyring answers as the Secret Service. It read every token mssod stored there, and
+    handed back sessions of its choosing."""
+    eve = 1002  # another account of the machine (gnome-keyring-daemon wants one in the password database)
+    home = Path(tempfile.mkdtemp(prefix="msso-eve-"))  # not under pytest's tmp_path: root's alone
+    os.chown(home, eve, eve)
+    name = f"msso-test-foreign-{account}"
+    (home / "bus.conf").write_text(OPEN_BUS.format(name=name))
+    eve_env = {"HOME": str(home), "PATH": os.environ["PATH"], "DBUS_SESSION_BUS_ADDRESS": f"unix:abstract={name}"}
+    bus = subprocess.Popen(as_uid(eve) + ["dbus-daemon", f"--config-file={home / 'bus.conf'}", "--nofork"], env=eve_env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    keyring_daemon = None
+    session = Desktop(uid=account, bus=False)
+    session.env["DBUS_SESSION_BUS_ADDRESS"] = f"unix:abstract={name}"
+    try:
+        wait_for(lambda: subprocess.run(as_uid(eve) + ["gdbus", "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path",
+                                                       "/org/freedesktop/DBus", "--method", "org.freedesktop.DBus.GetId"],
+                                        env=eve_env, capture_output=True).returncode == 0, what="eve's bus")
+        keyring_daemon = subprocess.Popen(as_uid(eve) + ["gnome-keyring-daemon", "--foreground", "--unlock", "--components=secrets"],
+                                          env=eve_env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        keyring_daemon.stdin.write(b"eve-pass")
+        keyring_daemon.stdin.close()
+        wait_for(lambda: "(<false>,)" in subprocess.run(
+            as_uid(eve) + ["gdbus", "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+                           "/org/freedesktop/secrets/aliases/default", "--method", "org.freedesktop.DBus.Properties.Get",
+                           "org.freedesktop.Secret.Collection", "Locked"], env=eve_env, capture_output=True, text=True).stdout,
+                 what="eve's unlocked keyring")
+
+        daemon = Broker(session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, session))}},
+                        store=None if store == "auto" else store)
+        try:
+            done = daemon.login()
+            if store == "auto":
+                assert done.returncode == 0, done.stderr
+                described = json.loads(daemon.msso("status", "--json").stdout)["store"]
+                assert described["kind"] == "kernel", described
+                assert described["reason"] == f'`store = "auto"` and the session bus is run by uid 1002, not by you (uid {account}): ' \
+                                              "its Secret Service is not yours (when mssod started)", described
+                assert payload(account) is not None
+                # Nor does its notification server see prompts or answer `confirm`.
+                assert daemon.logged("the session bus is run by uid 1002, not by this user: no desktop notifications") == 1
+            else:
+                assert done.returncode == 4, (done.stdout, done.stderr)
+                assert "the Secret Service on this session bus is not yours" in done.stderr, done.stderr
+        finally:
+            daemon.stop()
+        found = subprocess.run(as_uid(eve) + ["secret-tool", "search", "--all", "xdg:schema", "org.msso.Credential"],
+                               env=eve_env, capture_output=True, text=True)
+        assert "attribute.group" not in found.stdout + found.stderr, "nothing of the victim's reached the other user's keyring"
+    finally:
+        for process in (keyring_daemon, bus):
+            if process:
+                process.kill()
+                process.wait()
+        session.cleanup()
+        shutil.rmtree(home, ignore_errors=True)

@@ -156,7 +156,8 @@ int cmsso_loopback_peer_uid(uint32_t peer_address, uint16_t peer_port, uint32_t 
 /// user keyring (it lives while the user has processes). Either is linked into this process's
 /// keyring, which makes its items ours to read (the kernel lets a process of the same uid that
 /// does not hold the keyring see an item's name, not its content). Asked again on every use: that
-/// also restarts the persistent keyring's expiry. Returns its serial and sets `persistent`, or -errno.
+/// also restarts the persistent keyring's expiry. Returns its serial, or -errno; sets `persistent`
+/// either way (0 only in a kernel without persistent keyrings).
 int32_t cmsso_keys_home(int *persistent);
 
 /// The "user" key named `description` in `keyring` (or a keyring linked in it): its serial, 0
