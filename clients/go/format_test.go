@@ -1,0 +1,73 @@
+package msso
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTokensAndHeadersNeverPrintTheirSecret(t *testing.T) {
+	const secret = "eyJ-the-secret-token"
+	token := &Token{AccessToken: secret, TokenType: "Bearer", Expiry: time.Unix(2000000000, 0)}
+	headers := Headers{{Name: "Authorization", Value: "DPoP " + secret}, {Name: "DPoP", Value: secret}}
+	holder := struct {
+		T *Token
+		V Token
+		H Headers
+		O Header
+	}{token, *token, headers, headers[0]}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%d"} {
+		for _, value := range []any{token, *token, headers, headers[0], holder, []*Token{token}} {
+			if out := fmt.Sprintf(verb, value); strings.Contains(out, secret) ||
+				strings.Contains(out, fmt.Sprintf("%x", secret)) {
+				t.Errorf("%s of %T shows the secret: %s", verb, value, out)
+			}
+		}
+	}
+	if out := fmt.Sprint(headers); !strings.Contains(out, "Authorization") || !strings.Contains(out, "DPoP") {
+		t.Errorf("the names should show: %s", out)
+	}
+	if headers.Get("dpop") != secret {
+		t.Error("Get is case-insensitive")
+	}
+}
+
+func TestAFrameIsItsLengthThenTheJSON(t *testing.T) {
+	data, err := frame(7, "sign", signArgs{Method: "GET", URL: "https://a.example/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int(binary.BigEndian.Uint32(data)) != len(data)-4 {
+		t.Fatal("the length counts the payload")
+	}
+	var call map[string]any
+	if err := json.Unmarshal(data[4:], &call); err != nil {
+		t.Fatal(err)
+	}
+	if call["type"] != "call" || call["serial"] != 7.0 || call["method"] != "sign" ||
+		fmt.Sprint(call["args"]) != "map[method:GET url:https://a.example/]" {
+		t.Fatalf("%v", call)
+	}
+	if data, _ := frame(1, "ping", nil); !strings.HasSuffix(string(data), `"args":{}}`) {
+		t.Fatalf("args is required, even empty: %s", data[4:])
+	}
+	_, err = frame(1, "login", map[string]string{"password": strings.Repeat("p", 70000)})
+	if !errors.Is(err, ErrBadRequest) || strings.Contains(err.Error(), "ppp") {
+		t.Fatalf("an oversized call is refused here, without its arguments: %v", err)
+	}
+}
+
+func TestTimesAreSecondsSinceTheEpoch(t *testing.T) {
+	var status SessionStatus
+	if err := json.Unmarshal([]byte(`{"group":"g","state":"valid","sessionExpiresAt":1700000000.25,"admin":true}`), &status); err != nil {
+		t.Fatal(err)
+	}
+	if status.State != StateValid || !status.Admin || !status.LoggedInAt.IsZero() ||
+		status.SessionExpiresAt.UnixMilli() != 1700000000250 {
+		t.Fatalf("%+v", status)
+	}
+}
