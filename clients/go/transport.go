@@ -44,7 +44,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	response, err := t.base().RoundTrip(signed(req, headers, body.first()))
+	response, err := t.base().RoundTrip(signed(req, headers, body, body.first()))
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		t.nonces.gave(origin, nonce)
-		if response, err = t.base().RoundTrip(signed(req, headers, again)); err != nil {
+		if response, err = t.base().RoundTrip(signed(req, headers, body, again)); err != nil {
 			return nil, err
 		}
 	}
@@ -80,10 +80,16 @@ func (t *Transport) base() http.RoundTripper {
 
 // signed is a copy of req with the broker's headers and the given body (a RoundTripper must
 // not change the request it was given).
-func signed(req *http.Request, headers Headers, body io.ReadCloser) *http.Request {
+func signed(req *http.Request, headers Headers, body *requestBody, reader io.ReadCloser) *http.Request {
 	out := req.Clone(req.Context())
 	headers.Apply(out.Header)
-	out.Body = body
+	out.Body = reader
+	if body.data != nil {
+		// Read into memory, its length is known now: sent with Content-Length rather than
+		// chunked, and the transport may send it again on a new connection.
+		out.ContentLength = int64(len(body.data))
+		out.GetBody = body.again
+	}
 	return out
 }
 
