@@ -1,5 +1,6 @@
 """A container registry (the Docker Registry HTTP API v2, the little of it a pull's first steps
-use) on 127.0.0.1, for the Docker credential helper's tests. Like TokenServer, which it extends,
+use) on 127.0.0.1, for the Docker credential helper's tests: https with a self-signed certificate
+(as registries are https; the clients are told not to verify it). Like TokenServer, which it extends,
 it accepts a request only when its token is active at the real IdP (RFC 7662 introspection): here
 the Basic password, as a credential helper hands it to docker and skopeo. Without one it answers
 401 with `WWW-Authenticate: Basic`, as registries with basic auth do.
@@ -37,7 +38,7 @@ def layer() -> bytes:
 
 
 class RegistryServer(TokenServer):
-    def __init__(self, idp):
+    def __init__(self, idp, tls=True):
         rootfs = layer()
         config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"org.example.probe": "msso"}},
                              "rootfs": {"type": "layers", "diff_ids": [digest(gzip.decompress(rootfs))]}}).encode()
@@ -48,7 +49,7 @@ class RegistryServer(TokenServer):
                         "digest": digest(rootfs)}]}).encode()
         self.blobs = {digest(config): config, digest(rootfs): rootfs}
         self.users: list[str] = []
-        super().__init__(idp, git_root=None)
+        super().__init__(idp, git_root=None, tls=tls)
 
     def _handler(self):
         base = super()._handler()

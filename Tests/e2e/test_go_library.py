@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from api_server import APIServer
-from harness import GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop
+from harness import BIN, GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop
 from registry_server import REPOSITORY, TAG, RegistryServer, digest
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
@@ -94,7 +94,7 @@ def profiles(idp, api, registry, built):
 def go_test(daemon, built, name, tmp_path, **env):
     """Runs one test of the binary against `daemon`; records every token it saw."""
     secrets = tmp_path / f"{name}.secrets"
-    environment = dict(daemon.env, MSSO_E2E_MSSO=str(daemon_msso()), MSSO_E2E_SECRETS=str(secrets),
+    environment = dict(daemon.env, MSSO_E2E_MSSO=str(BIN / "msso"), MSSO_E2E_SECRETS=str(secrets),
                        MSSO_E2E_PASSWORD=PASSWORDS["alice"], **env)
     done = subprocess.run([built.tests, "-test.run", f"^{name}$", "-test.v", "-test.count=1"], env=environment,
                           capture_output=True, text=True, timeout=120)
@@ -102,11 +102,6 @@ def go_test(daemon, built, name, tmp_path, **env):
         SECRETS.update(line for line in secrets.read_text().splitlines() if line)
     assert done.returncode == 0 and f"--- PASS: {name}" in done.stdout, done.stdout + done.stderr
     return done
-
-
-def daemon_msso():
-    from harness import BIN
-    return BIN / "msso"
 
 
 def logged_in(daemon, group):
@@ -254,6 +249,30 @@ def test_skopeo_pulls_metadata_with_the_helper_while_logged_in_and_not_after_log
     # The token skopeo was given is refused by the registry now (revoked at the IdP).
     for token in tokens:
         basic = base64.b64encode(f"oauth2:{token}".encode()).decode()
-        answer = requests.get(f"{registry.url}/v2/", headers={"Authorization": f"Basic {basic}"}, timeout=10)
+        answer = requests.get(f"{registry.url}/v2/", headers={"Authorization": f"Basic {basic}"}, timeout=10,
+                              verify=registry.certificate)
         assert answer.status_code == 401
+    assert registry.refused > refused
+
+
+@pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI (scripts/setup installs skopeo, not Docker)")
+def test_the_docker_cli_reads_a_manifest_through_the_helper(profiles, registry, built, tmp_path):
+    """`docker manifest inspect` talks to the registry itself (no dockerd), with the credentials
+    config.json's credHelpers name."""
+    logged_in(profiles, GROUP)
+    (tmp_path / "config.json").write_text(json.dumps({"credHelpers": {f"127.0.0.1:{registry.port}": "msso"}}))
+    env = dict(profiles.env, PATH=f"{built.dir}:{os.environ['PATH']}", DOCKER_CONFIG=str(tmp_path))
+    seen = len(registry.seen)
+    done = subprocess.run(["docker", "manifest", "inspect", "--insecure", f"127.0.0.1:{registry.port}/{REPOSITORY}:{TAG}"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["config"]["digest"] in registry.blobs
+    assert registry.seen[seen:], "docker sent the helper's token"
+    SECRETS.update(registry.seen[seen:])
+    assert profiles.msso("logout", "--group", GROUP).returncode == 0
+    refused = registry.refused
+    done = subprocess.run(["docker", "manifest", "inspect", "--insecure", f"127.0.0.1:{registry.port}/{REPOSITORY}:{TAG}"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    # (docker drops the helper's sentence and goes on without credentials: the registry refuses.)
+    assert done.returncode != 0 and "no basic auth credentials" in done.stderr, done.stderr
     assert registry.refused > refused
