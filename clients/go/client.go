@@ -186,19 +186,22 @@ type conn struct {
 
 	writing sync.Mutex // one frame at a time on the socket
 
-	mu      sync.Mutex
-	serial  uint32
-	pending map[uint32]*pending // nil once ended
-	subs    map[*Subscription]bool
-	stray   *Error // the last serial-0 error: why the daemon is closing the connection
-	reason  *Error // why it ended, once done is closed
-	done    chan struct{}
+	mu       sync.Mutex
+	serial   uint32
+	pending  map[uint32]*pending // nil once ended
+	subs     map[*Subscription]bool
+	stray    *Error // the last serial-0 error: why the daemon is closing the connection
+	watching bool   // watch runs
+	reason   *Error // why it ended, once done is closed
+	done     chan struct{}
 }
 
-// pending is a call waiting for its answer (and, for a login, its prompt).
+// pending is a call waiting for its answer (the frame, which the caller decodes) and, for a
+// login, its prompt.
 type pending struct {
-	answer  chan *message
-	prompts chan *message
+	answer   chan []byte // nil once its deadline passed
+	prompts  chan *message
+	deadline time.Time // zero: none
 }
 
 // connectionEnded is a call's failure because its connection ended before the answer came.
@@ -229,9 +232,16 @@ func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, 
 	for cn.serial++; cn.serial == 0 || cn.pending[cn.serial] != nil; cn.serial++ {
 	}
 	serial := cn.serial
-	p := &pending{answer: make(chan *message, 1)}
+	p := &pending{answer: make(chan []byte, 1)}
 	if prompt != nil {
 		p.prompts = make(chan *message, 4)
+	}
+	if timeout > 0 {
+		p.deadline = time.Now().Add(timeout)
+		if !cn.watching {
+			cn.watching = true
+			go cn.watch()
+		}
 	}
 	cn.pending[serial] = p
 	cn.mu.Unlock()
@@ -241,33 +251,64 @@ func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, 
 		cn.forget(serial)
 		return err
 	}
-	var expired <-chan time.Time
-	if timeout > 0 {
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		expired = timer.C
-	}
 	cn.write(data)
 	for {
 		select {
-		case m := <-p.answer:
-			return resultOf(m, result)
+		case payload := <-p.answer:
+			if payload == nil {
+				return unreachable("the msso broker did not answer %s in %s; is mssod stuck? "+
+					"`systemctl --user restart msso.service`", method, timeout)
+			}
+			return decodeAnswer(payload, result)
 		case m := <-p.prompts:
 			prompt(m)
 		case <-cn.done:
 			select {
-			case m := <-p.answer: // it came just before the end
-				return resultOf(m, result)
+			case payload := <-p.answer: // it came just before the end
+				return decodeAnswer(payload, result)
 			default:
 				return &connectionEnded{cn.reason}
 			}
 		case <-ctx.Done():
 			cn.forget(serial)
 			return ctx.Err()
-		case <-expired:
-			cn.forget(serial)
-			return unreachable("the msso broker did not answer %s in %s; is mssod stuck? "+
-				"`systemctl --user restart msso.service`", method, timeout)
+		}
+	}
+}
+
+// watchInterval is how often a connection's calls are checked against their deadlines.
+const watchInterval = 100 * time.Millisecond
+
+// watch fails the calls that passed their deadline (Client.Timeout), while any call has one:
+// one ticker per connection rather than a timer per call, which would cost the hot path more
+// than the rest of the client's work (a call may so be failed up to watchInterval late).
+func (cn *conn) watch() {
+	ticker := time.NewTicker(watchInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-cn.done:
+			return
+		case now := <-ticker.C:
+			cn.mu.Lock()
+			waiting := false
+			for serial, p := range cn.pending {
+				if p.deadline.IsZero() {
+					continue
+				}
+				if now.After(p.deadline) {
+					delete(cn.pending, serial)
+					p.answer <- nil // buffered, and no answer can come any more: never blocks
+				} else {
+					waiting = true
+				}
+			}
+			if !waiting {
+				cn.watching = false
+				cn.mu.Unlock()
+				return
+			}
+			cn.mu.Unlock()
 		}
 	}
 }
@@ -310,6 +351,12 @@ func (cn *conn) read() {
 			cn.end(lostConnection)
 			return
 		}
+		// A reply goes to its caller undecoded (peek reads its type and serial); anything else
+		// is decoded here.
+		if kind, serial, ok := peek(payload); ok && (kind == "reply" || kind == "error" && serial != 0) {
+			cn.answer(serial, payload)
+			continue
+		}
 		var m message
 		if err := json.Unmarshal(payload, &m); err != nil {
 			if !json.Valid(payload) {
@@ -318,25 +365,33 @@ func (cn *conn) read() {
 			}
 			continue // JSON that is not a message: ignored, like unknown keys
 		}
-		cn.dispatch(&m)
+		cn.dispatch(&m, payload)
+	}
+}
+
+// answer hands a reply to the call waiting for it; one nobody waits for any more is dropped.
+func (cn *conn) answer(serial uint32, payload []byte) {
+	cn.mu.Lock()
+	p := cn.pending[serial]
+	delete(cn.pending, serial)
+	cn.mu.Unlock()
+	if p != nil {
+		p.answer <- payload // buffered: never blocks
 	}
 }
 
 var lostConnection = unreachable("the connection to the msso broker was lost; is mssod still running?")
 
-func (cn *conn) dispatch(m *message) {
+func (cn *conn) dispatch(m *message, payload []byte) {
 	switch m.Type {
 	case "reply", "error":
-		cn.mu.Lock()
-		p := cn.pending[m.Serial]
-		delete(cn.pending, m.Serial)
-		if p == nil && m.Type == "error" && m.Serial == 0 {
+		if m.Type == "error" && m.Serial == 0 {
+			cn.mu.Lock()
 			cn.stray = errorOf(m)
+			cn.mu.Unlock()
+			return
 		}
-		cn.mu.Unlock()
-		if p != nil {
-			p.answer <- m // buffered: never blocks
-		}
+		cn.answer(m.Serial, payload)
 	case "signal":
 		if m.Signal == "DevicePrompt" || m.Signal == "BrowserPrompt" {
 			cn.mu.Lock()

@@ -1,9 +1,11 @@
 package msso
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 )
@@ -84,23 +86,120 @@ func errorOf(m *message) *Error {
 	return &Error{Name: name, Message: m.Message}
 }
 
-// resultOf decodes a reply's result into result (nil: ignored), or returns the error it carries.
-func resultOf(m *message, result any) error {
-	if m.Type == "error" {
-		return errorOf(m)
-	}
-	if m.Result == nil {
-		return &Error{Name: "Internal", Message: "the broker's reply had no result"}
-	}
+// decodeAnswer decodes a reply's result into result (nil: ignored; a *json.RawMessage gets it as
+// it came), or returns the error an error message carries: one pass over the frame, which for a
+// sign reply is mostly its token.
+func decodeAnswer(payload []byte, result any) error {
 	if result == nil {
-		return nil
+		result = new(json.RawMessage)
 	}
-	if raw, ok := result.(*json.RawMessage); ok {
-		*raw = m.Result
-		return nil
-	}
-	if err := json.Unmarshal(m.Result, result); err != nil {
+	envelope := struct {
+		Type    string `json:"type"`
+		Error   string `json:"error"`
+		Message string `json:"message"`
+		Result  any    `json:"result"` // json decodes into the pointer it holds
+	}{Result: result}
+	if err := json.Unmarshal(payload, &envelope); err != nil {
 		return &Error{Name: "Internal", Message: "the broker's reply could not be read: " + err.Error()}
 	}
+	if envelope.Type == "error" {
+		return errorOf(&message{Error: envelope.Error, Message: envelope.Message})
+	}
 	return nil
+}
+
+// peek reads a message's top-level "type" and "serial" without decoding the rest, so that the
+// reader can hand a reply to its caller, who decodes it once, into its own type. ok is false
+// for anything it does not follow (a key with an escape, say): the message is then decoded whole.
+func peek(data []byte) (kind string, serial uint32, ok bool) {
+	i := space(data, 0)
+	if i == len(data) || data[i] != '{' {
+		return "", 0, false
+	}
+	for i = space(data, i+1); i < len(data) && data[i] != '}'; {
+		key, next, good := plain(data, i)
+		if i = space(data, next); !good || i == len(data) || data[i] != ':' {
+			return "", 0, false
+		}
+		i = space(data, i+1)
+		switch string(key) {
+		case "type":
+			var value []byte
+			value, i, good = plain(data, i)
+			kind = string(value)
+		case "serial":
+			serial, i, good = number(data, i)
+		default:
+			i, good = skip(data, i)
+		}
+		if i = space(data, i); !good || i == len(data) {
+			return "", 0, false
+		}
+		if data[i] == ',' {
+			i = space(data, i+1)
+		}
+	}
+	return kind, serial, i < len(data) && kind != ""
+}
+
+func space(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\n' || data[i] == '\t' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plain is the string at i, when it holds no escape.
+func plain(data []byte, i int) ([]byte, int, bool) {
+	if i == len(data) || data[i] != '"' {
+		return nil, i, false
+	}
+	end := bytes.IndexByte(data[i+1:], '"')
+	if end < 0 || bytes.IndexByte(data[i+1:i+1+end], '\\') >= 0 {
+		return nil, i, false
+	}
+	return data[i+1 : i+1+end], i + end + 2, true
+}
+
+func number(data []byte, i int) (uint32, int, bool) {
+	start := i
+	var n uint64
+	for ; i < len(data) && data[i] >= '0' && data[i] <= '9' && i-start < 10; i++ {
+		n = n*10 + uint64(data[i]-'0')
+	}
+	return uint32(n), i, i > start && n <= math.MaxUint32
+}
+
+// skip passes over the value at i: a string, an object or array (the strings inside skipped
+// whole, so that their brackets do not count), or a literal.
+func skip(data []byte, i int) (int, bool) {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(data) {
+				return i, false
+			}
+			if depth == 0 {
+				return i + 1, true
+			}
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				return i, true // a literal, ended by the enclosing object's end
+			}
+			if depth--; depth == 0 {
+				return i + 1, true
+			}
+		case depth == 0 && (c == ',' || c == ' ' || c == '\n' || c == '\t' || c == '\r'):
+			return i, true
+		}
+	}
+	return i, false
 }
