@@ -42,6 +42,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		BodySHA256: body.digest, DPoPNonce: t.nonces.take(origin)}
 	headers, err := client.Sign(req.Context(), sign)
 	if err != nil {
+		body.close() // a RoundTripper closes the body, even on an error
 		return nil, err
 	}
 	response, err := t.base().RoundTrip(signed(req, headers, body, body.first()))
@@ -146,6 +147,12 @@ func (b *requestBody) first() io.ReadCloser {
 		return b.original
 	}
 	return io.NopCloser(bytes.NewReader(b.data))
+}
+
+func (b *requestBody) close() {
+	if b.original != nil {
+		b.original.Close()
+	}
 }
 
 func (b *requestBody) again() (io.ReadCloser, error) {
