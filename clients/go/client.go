@@ -255,17 +255,13 @@ func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, 
 	for {
 		select {
 		case payload := <-p.answer:
-			if payload == nil {
-				return unreachable("the msso broker did not answer %s in %s; is mssod stuck? "+
-					"`systemctl --user restart msso.service`", method, timeout)
-			}
-			return decodeAnswer(payload, result)
+			return answered(payload, method, timeout, result)
 		case m := <-p.prompts:
 			prompt(m)
 		case <-cn.done:
 			select {
 			case payload := <-p.answer: // it came just before the end
-				return decodeAnswer(payload, result)
+				return answered(payload, method, timeout, result)
 			default:
 				return &connectionEnded{cn.reason}
 			}
@@ -274,6 +270,15 @@ func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, 
 			return ctx.Err()
 		}
 	}
+}
+
+// answered decodes a call's answer; none (nil) means its deadline passed.
+func answered(payload []byte, method string, timeout time.Duration, result any) error {
+	if payload == nil {
+		return unreachable("the msso broker did not answer %s in %s; is mssod stuck? "+
+			"`systemctl --user restart msso.service`", method, timeout)
+	}
+	return decodeAnswer(payload, result)
 }
 
 // watchInterval is how often a connection's calls are checked against their deadlines.
