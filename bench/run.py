@@ -16,6 +16,9 @@ mssod as a separate process):
   turns, beside the hand-written client of (b) and (c): what the library's thread safety, timeouts
   and reconnection cost an app;
 - (c'') the bearer `sign` with sessions in the kernel keyring (a broker with no session bus);
+- the same for Go (bench/go, built by scripts/bench as `goclient`): the Go floor (a minimal Go
+  client written from docs/PROTOCOL.md against the same echo server), that client's bearer `sign`,
+  and the Go library's (clients/go, `msso.Client.Sign`), in turns in one process;
 - (a') the same floor plus the kernel work of per-call identity (`echo --identify`: recvmsg with
   the sender's credentials and pidfd, its executable statx'ed, the pidfd checked and closed), what
   every mssod call pays before any broker code runs (docs/SECURITY.md);
@@ -65,6 +68,7 @@ import msso  # noqa: E402 (the Python library, clients/python)
 
 TOOLS = Path(options.tools)
 MSSO = Path(options.clients) / "msso"
+GOCLIENT = TOOLS / "goclient"  # bench/go: the Go floor and the Go library's sign
 HELPER = Path(options.clients) / "git-credential-msso"
 PROFILES = {"bearer": GROUP, "dpop": "bench.dpop", "http-signature": "bench.http-signature",
             "dpop+http-signature": "bench.dpop-http-signature"}
@@ -254,7 +258,7 @@ def main():
                     environment={"MSSO_LOG_LEVEL": "info"}, admin_files=False)
     servers, holders = [], []  # the floors' servers; the processes holding 1,000 connections
     try:
-        broker.register("bench", [PYTHON, TOOLS / "load", MSSO, HELPER], list(groups))
+        broker.register("bench", [PYTHON, TOOLS / "load", MSSO, HELPER, GOCLIENT], list(groups))
         broker.start()
         pid = broker.process.pid
         time.sleep(1)
@@ -313,6 +317,20 @@ def main():
                    library[0] <= 1.2 * bearer[0])
             report("the Python library's bearer sign p50 vs the echo floor", f"{library[0] / floor[0]:.2f}×", "≤ 2×",
                    library[0] <= 2 * floor[0])
+            # The same in Go: its floor, a minimal client's sign and the library's, in turns.
+            go = json.loads(subprocess.run([GOCLIENT, echo_path, broker.socket, PROFILES["bearer"], URL, str(calls)],
+                                           env=broker.env, capture_output=True, text=True, check=True).stdout)
+            print(f"Go client ({calls} sequential calls each), p50 / p99 in µs:")
+            print(f"  (a) echo floor               {go['floor'][0]:7.1f} / {go['floor'][1]:7.1f}")
+            print(f"  (c) sign, bearer             {go['sign'][0]:7.1f} / {go['sign'][1]:7.1f}   "
+                  f"{go['sign'][0] / go['floor'][0]:.2f}× floor")
+            print(f"  (c') sign, bearer, library   {go['library'][0]:7.1f} / {go['library'][1]:7.1f}   "
+                  f"{go['library'][0] / go['floor'][0]:.2f}× floor, {go['library'][0] / go['sign'][0]:.2f}× the hand-written client")
+            report("the Go library's bearer sign p50 vs the hand-written Go client", f"{go['library'][0] / go['sign'][0]:.2f}×",
+                   "≤ 1.2×", go['library'][0] <= 1.2 * go['sign'][0])
+            report("the Go library's bearer sign p50 vs the Go echo floor", f"{go['library'][0] / go['floor'][0]:.2f}×", "≤ 2×",
+                   go['library'][0] <= 2 * go['floor'][0])
+            print("Python client, the other profiles:")
             for profile in ("dpop", "http-signature", "dpop+http-signature"):
                 arguments = body_sign if profile == "http-signature" else signed[profile]
                 figure = python_latency(broker.socket, "sign", arguments, calls // 4)

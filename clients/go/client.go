@@ -1,0 +1,464 @@
+package msso
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// DefaultTimeout bounds a call when Client.Timeout is zero (the Swift and Python clients' default).
+const DefaultTimeout = 20 * time.Second
+
+// slowTimeout is the least a lock or unlock may take: a wrong passphrase is answered up to 60 s late.
+const slowTimeout = 90 * time.Second
+
+// Client is one connection to the user's broker, mssod, opened (with hello) at the first call.
+// Its zero value is ready to use. Goroutines may share it: calls are matched to their replies by
+// serial, on one connection, read by a goroutine of its own. A call that finds the connection
+// gone (mssod closes idle ones after 10 minutes, or was restarted) opens a new one; a call in
+// flight when it went fails with ErrBrokerUnreachable, and its subscriptions end.
+//
+// mssod knows the caller by its executable as the kernel reports it, never by what the client
+// says: a compiled Go program is its own executable, so registering it names exactly that program.
+type Client struct {
+	// SocketPath is the broker's socket; "" means DefaultSocketPath().
+	SocketPath string
+	// Name labels the connection in the daemon's log (hello's `client`); never used for identity.
+	Name string
+	// Timeout bounds each call, on top of its context: 0 means DefaultTimeout, negative none.
+	// Logins that wait for the user are bounded by the daemon and the context only.
+	Timeout time.Duration
+
+	mu     sync.Mutex
+	conn   *conn
+	hello  Hello
+	closed bool
+}
+
+// NewClient returns a client of the broker listening on socketPath ("" for the default).
+func NewClient(socketPath string) *Client {
+	return &Client{SocketPath: socketPath}
+}
+
+// Hello says hello if the client is not connected yet, and returns the daemon's answer: its
+// version and how it sees this process (Peer.Executable is what registrations are matched against).
+func (c *Client) Hello(ctx context.Context) (Hello, error) {
+	if _, err := c.connection(ctx); err != nil {
+		return Hello{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hello, nil
+}
+
+// Close closes the connection: pending calls fail, subscriptions end. Later calls fail too.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	cn := c.conn
+	c.conn = nil
+	c.mu.Unlock()
+	if cn != nil {
+		cn.end(errClosed)
+	}
+	return nil
+}
+
+var errClosed = unreachable("this msso client was closed")
+
+// Call calls any method by name, with args (nil: {}) encoded as JSON and the reply's result
+// decoded into result (nil: ignored; a *json.RawMessage gets it as it came). The verbs are
+// wrappers of it; it is here for a method this library does not know yet.
+func (c *Client) Call(ctx context.Context, method string, args, result any) error {
+	return c.call(ctx, method, args, result, c.timeout(), nil)
+}
+
+func (c *Client) timeout() time.Duration {
+	if c.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return c.Timeout
+}
+
+func (c *Client) call(ctx context.Context, method string, args, result any, timeout time.Duration,
+	prompt func(*message)) error {
+	for attempt := 0; ; attempt++ {
+		cn, err := c.connection(ctx)
+		if err != nil {
+			return err
+		}
+		err = cn.roundTrip(ctx, method, args, result, timeout, prompt)
+		var lost *connectionEnded
+		if errors.As(err, &lost) {
+			// The daemon closed the connection for idleness (or a frame that came too slowly)
+			// before it read this call, so the call was not carried out: once more, on a new one.
+			if attempt == 0 && lost.reason.Name == "TimedOut" {
+				continue
+			}
+			return lost.reason
+		}
+		return err
+	}
+}
+
+// connection is the open connection, opened (and hello said) first if there is none.
+func (c *Client) connection(ctx context.Context) (*conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errClosed
+	}
+	if c.conn != nil && !c.conn.ended() {
+		return c.conn, nil
+	}
+	path := c.SocketPath
+	if path == "" {
+		path = DefaultSocketPath()
+	}
+	cn, hello, err := dial(ctx, path, c.label(), c.timeout())
+	if err != nil {
+		return nil, err
+	}
+	c.conn, c.hello = cn, hello
+	return cn, nil
+}
+
+func (c *Client) label() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	program := "go"
+	if executable, err := os.Executable(); err == nil {
+		program = filepath.Base(executable)
+	}
+	return "msso.go (" + program + ")"
+}
+
+func dial(ctx context.Context, path, label string, timeout time.Duration) (*conn, Hello, error) {
+	dialer := net.Dialer{}
+	if timeout > 0 {
+		dialer.Timeout = timeout
+	}
+	sock, err := dialer.DialContext(ctx, "unix", path)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, Hello{}, ctx.Err()
+		}
+		switch {
+		case errors.Is(err, syscall.EACCES):
+			return nil, Hello{}, unreachable("no permission to talk to the msso broker at %s: it is another user's", path)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, Hello{}, unreachable("the msso broker did not accept the connection in %s (%s); is mssod stuck? "+
+				"`systemctl --user restart msso.service`", timeout, path)
+		}
+		return nil, Hello{}, unreachable("the msso broker is not running (nothing answers on %s); start it with "+
+			"`systemctl --user start msso.socket` or `mssod`", path)
+	}
+	cn := &conn{sock: sock.(*net.UnixConn), pending: map[uint32]*pending{}, subs: map[*Subscription]bool{},
+		done: make(chan struct{})}
+	go cn.read()
+	var hello Hello
+	err = cn.roundTrip(ctx, "hello", map[string]any{"version": ProtocolVersion, "client": label}, &hello, timeout, nil)
+	if err != nil {
+		cn.end(errClosed)
+		var lost *connectionEnded
+		if errors.As(err, &lost) {
+			err = lost.reason
+		}
+		return nil, Hello{}, err
+	}
+	return cn, hello, nil
+}
+
+// conn is one connection to the daemon, and the goroutine that reads it.
+type conn struct {
+	sock *net.UnixConn
+
+	writing sync.Mutex // one frame at a time on the socket
+
+	mu       sync.Mutex
+	serial   uint32
+	pending  map[uint32]*pending // nil once ended
+	subs     map[*Subscription]bool
+	stray    *Error // the last serial-0 error: why the daemon is closing the connection
+	watching bool   // watch runs
+	reason   *Error // why it ended, once done is closed
+	done     chan struct{}
+}
+
+// pending is a call waiting for its answer (the frame, which the caller decodes) and, for a
+// login, its prompt.
+type pending struct {
+	answer   chan []byte // nil once its deadline passed
+	prompts  chan *message
+	deadline time.Time // zero: none
+}
+
+// connectionEnded is a call's failure because its connection ended before the answer came.
+type connectionEnded struct{ reason *Error }
+
+func (e *connectionEnded) Error() string { return e.reason.Error() }
+
+func (cn *conn) ended() bool {
+	select {
+	case <-cn.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, timeout time.Duration,
+	prompt func(*message)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	cn.mu.Lock()
+	if cn.pending == nil {
+		cn.mu.Unlock()
+		return &connectionEnded{cn.reason}
+	}
+	// Unique among pending calls is all the protocol asks; 0 means "no call".
+	for cn.serial++; cn.serial == 0 || cn.pending[cn.serial] != nil; cn.serial++ {
+	}
+	serial := cn.serial
+	p := &pending{answer: make(chan []byte, 1)}
+	if prompt != nil {
+		p.prompts = make(chan *message, 4)
+	}
+	if timeout > 0 {
+		p.deadline = time.Now().Add(timeout)
+		if !cn.watching {
+			cn.watching = true
+			go cn.watch()
+		}
+	}
+	cn.pending[serial] = p
+	cn.mu.Unlock()
+
+	data, err := frame(serial, method, args)
+	if err != nil {
+		cn.forget(serial)
+		return err
+	}
+	cn.write(data)
+	for {
+		select {
+		case payload := <-p.answer:
+			return answered(payload, method, timeout, result)
+		case m := <-p.prompts:
+			prompt(m)
+		case <-cn.done:
+			select {
+			case payload := <-p.answer: // it came just before the end
+				return answered(payload, method, timeout, result)
+			default:
+				return &connectionEnded{cn.reason}
+			}
+		case <-ctx.Done():
+			cn.forget(serial)
+			return ctx.Err()
+		}
+	}
+}
+
+// answered decodes a call's answer; none (nil) means its deadline passed.
+func answered(payload []byte, method string, timeout time.Duration, result any) error {
+	if payload == nil {
+		return unreachable("the msso broker did not answer %s in %s; is mssod stuck? "+
+			"`systemctl --user restart msso.service`", method, timeout)
+	}
+	return decodeAnswer(payload, result)
+}
+
+// watchInterval is how often a connection's calls are checked against their deadlines.
+const watchInterval = 100 * time.Millisecond
+
+// watch fails the calls that passed their deadline (Client.Timeout), while any call has one:
+// one ticker per connection rather than a timer per call, which would cost the hot path more
+// than the rest of the client's work (a call may so be failed up to watchInterval late).
+func (cn *conn) watch() {
+	ticker := time.NewTicker(watchInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-cn.done:
+			return
+		case now := <-ticker.C:
+			cn.mu.Lock()
+			waiting := false
+			for serial, p := range cn.pending {
+				if p.deadline.IsZero() {
+					continue
+				}
+				if now.After(p.deadline) {
+					delete(cn.pending, serial)
+					p.answer <- nil // buffered, and no answer can come any more: never blocks
+				} else {
+					waiting = true
+				}
+			}
+			if !waiting {
+				cn.watching = false
+				cn.mu.Unlock()
+				return
+			}
+			cn.mu.Unlock()
+		}
+	}
+}
+
+// write sends one frame. A failure means the daemon closed the connection: the reader sees the
+// end, and the reason the daemon gave before closing (Busy at its connection cap, say).
+func (cn *conn) write(data []byte) {
+	cn.writing.Lock()
+	_, err := cn.sock.Write(data)
+	cn.writing.Unlock()
+	if err != nil {
+		_ = cn.sock.CloseWrite()
+	}
+}
+
+// forget drops a call given up on: a reply that comes later finds no pending serial.
+func (cn *conn) forget(serial uint32) {
+	cn.mu.Lock()
+	if cn.pending != nil {
+		delete(cn.pending, serial)
+	}
+	cn.mu.Unlock()
+}
+
+func (cn *conn) read() {
+	in := bufio.NewReaderSize(cn.sock, 16384)
+	var header [4]byte
+	for {
+		if _, err := io.ReadFull(in, header[:]); err != nil {
+			cn.end(lostConnection)
+			return
+		}
+		length := binary.BigEndian.Uint32(header[:])
+		if length > maxFrame {
+			cn.end(&Error{Name: "Internal", Message: fmt.Sprintf("the broker sent a frame of %d bytes, over the protocol's limit", length)})
+			return
+		}
+		payload := make([]byte, length)
+		if _, err := io.ReadFull(in, payload); err != nil {
+			cn.end(lostConnection)
+			return
+		}
+		// A reply goes to its caller undecoded (peek reads its type and serial); anything else
+		// is decoded here.
+		if kind, serial, ok := peek(payload); ok && (kind == "reply" || kind == "error" && serial != 0) {
+			cn.answer(serial, payload)
+			continue
+		}
+		var m message
+		if err := json.Unmarshal(payload, &m); err != nil {
+			if !json.Valid(payload) {
+				cn.end(&Error{Name: "Internal", Message: "the broker sent a frame that is not JSON"})
+				return
+			}
+			continue // JSON that is not a message: ignored, like unknown keys
+		}
+		cn.dispatch(&m, payload)
+	}
+}
+
+// answer hands a reply to the call waiting for it; one nobody waits for any more is dropped.
+func (cn *conn) answer(serial uint32, payload []byte) {
+	cn.mu.Lock()
+	p := cn.pending[serial]
+	delete(cn.pending, serial)
+	cn.mu.Unlock()
+	if p != nil {
+		p.answer <- payload // buffered: never blocks
+	}
+}
+
+var lostConnection = unreachable("the connection to the msso broker was lost; is mssod still running?")
+
+func (cn *conn) dispatch(m *message, payload []byte) {
+	switch m.Type {
+	case "reply", "error":
+		if m.Type == "error" && m.Serial == 0 {
+			cn.mu.Lock()
+			cn.stray = errorOf(m)
+			cn.mu.Unlock()
+			return
+		}
+		cn.answer(m.Serial, payload)
+	case "signal":
+		if m.Signal == "DevicePrompt" || m.Signal == "BrowserPrompt" {
+			cn.mu.Lock()
+			p := cn.pending[m.Serial]
+			cn.mu.Unlock()
+			if p != nil && p.prompts != nil {
+				select {
+				case p.prompts <- m:
+				default:
+				}
+			}
+			return
+		}
+		event := Event{Name: m.Signal, Group: m.Group}
+		if m.Status != nil {
+			event.Status = *m.Status
+		}
+		cn.mu.Lock()
+		for s := range cn.subs {
+			s.deliver(event)
+		}
+		cn.mu.Unlock()
+	}
+}
+
+// end ends the connection once: pending calls and subscriptions fail with reason (or with what
+// the daemon said before closing, when the connection was lost).
+func (cn *conn) end(reason *Error) {
+	cn.mu.Lock()
+	if cn.pending == nil {
+		cn.mu.Unlock()
+		return
+	}
+	if reason == lostConnection && cn.stray != nil {
+		reason = cn.stray
+	}
+	cn.reason = reason
+	cn.pending = nil
+	subs := cn.subs
+	cn.subs = nil
+	close(cn.done)
+	cn.mu.Unlock()
+	_ = cn.sock.Close()
+	for s := range subs {
+		s.end(reason)
+	}
+}
+
+func (cn *conn) attach(s *Subscription) error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.pending == nil {
+		return &connectionEnded{cn.reason}
+	}
+	cn.subs[s] = true
+	return nil
+}
+
+func (cn *conn) detach(s *Subscription) {
+	cn.mu.Lock()
+	if cn.subs != nil {
+		delete(cn.subs, s)
+	}
+	cn.mu.Unlock()
+}

@@ -1,0 +1,164 @@
+package msso
+
+import (
+	"context"
+	"sync"
+)
+
+// The names of the group events a subscription receives.
+const (
+	EventLoggedIn  = "LoggedIn"  // a login succeeded
+	EventExtended  = "Extended"  // the session window moved
+	EventLoggedOut = "LoggedOut" // the session ended by logout: drop any state that depends on it
+	EventExpiring  = "Expiring"  // the window closes soon: extend if the user is active, or warn them
+	EventExpired   = "Expired"   // the window passed (or the IdP ended the session): the user must log in
+)
+
+// Event is a signal from the broker about a group, with its SessionStatus after the event.
+type Event struct {
+	Name   string // EventLoggedIn, EventExtended, …
+	Group  string
+	Status SessionStatus
+}
+
+// Subscription delivers a connection's signals on a channel. It lasts as long as the connection:
+// when the broker goes (or the client is closed) the channel is closed, and Err says why.
+type Subscription struct {
+	// Groups are those the connection gets signals for (the daemon's answer to subscribe).
+	Groups []string
+
+	events chan Event
+	only   map[string]bool // the groups named to Subscribe (nil: every group)
+	stop   chan struct{}
+	once   sync.Once
+	wake   chan struct{}
+	cn     *conn
+
+	mu     sync.Mutex
+	queue  []Event
+	ended  bool
+	reason *Error
+}
+
+// Subscribe asks for the signals of the named groups (none: every group this program may use,
+// as the daemon decides) and returns them on a channel. Keep reading it: signals wait in memory
+// here, never in the daemon, which would disconnect a subscriber that leaves them unread.
+func (c *Client) Subscribe(ctx context.Context, groups ...string) (*Subscription, error) {
+	s := &Subscription{events: make(chan Event), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
+	if len(groups) > 0 {
+		s.only = map[string]bool{}
+		for _, group := range groups {
+			s.only[group] = true
+		}
+	}
+	args := map[string]any{}
+	if groups != nil {
+		args["groups"] = groups
+	}
+	var result struct {
+		Groups []string `json:"groups"`
+	}
+	for attempt := 0; ; attempt++ {
+		cn, err := c.connection(ctx)
+		if err != nil {
+			return nil, err
+		}
+		// Attached before the call, on the same connection, so that no signal sent right after
+		// the reply is missed.
+		if err = cn.attach(s); err == nil {
+			err = cn.roundTrip(ctx, "subscribe", args, &result, c.timeout(), nil)
+		}
+		if err != nil {
+			cn.detach(s)
+			if lost, ok := err.(*connectionEnded); ok {
+				if attempt == 0 && lost.reason.Name == "TimedOut" {
+					continue
+				}
+				return nil, lost.reason
+			}
+			return nil, err
+		}
+		s.cn = cn
+		break
+	}
+	s.Groups = result.Groups
+	go s.pump()
+	return s, nil
+}
+
+// Events is the channel of signals, closed when the subscription ends.
+func (s *Subscription) Events() <-chan Event { return s.events }
+
+// Err says why the channel was closed: nil after Close (of the subscription or the client), an
+// *Error (ErrBrokerUnreachable, ErrTimedOut, …) when the connection ended: subscribe again.
+func (s *Subscription) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reason == nil || s.reason == errClosed {
+		return nil
+	}
+	return s.reason
+}
+
+// Close stops the deliveries and closes the channel. (The protocol has no unsubscribe: the
+// daemon goes on sending this connection the signals, and they are dropped here.)
+func (s *Subscription) Close() {
+	s.once.Do(func() { close(s.stop) })
+	if s.cn != nil {
+		s.cn.detach(s)
+	}
+}
+
+func (s *Subscription) deliver(event Event) {
+	if s.only != nil && !s.only[event.Group] {
+		return
+	}
+	s.mu.Lock()
+	s.queue = append(s.queue, event)
+	s.mu.Unlock()
+	s.nudge()
+}
+
+func (s *Subscription) end(reason *Error) {
+	s.mu.Lock()
+	s.ended, s.reason = true, reason
+	s.mu.Unlock()
+	s.nudge()
+}
+
+func (s *Subscription) nudge() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pump hands the queued signals to the channel, so that the connection's reader never waits for
+// the application.
+func (s *Subscription) pump() {
+	defer close(s.events)
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			ended := s.ended
+			s.mu.Unlock()
+			if ended {
+				return
+			}
+			select {
+			case <-s.wake:
+				continue
+			case <-s.stop:
+				return
+			}
+		}
+		event := s.queue[0]
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		select {
+		case s.events <- event:
+		case <-s.stop:
+			return
+		}
+	}
+}

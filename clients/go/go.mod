@@ -1,0 +1,3 @@
+module msso
+
+go 1.19
