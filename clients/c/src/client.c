@@ -692,7 +692,9 @@ static int handle_input(msso_client *c, const pending *p, msso_error *err) {
     return outcome;
 }
 
-/* Waits for the answer to `p`, handling whatever comes before it: 0 or -1 (and *err). */
+/* Waits for the answer to `p`, handling whatever comes before it: 0, -1 (and *err), or -2 when
+ * the daemon closed the connection for idleness (TimedOut) as the call arrived: it never read the
+ * call (a connection with a call running is not idle), so the call may be sent again. */
 static int await_answer(msso_client *c, const pending *p, const char *method, long deadline, msso_error *err) {
     for (;;) {
         int outcome = handle_input(c, p, err);
@@ -713,8 +715,9 @@ static int await_answer(msso_client *c, const pending *p, const char *method, lo
             return -1;
         }
         if (read < 0) {
+            int idle = c->has_stray && c->stray.code == MSSO_E_TIMED_OUT;
             connection_lost(c, err);
-            return -1;
+            return idle ? -2 : -1;
         }
     }
 }
@@ -857,7 +860,7 @@ static int open_connection(msso_client *c, msso_error *err) {
         if (retry) connection_lost(c, err); /* closed at once: Busy, or another user's */
         return -1;
     }
-    if (await_answer(c, &p, MSSO_METHOD_HELLO, deadline, err) != 0) {
+    if (await_answer(c, &p, MSSO_METHOD_HELLO, deadline, err) != 0) { /* (a hello is never idle) */
         close_connection(c, NULL);
         return -1;
     }
@@ -892,7 +895,8 @@ static int begin(msso_client *c, frame *f, const char *method, msso_error *err) 
 }
 
 /* Sends the call and waits for its answer (without a deadline when `on_prompt` is given: a login
- * that waits for the user, which the daemon bounds). */
+ * that waits for the user, which the daemon bounds): 0, -1, or -2 when it was never read (the
+ * connection had ended, or ended for idleness as the call came) and may be sent again. */
 static int finish(msso_client *c, frame *f, reader read, void *out, msso_prompt_fn on_prompt, void *context, msso_error *err) {
     long deadline = deadline_after(on_prompt ? -1 : c->timeout_ms);
     int retry;
@@ -906,12 +910,14 @@ static int finish(msso_client *c, frame *f, reader read, void *out, msso_prompt_
     }
     pending p = { .serial = f->serial, .read = read, .out = out, .on_prompt = on_prompt, .context = context };
     int answered = await_answer(c, &p, f->method, deadline, err);
+    if (answered == -2) return -2;
     if (answered == 0 && strcmp(f->method, MSSO_METHOD_SUBSCRIBE) == 0) c->subscribed = 1;
     return answered;
 }
 
-/* Each verb builds its frame in a function of its own, so that a call whose connection was found
- * closed when it left is built and sent once more, on a new connection. */
+/* Each verb builds its frame in a function of its own, so that a call the daemon never read (its
+ * connection had ended, or ended for idleness as it came) is built and sent once more, on a new
+ * connection. */
 typedef void (*arguments)(frame *f, const void *values);
 
 static int call(msso_client *c, const char *method, arguments write, const void *values, reader read, void *out,
