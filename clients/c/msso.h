@@ -140,7 +140,8 @@ int msso_login_password(msso_client *client, const char *group, const char *user
                         size_t length, msso_session *out, msso_error *err);
 
 /* What a device or browser login asks the user to do, given to a callback while the login waits.
- * Valid during the callback only. */
+ * Valid during the callback only, which must not call the library with the same client (the
+ * login's call is still reading its connection). */
 typedef struct msso_prompt {
     const char *url;          /* device: the verification address; browser: the address to open */
     const char *url_complete; /* device: the address with the code in it, when the IdP gives one; else NULL */
