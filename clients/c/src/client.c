@@ -487,12 +487,12 @@ static int read_hello(msso_client *c, const json_doc *doc, uint32_t result, void
     long peer = json_get(doc, result, "peer");
     if (!json_is(doc, version, JSON_NUMBER) || json_unsigned(doc, (uint32_t)version, UINT32_MAX, &number) != 0) return MALFORMED;
     if (!json_is(doc, peer, JSON_OBJECT)) return MALFORMED;
-    long uid = json_get(doc, peer, "uid"), pid = json_get(doc, peer, "pid");
+    long uid = json_get(doc, (uint32_t)peer, "uid"), pid = json_get(doc, (uint32_t)peer, "pid");
     if (!json_is(doc, uid, JSON_NUMBER) || json_unsigned(doc, (uint32_t)uid, UINT32_MAX, &number) != 0 ||
         !json_is(doc, pid, JSON_NUMBER) || json_unsigned(doc, (uint32_t)pid, UINT32_MAX, &number) != 0)
         return MALFORMED;
     char *daemon, *executable;
-    int read = FIRST(required_string(doc, result, "daemon", &daemon), optional_string(doc, peer, "executable", &executable));
+    int read = FIRST(required_string(doc, result, "daemon", &daemon), optional_string(doc, (uint32_t)peer, "executable", &executable));
     if (read) {
         free(daemon);
         free(executable);
