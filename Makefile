@@ -69,6 +69,10 @@ fuzz: setup build
 
 release:
 	$(if $(DAEMON_CXX),mkdir -p $(STATIC_CXX) && echo 'INPUT($(CXX_ARCHIVE))' > $(STATIC_CXX)/libstdc++.so)
+	@# SwiftPM does not see the link-order files change: relink when they are newer than mssod.
+	@for input in bench/mssod.order bench/mssod.ld; do \
+		[ ! $$input -nt $(RELEASE)/daemon/release/mssod ] || rm -f $(RELEASE)/daemon/release/mssod; \
+	done
 	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(DAEMON_LINK) $(DAEMON_CXX) --product mssod
 	for product in $(CLIENTS); do \
 		swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product $$product || exit 1; \

@@ -15,7 +15,8 @@ mssod as a separate process):
 - (c') the bearer `sign` of the Python library (clients/python, `msso.Client.sign`), in the same
   turns, beside the hand-written client of (b) and (c): what the library's thread safety, timeouts
   and reconnection cost an app;
-- (c'') the bearer `sign` of the C library (clients/c, `msso_sign` and `msso_headers_free`:
+- (c'') the bearer `sign` with sessions in the kernel keyring (a broker with no session bus);
+- (c''') the bearer `sign` of the C library (clients/c, `msso_sign` and `msso_headers_free`:
   bench/libsign.c), beside the C floor (load.c against echo.c, no JSON work at all);
 - (a') the same floor plus the kernel work of per-call identity (`echo --identify`: recvmsg with
   the sender's credentials and pidfd, its executable statx'ed, the pidfd checked and closed), what
@@ -341,7 +342,7 @@ def main():
             print(f"  (a') echo + identity         {c_identify[0]:7.1f} / {c_identify[1]:7.1f}")
             print(f"  (b) ping                     {c_ping[0]:7.1f} / {c_ping[1]:7.1f}")
             print(f"  (c) sign, bearer             {c_sign[0]:7.1f} / {c_sign[1]:7.1f}   the broker's own cost: {c_sign[0] - c_floor[0]:.1f} µs")
-            print(f"  (c'') sign, bearer, libmsso  {c_library[0]:7.1f} / {c_library[1]:7.1f}   {c_library[0] / c_floor[0]:.2f}× the C floor, "
+            print(f"  (c''') sign, bearer, libmsso {c_library[0]:7.1f} / {c_library[1]:7.1f}   {c_library[0] / c_floor[0]:.2f}× the C floor, "
                   f"{c_library[0] / c_sign[0]:.2f}× the bare C client")
             report("libmsso's bearer sign p50 vs the C echo floor", f"{c_library[0] / c_floor[0]:.2f}×", "≤ 2×",
                    c_library[0] <= 2 * c_floor[0])
@@ -384,6 +385,27 @@ def main():
             print(memory_line(label, figures))
         report("mssod RSS logged in, idle", f"{logged_in / 1024:.1f} MB", "≤ 20 MB", logged_in <= 20 * 1024)
         report("mssod RSS with 1,000 connections", f"{crowded / 1024:.1f} MB", "≤ 40 MB", crowded <= 40 * 1024)
+
+        # The same sign with sessions in the kernel keyring (no session bus at all, as over SSH):
+        # the sign path reads neither store, so it should cost the same.
+        session = Desktop(bus=False)
+        kernel_broker = Broker(session, idp, groups={GROUP: {}}, start=False, environment={"MSSO_LOG_LEVEL": "info"},
+                               admin_files=False, executable=broker.executable)
+        try:
+            kernel_broker.register("bench", [PYTHON, MSSO], [GROUP])
+            kernel_broker.start()
+            done = subprocess.run([MSSO, "login", "--group", GROUP, "--username", "alice", "--password-stdin"],
+                                  input="alice-pass\n", env=kernel_broker.env, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            with placed([kernel_broker.process.pid]):
+                kernel = python_latency(kernel_broker.socket, "sign", signed["bearer"], calls)
+            print(f"Python client, sessions in the kernel keyring ({calls} sequential calls), p50 / p99 in µs:")
+            print(f"  (c'') sign, bearer           {kernel[0]:7.1f} / {kernel[1]:7.1f}   {kernel[0] / floor[0]:.2f}× floor")
+            report("bearer sign p50 vs the echo floor, kernel keyring", f"{kernel[0] / floor[0]:.2f}×", "≤ 2×", kernel[0] <= 2 * floor[0])
+            subprocess.run([MSSO, "logout", "--group", GROUP], env=kernel_broker.env, capture_output=True)  # root's keyring left clean
+        finally:
+            kernel_broker.stop()
+            session.cleanup()
 
         # Whole processes, from the same spawner.
         env = dict(broker.env, HOME=str(work), GIT_TERMINAL_PROMPT="0", PATH=f"{options.clients}:{os.environ['PATH']}")

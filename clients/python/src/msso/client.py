@@ -292,27 +292,7 @@ class Client:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return None
-                sock = self._sock
-                if self._reading or sock is None:
-                    self._sleepers += 1
-                    try:
-                        self._cond.wait(remaining)
-                    finally:
-                        self._sleepers -= 1
-                    continue
-                self._reading = True
-                self._lock.release()
-                try:
-                    messages, ended = self._read(sock, remaining)
-                finally:
-                    self._lock.acquire()
-                    self._reading = False
-                for message in messages:
-                    self._dispatch(message)
-                if ended is not None:
-                    self._lost(sock, ended)
-                if self._sleepers:
-                    self._cond.notify_all()
+                self._take_turn(remaining)
 
     def _next_serial(self) -> int:
         # Unique among pending calls is all the protocol asks; wrapping after 2^32 - 1 is fine.
@@ -348,27 +328,32 @@ class Client:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return None
-                sock = self._sock
-                if self._reading or sock is None:
-                    self._sleepers += 1
-                    try:
-                        self._cond.wait(remaining)
-                    finally:
-                        self._sleepers -= 1
-                    continue
-                self._reading = True
-                self._lock.release()
-                try:
-                    messages, ended = self._read(sock, remaining)
-                finally:
-                    self._lock.acquire()
-                    self._reading = False
-                for message in messages:
-                    self._dispatch(message)
-                if ended is not None:
-                    self._lost(sock, ended)
-                if self._sleepers:
-                    self._cond.notify_all()
+                self._take_turn(remaining)
+
+    def _take_turn(self, remaining: float | None) -> None:
+        """With the lock held: read the socket for everyone if nobody is (filing what comes, waking
+        the sleepers), else sleep until something arrives or `remaining` seconds pass."""
+        sock = self._sock
+        if self._reading or sock is None:
+            self._sleepers += 1
+            try:
+                self._cond.wait(remaining)
+            finally:
+                self._sleepers -= 1
+            return
+        self._reading = True
+        self._lock.release()
+        try:
+            messages, ended = self._read(sock, remaining)
+        finally:
+            self._lock.acquire()
+            self._reading = False
+        for message in messages:
+            self._dispatch(message)
+        if ended is not None:
+            self._lost(sock, ended)
+        if self._sleepers:
+            self._cond.notify_all()
 
     def _read(self, sock: socket.socket, timeout: float | None) -> tuple[list[dict], MSSOError | None]:
         """What arrives within `timeout` (whole messages), and why the connection ended, if it did."""
