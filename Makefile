@@ -46,6 +46,7 @@ setup:
 build:
 	swift build
 	$(MAKE) -C pam
+	$(MAKE) -C clients/c tests
 
 unit:
 	swift test
@@ -90,13 +91,15 @@ docs: release generator
 		mssod=$(RELEASE)/daemon/release/mssod msso=$(RELEASE)/clients/release/msso \
 		msso-logout=$(RELEASE)/clients/release/msso-logout
 
-# mssod, msso, msso-logout and git-credential-msso, the PAM module, the systemd user units
+# mssod, msso, msso-logout and git-credential-msso, the PAM module, libmsso (the C library, its
+# headers and pkg-config file, in $(PREFIX)/lib and $(PREFIX)/include), the systemd user units
 # (`systemctl --user enable --now msso.socket` then makes the broker start at the first connection
 # of a session), man pages and bash, zsh and fish completions.
 install: setup release docs
 	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod \
 		$(addprefix $(RELEASE)/clients/release/,$(CLIENTS))
 	$(MAKE) -C pam install PREFIX=$(PREFIX)
+	$(MAKE) -C clients/c install PREFIX=$(PREFIX)
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
 	for unit in msso.socket msso.service; do \
 		sed 's|/usr/local/|$(PREFIX)/|g' dist/systemd/$$unit > $(DESTDIR)$(PREFIX)/lib/systemd/user/$$unit || exit 1; \
@@ -111,3 +114,4 @@ deb: setup release generator
 clean:
 	rm -rf .build $(RELEASE) .build-deb
 	$(MAKE) -C pam clean
+	$(MAKE) -C clients/c clean

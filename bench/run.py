@@ -19,6 +19,8 @@ mssod as a separate process):
 - the same for Go (bench/go, built by scripts/bench as `goclient`): the Go floor (a minimal Go
   client written from docs/PROTOCOL.md against the same echo server), that client's bearer `sign`,
   and the Go library's (clients/go, `msso.Client.Sign`), in turns in one process;
+- (c''') the bearer `sign` of the C library (clients/c, `msso_sign` and `msso_headers_free`:
+  bench/libsign.c), beside the C floor (load.c against echo.c, no JSON work at all);
 - (a') the same floor plus the kernel work of per-call identity (`echo --identify`: recvmsg with
   the sender's credentials and pidfd, its executable statx'ed, the pidfd checked and closed), what
   every mssod call pays before any broker code runs (docs/SECURITY.md);
@@ -54,7 +56,7 @@ sys.path.insert(0, str(ROOT / "clients" / "python" / "src"))
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--daemon", required=True, help="directory of the release mssod")
 parser.add_argument("--clients", required=True, help="directory of the release msso and git-credential-msso")
-parser.add_argument("--tools", required=True, help="directory of the compiled bench tools (echo, load, spawn)")
+parser.add_argument("--tools", required=True, help="directory of the compiled bench tools (echo, load, spawn, libsign)")
 parser.add_argument("--calls", type=int, default=20000, help="sequential calls per latency figure")
 parser.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput figure")
 parser.add_argument("--spawns", type=int, default=300, help="runs per whole-process figure")
@@ -192,6 +194,13 @@ def c_latency(path, frame, calls):
     return p50, p99
 
 
+def library_latency(path, group, calls):
+    """p50 and p99 of libmsso's bearer sign (bench/libsign.c)."""
+    out = subprocess.run([TOOLS / "libsign", str(path), str(calls), group, URL], capture_output=True, text=True, check=True)
+    p50, p99 = map(float, out.stdout.split())
+    return p50, p99
+
+
 def c_throughput(path, frame, clients, seconds):
     out = subprocess.run([TOOLS / "load", "throughput", str(path), str(clients), str(seconds), str(frame)],
                          capture_output=True, text=True, check=True)
@@ -258,7 +267,7 @@ def main():
                     environment={"MSSO_LOG_LEVEL": "info"}, admin_files=False)
     servers, holders = [], []  # the floors' servers; the processes holding 1,000 connections
     try:
-        broker.register("bench", [PYTHON, TOOLS / "load", MSSO, HELPER, GOCLIENT], list(groups))
+        broker.register("bench", [PYTHON, TOOLS / "load", TOOLS / "libsign", MSSO, HELPER, GOCLIENT], list(groups))
         broker.start()
         pid = broker.process.pid
         time.sleep(1)
@@ -345,11 +354,16 @@ def main():
             c_identify = c_latency(identify_path, call_frame, calls)
             c_ping = c_latency(broker.socket, ping_frame, calls)
             c_sign = c_latency(broker.socket, call_frame, calls)
+            c_library = library_latency(broker.socket, GROUP, calls)
             print(f"C client ({calls} sequential calls each), p50 / p99 in µs:")
             print(f"  (a) echo floor               {c_floor[0]:7.1f} / {c_floor[1]:7.1f}")
             print(f"  (a') echo + identity         {c_identify[0]:7.1f} / {c_identify[1]:7.1f}")
             print(f"  (b) ping                     {c_ping[0]:7.1f} / {c_ping[1]:7.1f}")
             print(f"  (c) sign, bearer             {c_sign[0]:7.1f} / {c_sign[1]:7.1f}   the broker's own cost: {c_sign[0] - c_floor[0]:.1f} µs")
+            print(f"  (c''') sign, bearer, libmsso {c_library[0]:7.1f} / {c_library[1]:7.1f}   {c_library[0] / c_floor[0]:.2f}× the C floor, "
+                  f"{c_library[0] / c_sign[0]:.2f}× the bare C client")
+            report("libmsso's bearer sign p50 vs the C echo floor", f"{c_library[0] / c_floor[0]:.2f}×", "≤ 2×",
+                   c_library[0] <= 2 * c_floor[0])
 
         print(f"Throughput, C client, one connection per client, {options.seconds:g} s each (calls/s):")
         for clients in (1, 8, 32):

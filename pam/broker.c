@@ -1,4 +1,5 @@
 #include "broker.h"
+#include "msso_protocol.h" /* the frame cap, the version, the method names: libmsso's (clients/c) */
 #include "replies.h"
 
 #include <arpa/inet.h>
@@ -14,8 +15,6 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
-
-#define MSSO_MAX_FRAME 65536 /* the protocol's cap, in both directions */
 
 #ifndef SO_PASSPIDFD /* Linux 6.5; newer than Debian 12's headers */
 #define SO_PASSPIDFD 76
@@ -219,10 +218,10 @@ msso_status msso_broker_open(msso_broker *b, const char *path, uid_t uid, int ti
     if (getsockopt(b->fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || peer.uid != uid) goto fail;
 
     json_object *args = json_object_new_object();
-    json_object_object_add(args, "version", json_object_new_int(1));
+    json_object_object_add(args, "version", json_object_new_int(MSSO_PROTOCOL_VERSION));
     json_object_object_add(args, "client", json_object_new_string("pam_msso"));
     json_object *result = NULL;
-    msso_status said = msso_broker_call(b, "hello", args, &result);
+    msso_status said = msso_broker_call(b, MSSO_METHOD_HELLO, args, &result);
     if (said != MSSO_OK) {
         json_object_put(result);
         msso_broker_close(b);

@@ -19,6 +19,7 @@
  * which replaces control characters: the module runs as root in sshd or login, and the broker is
  * a process of the user. */
 #include "broker.h"
+#include "msso_protocol.h"
 #include "peer.h"
 #include "replies.h"
 
@@ -138,7 +139,7 @@ static msso_status statuses(msso_broker *b, const options *o, msso_sessions *ses
     const int count = o->group_count ? o->group_count : 1;
     for (int i = 0; i < count; i++) {
         json_object *result = NULL;
-        msso_status status = msso_broker_call(b, "status", group_args(o->group_count ? o->groups[i] : NULL), &result);
+        msso_status status = msso_broker_call(b, MSSO_METHOD_STATUS, group_args(o->group_count ? o->groups[i] : NULL), &result);
         if (status == MSSO_ERROR_REPLY) {
             *error = result;
             return status;
@@ -195,7 +196,7 @@ static void login_one(pam_handle_t *pamh, msso_broker *b, const char *group, con
     json_object_object_add(args, "username", json_object_new_string(user));
     json_object_object_add(args, "password", json_object_get(secret));
     json_object *result = NULL;
-    msso_status status = msso_broker_call(b, "login", args, &result);
+    msso_status status = msso_broker_call(b, MSSO_METHOD_LOGIN, args, &result);
     if (status == MSSO_ERROR_REPLY) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: %s", group, error_message(result));
     else if (status != MSSO_OK) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the broker did not answer in time.", group);
     explicit_bzero((char *)json_object_get_string(secret), strlen(password));
@@ -225,7 +226,7 @@ static int broker_trusted(pam_handle_t *pamh, const options *o, msso_broker *b, 
     if (trusted) {
         json_object *args = json_object_new_object(), *result = NULL;
         json_object_object_add(args, "data", json_object_new_string("pam_msso"));
-        msso_status answered = msso_broker_call(b, "ping", args, &result);
+        msso_status answered = msso_broker_call(b, MSSO_METHOD_PING, args, &result);
         json_object_put(result);
         if (answered != MSSO_OK || b->writer != checked) {
             snprintf(why, size, "the broker's process did not answer again once checked");
@@ -379,7 +380,7 @@ PUBLIC int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, const c
     for (int i = 0; i < (o.group_count ? o.group_count : 1); i++) {
         json_object *result = NULL;
         json_object *call_args = o.group_count ? group_args(o.groups[i]) : json_object_get(args);
-        done += msso_broker_call(&b, "logout", call_args, &result) == MSSO_OK;
+        done += msso_broker_call(&b, MSSO_METHOD_LOGOUT, call_args, &result) == MSSO_OK;
         json_object_put(result);
     }
     json_object_put(args);

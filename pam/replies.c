@@ -41,9 +41,9 @@ static int get_admin(json_object *object, int *admin) {
 }
 
 static int read_state(json_object *object, msso_state *state) {
-    static const struct { const char *name; msso_state state; } states[] = {
-        { "valid", MSSO_VALID }, { "expired", MSSO_EXPIRED }, { "notLoggedIn", MSSO_NOT_LOGGED_IN }, { "corrupt", MSSO_CORRUPT },
-    };
+#define STATE_ROW_(id, name) { name, MSSO_##id },
+    static const struct { const char *name; msso_state state; } states[] = { MSSO_SESSION_STATES(STATE_ROW_) };
+#undef STATE_ROW_
     const char *name;
     if (msso_get_string(object, "state", 16, &name) != 1) return -1;
     for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {

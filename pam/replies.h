@@ -5,6 +5,8 @@
 #ifndef MSSO_PAM_REPLIES_H
 #define MSSO_PAM_REPLIES_H
 
+#include "msso_protocol.h"
+
 #include <json-c/json.h>
 #include <stddef.h>
 #include <time.h>
@@ -13,7 +15,10 @@
 #define MSSO_MAX_MESSAGE 1024 /* bytes in a message for the user (and in any other string) */
 #define MSSO_MAX_SESSIONS 64  /* groups in all the status replies of one PAM call */
 
-typedef enum { MSSO_VALID, MSSO_EXPIRED, MSSO_NOT_LOGGED_IN, MSSO_CORRUPT } msso_state;
+/* MSSO_VALID, MSSO_EXPIRED, MSSO_NOT_LOGGED_IN, MSSO_CORRUPT: the protocol's states (msso_protocol.h). */
+#define MSSO_STATE_ENUM_(id, name) MSSO_##id,
+typedef enum { MSSO_SESSION_STATES(MSSO_STATE_ENUM_) } msso_state;
+#undef MSSO_STATE_ENUM_
 
 /* One SessionStatus (docs/PROTOCOL.md), as far as the module uses it. */
 typedef struct {

@@ -2,37 +2,78 @@ import Foundation
 @testable import MSSOProtocol
 import XCTest
 
-/// pam/ is C and cannot import the Swift definition of the protocol, so what it retypes is held
-/// to that definition here: the frame cap, the protocol version, the methods it calls and the
-/// session states it reads.
+/// C cannot import the Swift definition of the protocol, so its one C copy, libmsso's
+/// clients/c/msso_protocol.h (which the PAM module and the C library both include), is held to
+/// that definition here: the frame cap, the protocol version, the method names, the session states
+/// and the signal names. And pam/ must take them from there, never retype them. (The error names
+/// and their exit statuses, which MSSOClient defines, are held by Tests/e2e/test_c_library.py.)
 final class PAMProtocolTests: XCTestCase {
-    func source(_ name: String) throws -> String {
-        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../pam/\(name)")
+    func file(_ path: String) throws -> String {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../\(path)")
         return try String(contentsOf: url, encoding: .utf8)
     }
 
-    /// Every match of `pattern`'s first group in `text`.
-    func matches(_ pattern: String, in text: String) throws -> [String] {
+    func source(_ name: String) throws -> String { try file("pam/\(name)") }
+    func header() throws -> String { try file("clients/c/msso_protocol.h") }
+
+    /// Every match of `pattern` in `text`, as its groups.
+    func matches(_ pattern: String, in text: String) throws -> [[String]] {
         let regex = try NSRegularExpression(pattern: pattern)
-        return regex.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap {
-            Range($0.range(at: 1), in: text).map { String(text[$0]) }
+        return regex.matches(in: text, range: NSRange(text.startIndex..., in: text)).map { match in
+            (1..<match.numberOfRanges).compactMap { Range(match.range(at: $0), in: text).map { String(text[$0]) } }
         }
     }
 
+    /// The entries `X(ID, "name"…)` of the X-macro list `name` in the header: [ID, name] each.
+    func list(_ name: String) throws -> [[String]] {
+        let body = try matches(#"#define \#(name)\(X\)((?:[^\n]*\\\n)*[^\n]*)"#, in: header())
+        XCTAssertEqual(body.count, 1, name)
+        return try matches(#"X\(([A-Z_]+), "([A-Za-z]+)""#, in: body.first?.first ?? "")
+    }
+
     func testTheFrameCapAndTheVersionAreTheProtocols() throws {
-        let broker = try source("broker.c")
-        XCTAssertEqual(try matches(#"#define MSSO_MAX_FRAME (\d+)"#, in: broker), [String(Framing.maximumPayload)])
-        XCTAssertEqual(try matches(#""version", json_object_new_int\((\d+)\)"#, in: broker), [String(protocolVersion)])
+        XCTAssertEqual(try matches(#"#define MSSO_MAX_FRAME (\d+)"#, in: header()), [[String(Framing.maximumPayload)]])
+        XCTAssertEqual(try matches(#"#define MSSO_PROTOCOL_VERSION (\d+)"#, in: header()), [[String(protocolVersion)]])
+        XCTAssertEqual(try matches(#""version", json_object_new_int\((\w+)\)"#, in: source("broker.c")), [["MSSO_PROTOCOL_VERSION"]])
+    }
+
+    func testTheHeaderNamesEveryMethodAndNoOther() throws {
+        let defined = try matches(#"#define MSSO_METHOD_([A-Z_]+) "([a-z]+)""#, in: header())
+        XCTAssertEqual(Set(defined.map { $0[1] }), Set(CallArguments.Kind.allCases.map(\.rawValue)))
+        for entry in defined { XCTAssertEqual(entry[0], entry[1].uppercased()) }
     }
 
     func testEveryMethodTheModuleCallsExists() throws {
-        let called = try Set(["broker.c", "pam_msso.c"].flatMap { try matches(#"msso_broker_call\([a-z&]+, "([A-Za-z]+)""#, in: source($0)) })
-        XCTAssertEqual(called, ["hello", "status", "login", "ping", "logout"])
-        for method in called { XCTAssertNotNil(CallArguments.Kind(rawValue: method), method) }
+        let modules = try ["broker.c", "pam_msso.c"].map { try source($0) }
+        let called = try Set(modules.flatMap { try matches(#"msso_broker_call\([a-z&]+, MSSO_METHOD_([A-Z]+)"#, in: $0) }.map { $0[0] })
+        XCTAssertEqual(called, ["HELLO", "STATUS", "LOGIN", "PING", "LOGOUT"])
+        // Only by the header's names: a method typed as a string would not be held to anything.
+        for module in modules { XCTAssertEqual(try matches(#"msso_broker_call\([a-z&]+, (")"#, in: module), []) }
     }
 
-    func testTheModuleKnowsEverySessionStateAndNoOther() throws {
-        let states = try matches(#"\{ "([A-Za-z]+)", MSSO_[A-Z_]+ \}"#, in: source("replies.c"))
-        XCTAssertEqual(Set(states), Set(SessionStatus.State.allCases.map(\.rawValue)))
+    func testTheHeaderKnowsEverySessionStateAndNoOther() throws {
+        let states = try list("MSSO_SESSION_STATES")
+        XCTAssertEqual(Set(states.map { $0[1] }), Set(SessionStatus.State.allCases.map(\.rawValue)))
+        XCTAssertEqual(states.count, SessionStatus.State.allCases.count)
+        // The module's table of states is the header's.
+        let replies = try source("replies.c")
+        XCTAssertTrue(replies.contains("MSSO_SESSION_STATES(STATE_ROW_)"))
+        XCTAssertEqual(try matches(#"\{ ("[a-zA-Z]+"), MSSO_[A-Z_]+ \}"#, in: replies), [])
+    }
+
+    func testTheHeaderKnowsEverySignal() throws {
+        let signals = try list("MSSO_SIGNALS")
+        for entry in signals { XCTAssertNotNil(SignalName(rawValue: entry[1]), entry[1]) }
+        // SignalName lists each signal as a `case`: as many as the header.
+        let message = try file("Sources/MSSOProtocol/Message.swift")
+        let enumeration = try matches(#"public enum SignalName[^{]*\{([^}]*)\}"#, in: message)
+        XCTAssertEqual(try matches(#"case \w+ = "(\w+)""#, in: enumeration.first?.first ?? "").map { $0[0] }, signals.map { $0[1] })
+    }
+
+    func testTheModuleRetypesNoConstant() throws {
+        for name in ["broker.c", "broker.h", "pam_msso.c", "replies.c", "replies.h", "peer.c", "peer.h"] {
+            XCTAssertEqual(try matches(#"#define (MSSO_MAX_FRAME|MSSO_PROTOCOL_VERSION|MSSO_METHOD_\w+)\b"#, in: source(name)), [], name)
+        }
+        XCTAssertTrue(try file("pam/Makefile").contains("MSSO_INCLUDE ?= ../clients/c"))
     }
 }

@@ -29,7 +29,8 @@ from harness import GROUP, PASSWORDS, ROOT, Broker
 
 MAN_VERBS = ["login", "extend", "logout", "status", "check", "sign", "token", "exec", "keys", "apps", "audit"]
 # What the package is made of: a newer file here means the .deb is out of date.
-INPUTS = ["Package.swift", "Makefile", "Sources", "pam", "dist", "man", "scripts/deb", "scripts/docs", "README.md", "docs"]
+INPUTS = ["Package.swift", "Makefile", "Sources", "pam", "clients/c", "dist", "man", "scripts/deb", "scripts/docs", "README.md",
+          "docs"]
 # Directories dpkg's maintainer scripts write to outside the package's own files.
 SYSTEMD_STATE = [Path("/etc/systemd/user"), Path("/var/lib/systemd/deb-systemd-user-helper-enabled")]
 # Left while this module has the package installed; found at the start, it marks our own leftover.
@@ -51,9 +52,11 @@ def newest_input() -> float:
     for name in INPUTS:
         path = ROOT / name
         for each in [path, *(path.rglob("*") if path.is_dir() else [])]:
-            # pam/tests/ is the tests' driver, built by `make -C pam` (by the clone's own path, not the
-            # absolute one: a clone under a directory named tests would count nothing, so never rebuild)
-            if each.is_file() and "tests" not in each.relative_to(ROOT).parts and each.suffix not in (".o", ".so", ".stamp"):
+            # pam/tests/ is the tests' driver, built by `make -C pam`, and clients/c/build/ the tests'
+            # build of libmsso (by the clone's own path, not the absolute one: a clone under a directory
+            # named tests would count nothing, so never rebuild)
+            parts = each.relative_to(ROOT).parts
+            if each.is_file() and "tests" not in parts and "build" not in parts and each.suffix not in (".o", ".so", ".stamp"):
                 newest = max(newest, each.stat().st_mtime)
     return newest
 
@@ -238,6 +241,8 @@ def test_the_package_holds_what_an_administrator_expects(deb, tmp_path):
         "/usr/share/bash-completion/completions/msso", "/usr/share/zsh/vendor-completions/_msso",
         "/usr/share/fish/vendor_completions.d/msso.fish",
         "/usr/share/doc/msso/copyright", "/usr/share/doc/msso/changelog.Debian.gz",
+        f"/usr/lib/{multiarch}/libmsso.so.0", f"/usr/lib/{multiarch}/libmsso.so", f"/usr/lib/{multiarch}/pkgconfig/msso.pc",
+        "/usr/include/msso.h", "/usr/include/msso_protocol.h", "/usr/share/man/man3/libmsso.3.gz",
     ]
     assert not [path for path in expected if path not in paths]
     version = subprocess.run(["dpkg-deb", "-f", deb, "Version"], check=True, capture_output=True, text=True).stdout
@@ -253,6 +258,12 @@ def test_the_package_holds_what_an_administrator_expects(deb, tmp_path):
     assert "Name=Log out of single sign-on\n" in desktop and "Exec=msso-logout\n" in desktop
     profile = (tmp_path / "usr/share/pam-configs/msso").read_text()
     assert "Default: no\n" in profile and re.search(r"^Session:\n\toptional\tpam_msso\.so$", profile, re.M)
+    pc = (tmp_path / f"usr/lib/{multiarch}/pkgconfig/msso.pc").read_text()
+    assert f"libdir=/usr/lib/{multiarch}\n" in pc and "includedir=/usr/include\n" in pc
+    for name, text in [("shlibs", f"libmsso 0 msso (>= {changelog_version().rsplit('-', 1)[0]})"),
+                       ("triggers", "activate-noawait ldconfig")]:
+        control = subprocess.run(["dpkg-deb", "--info", deb, name], check=True, capture_output=True, text=True).stdout
+        assert control.strip() == text, (name, control)
     copyright = (tmp_path / "usr/share/doc/msso/copyright").read_text()
     assert copyright.startswith("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/")
 
@@ -272,7 +283,8 @@ def test_man_pages_render(installed):
     assert "SEE ALSO" in out and "mssod(8)" in out
     for section, page, phrase in [("8", "mssod", "--idle-timeout"), ("1", "msso-logout", "--group"),
                                   ("1", "git-credential-msso", "password_expiry_utc"),
-                                  ("8", "pam_msso", "logout_on_close"), ("5", "msso.toml", "session_timeout")]:
+                                  ("8", "pam_msso", "logout_on_close"), ("5", "msso.toml", "session_timeout"),
+                                  ("3", "libmsso", "msso_next_event")]:
         done = subprocess.run(["man", "-P", "cat", section, page], capture_output=True, text=True)
         assert done.returncode == 0 and phrase in done.stdout, (page, done.stderr)
     # The module's page names the mssod the package's module was built for.
@@ -304,6 +316,42 @@ def test_the_installed_mssod_serves_the_installed_msso(installed, desktop, idp):
         assert msso("check").returncode == 0
         assert subprocess.run(["/usr/bin/msso-logout"], env=broker.env, capture_output=True, timeout=60).returncode == 0
         assert msso("check").returncode == 2
+    finally:
+        broker.stop()
+
+
+PROGRAM = r"""#include <msso.h>
+#include <stdio.h>
+int main(void) {
+    msso_error err;
+    char *echo;
+    msso_client *broker = msso_connect(NULL, &err);
+    if (!broker || msso_call(broker, "ping", "{\"data\": \"installed\"}", &echo, &err) != 0) {
+        fprintf(stderr, "%s\n", err.message);
+        return err.exit_status;
+    }
+    printf("%s %s\n", msso_daemon(broker), echo);
+    msso_string_free(echo);
+    msso_close(broker);
+    return 0;
+}
+"""
+
+
+def test_a_program_builds_against_the_installed_library_and_talks_to_the_installed_mssod(installed, desktop, idp,
+                                                                                        tmp_path):
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "msso"], check=True, capture_output=True,
+                           text=True).stdout.split()
+    assert "-lmsso" in flags
+    (tmp_path / "program.c").write_text(PROGRAM)
+    subprocess.run(["cc", "-Wall", "-Werror", "-o", tmp_path / "program", tmp_path / "program.c", *flags], check=True)
+    linked = subprocess.run(["ldd", tmp_path / "program"], check=True, capture_output=True, text=True).stdout
+    assert re.search(r"libmsso\.so\.0 => /(usr/)?lib/[^/]+/libmsso\.so\.0", linked), "found through ld.so's cache"
+    broker = Broker(desktop, idp, executable="/usr/bin/mssod", admin_files=False)
+    try:
+        done = subprocess.run([tmp_path / "program"], env=broker.env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == f'mssod {changelog_version().rsplit("-", 1)[0]} {{"data":"installed"}}\n'
     finally:
         broker.stop()
 

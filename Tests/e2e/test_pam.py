@@ -979,8 +979,9 @@ def test_the_default_mssod_is_where_make_install_puts_it(tmp_path):
     (tmp_path / "tests").mkdir()
     shutil.copy(ROOT / "pam" / "tests" / "pam_driver.c", tmp_path / "tests")
 
-    def built_with(*argv):
-        subprocess.run(["make", "-s", "-C", tmp_path, "pam_msso.so", *argv], check=True, capture_output=True)
+    def built_with(*argv):  # (the protocol's header is libmsso's, in clients/c)
+        subprocess.run(["make", "-s", "-C", tmp_path, "pam_msso.so", f"MSSO_INCLUDE={ROOT / 'clients' / 'c'}", *argv],
+                       check=True, capture_output=True)
         return (tmp_path / "pam_msso.so").read_bytes()
 
     assert b"/usr/local/bin/mssod\0" in built_with()

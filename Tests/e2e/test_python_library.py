@@ -31,6 +31,7 @@ import msso.httpx
 import msso.requests
 from api_server import APIServer
 from harness import GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker, Desktop, RawClient
+from swift_sources import swift_exit_statuses
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
 LIBRARY = ROOT / "clients" / "python"
@@ -175,25 +176,6 @@ def test_errors_are_named_exceptions_with_the_clis_exit_statuses(client, broker)
         assert type(forbidden) is msso.Forbidden and forbidden.exit_status == 7
     # After all that the connection is still fine.
     assert client.ping("still here") == "still here"
-
-
-def swift_error_names():
-    """ErrorName.swift: Swift identifier -> the name on the wire."""
-    text = (ROOT / "Sources" / "MSSOProtocol" / "ErrorName.swift").read_text()
-    return dict(re.findall(r'static let `?(\w+)`? = ErrorName\(rawValue: "(\w+)"\)', text))
-
-
-def swift_exit_statuses():
-    """ExitStatus.swift: the name on the wire -> the msso command's exit status."""
-    text = (ROOT / "Sources" / "MSSOClient" / "ExitStatus.swift").read_text()
-    statuses = {case: int(value) for case, value in re.findall(r"case (\w+) = (\d+)", text)}
-    names = swift_error_names()
-    mapping = {}
-    for cases, status in re.findall(r"case ((?:\.`?\w+`?,?\s*)+): self = \.(\w+)", text):
-        for case in re.findall(r"\.`?(\w+)`?", cases):
-            mapping[names[case]] = statuses[status]
-    default = statuses[re.search(r"default: self = \.(\w+)", text).group(1)]
-    return {name: mapping.get(name, default) for name in names.values()}
 
 
 def test_error_names_and_exit_statuses_are_the_swift_sources(client):
