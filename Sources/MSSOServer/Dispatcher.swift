@@ -35,7 +35,7 @@ struct Caller: Sendable {
 
     /// The caller in words, for refusals.
     var described: String {
-        host.map { "host \($0) (through an SSH forward)" } ?? app.executable ?? app.flatpak ?? "this program"
+        host.map { "host \($0)" } ?? app.executable ?? app.flatpak ?? "this program"
     }
 }
 
@@ -206,7 +206,7 @@ final class Dispatcher: Sendable {
                 return reply(try await broker.logout(config.name, all: false))
             }
             if role == .forwarded {
-                throw BrokerError(.forbidden, "\(caller.described) may not log out of every group; name the group (msso logout --group G)")
+                throw BrokerError(.forbidden, "\(caller.described) may not log out of every group through an SSH forward; name the group (msso logout --group G)")
             }
             guard policy.needsEntitlement(.logout, role: role) else {
                 return reply(try await broker.logout(nil, all: true))
