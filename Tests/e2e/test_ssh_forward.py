@@ -9,6 +9,7 @@ real notification server, the audit naming the host, and the forward gone when t
 import json
 import os
 import pwd
+import shlex
 import shutil
 import socket
 import subprocess
@@ -152,6 +153,18 @@ def remote(command):
     return f"export PATH={BIN}:$PATH; {command}"
 
 
+# Run on the remote host: says hello on $MSSO_SOCKET and prints the reply.
+HELLO = """
+import json, os, socket, struct
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["MSSO_SOCKET"])
+body = json.dumps({"type": "call", "serial": 1, "method": "hello", "args": {"version": 1}}).encode()
+s.sendall(struct.pack(">I", len(body)) + body)
+length = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+print(s.recv(length, socket.MSG_WAITALL).decode(), flush=True)
+"""
+
+
 def marker_ssh(tmp_path):
     """A stand-in for ssh that leaves a mark when run: to show a refusal came before ssh."""
     marker = tmp_path / "ssh-ran"
@@ -260,10 +273,12 @@ def test_the_forward_ends_with_the_ssh_session_and_serves_only_the_ssh_it_was_ma
     broker = forwarding_broker(desktop, idp, forward_table())
     try:
         session = subprocess.Popen([BIN / "msso", "ssh", f"{REMOTE_USER}@{HOST}",
-                                    *sshd.arguments(remote('echo "$MSSO_SOCKET"; msso check -q && echo checked; read line'))],
+                                    *sshd.arguments(remote(f'echo "$MSSO_SOCKET"; msso check -q && echo checked; python3 -c {shlex.quote(HELLO)}; read line'))],
                                    env=broker.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         remote_socket = Path(session.stdout.readline().strip())
         assert session.stdout.readline().strip() == "checked", "the remote host reached the broker"
+        peer = json.loads(session.stdout.readline())["result"]["peer"]
+        assert peer["host"] == HOST and "executable" not in peer, "hello says how the broker sees the caller: as the host"
         forwards = desktop.runtime / "msso" / "forwards"
         (local,) = forwards.glob("*.sock")
         assert forwards.stat().st_mode & 0o777 == 0o700 and local.stat().st_mode & 0o777 == 0o600
