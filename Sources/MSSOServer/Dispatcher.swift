@@ -147,9 +147,12 @@ final class Dispatcher: Sendable {
     func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil) {
         let verb = MethodName.loggable(method)
         let host = host ?? caller.host
-        logger.debug("call", metadata: ["method": "\(verb)", "uid": "\(caller.uid)", "pid": "\(caller.pid)",
-                                        "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")",
-                                        "host": "\(host ?? "-")"])
+        logger.debug("call", metadata: {
+            var metadata: Logger.Metadata = ["method": "\(verb)", "uid": "\(caller.uid)", "pid": "\(caller.pid)",
+                                             "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")"]
+            if let host { metadata["host"] = "\(host)" } // a forwarded call's, or a forward's
+            return metadata
+        }())
         guard let audit else { return }
         var detail: String?
         if failure?.name == .notEntitled, let (expected, actual) = rules.entitlements.pinMismatch(caller.app) {
