@@ -54,10 +54,11 @@ public final class AuditLog: AuditTrail {
         var verb: String
         var outcome: String
         var error: String?
+        var host: String?
 
         init(_ entry: AuditEntry) {
-            (uid, executable, app, group, verb, outcome, error) =
-                (entry.uid, entry.executable, entry.app, entry.group, entry.verb, entry.outcome, entry.error)
+            (uid, executable, app, group, verb, outcome, error, host) =
+                (entry.uid, entry.executable, entry.app, entry.group, entry.verb, entry.outcome, entry.error, entry.host)
         }
     }
 
@@ -92,6 +93,7 @@ public final class AuditLog: AuditTrail {
                 BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
             """)
         try? database.execute("ALTER TABLE audit ADD COLUMN detail TEXT") // logs made before the column existed
+        try? database.execute("ALTER TABLE audit ADD COLUMN host TEXT") // the remote host of an SSH forward's calls
         try database.execute("CREATE INDEX IF NOT EXISTS audit_group_ok ON audit (grp, outcome, id)")
     }
 
@@ -154,7 +156,7 @@ public final class AuditLog: AuditTrail {
             if since != nil { conditions.append("time >= ?2") }
             let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
             let statement = try database.prepare("""
-                SELECT time, uid, pid, executable, app, grp, verb, outcome, error, detail FROM
+                SELECT time, uid, pid, executable, app, grp, verb, outcome, error, detail, host FROM
                 (SELECT * FROM audit \(filter) ORDER BY id DESC LIMIT ?3) ORDER BY id
                 """)
             defer { sqlite3_finalize(statement) }
@@ -168,7 +170,8 @@ public final class AuditLog: AuditTrail {
                 }
                 rows.append(AuditEntry(time: sqlite3_column_double(statement, 0), uid: UInt32(sqlite3_column_int64(statement, 1)),
                                        pid: Int32(sqlite3_column_int64(statement, 2)), executable: text(3), app: text(4),
-                                       group: text(5), verb: text(6) ?? "", outcome: text(7) ?? "", error: text(8), detail: text(9)))
+                                       group: text(5), verb: text(6) ?? "", outcome: text(7) ?? "", error: text(8), detail: text(9),
+                                       host: text(10)))
             }
             return rows
         }
@@ -250,8 +253,8 @@ private final class Database: @unchecked Sendable {
         try execute("BEGIN IMMEDIATE")
         do {
             let statement = try prepare("""
-                INSERT INTO audit (time, uid, pid, executable, app, grp, verb, outcome, error, detail)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                INSERT INTO audit (time, uid, pid, executable, app, grp, verb, outcome, error, detail, host)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                 """)
             defer { sqlite3_finalize(statement) }
             for entry in batch {
@@ -261,7 +264,7 @@ private final class Database: @unchecked Sendable {
                 sqlite3_bind_int64(statement, 2, Int64(entry.uid))
                 sqlite3_bind_int64(statement, 3, Int64(entry.pid))
                 for (index, value) in [(4, entry.executable), (5, entry.app), (6, entry.group), (7, entry.verb),
-                                       (8, entry.outcome), (9, entry.error), (10, entry.detail)] {
+                                       (8, entry.outcome), (9, entry.error), (10, entry.detail), (11, entry.host)] {
                     if let value { msso_sqlite_bind_text(statement, Int32(index), value) }
                 }
                 guard sqlite3_step(statement) == SQLITE_DONE else { throw AuditError("cannot write an audit row: \(message)") }

@@ -24,6 +24,9 @@ public struct Policy: Equatable, Sendable {
     public var userApps = true
     public var auditMaxRows = 100_000
     public var auditMaxAge: Double = 90 * 86400
+    /// Whether `msso ssh` may make the broker reachable from remote hosts (`[forward."HOST"]`
+    /// tables); false refuses every forward, whatever the user's file says.
+    public var forwarding = true
     public init() {}
 }
 
@@ -52,6 +55,8 @@ public enum StorePreference: String, Sendable, Equatable, CaseIterable {
 /// `$MSSO_SYSTEM_DIR`.
 public struct Configuration: Equatable, Sendable {
     public var groups: [String: GroupConfig]
+    /// What each remote host may do through an SSH forward, by host (``ForwardRule``).
+    public var forwards: [String: ForwardRule] = [:]
     public var policy = Policy()
     public var systemDirectory = Configuration.administratorDirectory
     public var userDirectory = "~/.config/msso"
@@ -111,12 +116,13 @@ public struct Configuration: Equatable, Sendable {
     /// file root does not own (with a warning); a malformed one throws.
     public static func load(environment: [String: String], testPaths: Bool = Configuration.testPaths) throws -> Configuration {
         var groups: [String: GroupConfig] = [:]
+        var forwards: [String: ForwardRule] = [:]
         var policy = Policy()
         var warnings: [String] = []
         var store: (StorePreference, String)?
         for (path, admin) in searchPath(environment: environment, testPaths: testPaths) {
             guard let text = try AdminFiles.text(of: path, admin: admin, maximumSize: maximumFileSize, warnings: &warnings) else { continue }
-            let (fileGroups, filePolicy, fileStore) = try parseFile(text, file: path, admin: admin)
+            let (fileGroups, filePolicy, fileStore, fileForwards) = try parseFile(text, file: path, admin: admin)
             if let fileStore {
                 if let (chosen, file) = store, chosen != fileStore {
                     warnings.append("\(path): `store = \"\(fileStore.rawValue)\"` is ignored: the administrator's \(file) sets `store = \"\(chosen.rawValue)\"`")
@@ -131,13 +137,27 @@ public struct Configuration: Equatable, Sendable {
                 }
                 groups[group.name] = group
             }
+            for rule in fileForwards {
+                // As with groups: the administrator's table for a host stands over the user's.
+                if !admin, let theirs = forwards[rule.host], theirs.admin {
+                    warnings.append("\(rule.source): [forward.\"\(rule.host)\"] is ignored: the administrator's \(theirs.source) sets what that host may do")
+                    continue
+                }
+                forwards[rule.host] = rule
+            }
             if let filePolicy { policy = filePolicy }
+        }
+        for rule in forwards.values.sorted(by: { $0.host < $1.host }) {
+            for group in rule.groups where groups[group] == nil {
+                warnings.append("\(rule.source): [forward.\"\(rule.host)\"] names group \"\(group)\", which is not configured")
+            }
         }
         if !testPaths, let ignored = environment["MSSO_SYSTEM_DIR"], !ignored.isEmpty, ignored != administratorDirectory {
             warnings.append("MSSO_SYSTEM_DIR=\(ignored) is ignored: mssod reads the administrator's files from \(administratorDirectory) only (a debug build made for msso's tests reads the variable)")
         }
         var configuration = Configuration(groups: Array(groups.values))
         configuration.policy = policy
+        configuration.forwards = forwards
         configuration.warnings = warnings
         if let (chosen, file) = store { (configuration.store, configuration.storeSetIn) = (chosen, file) }
         (configuration.systemDirectory, configuration.userDirectory) = directories(environment: environment, testPaths: testPaths)
@@ -165,13 +185,19 @@ public struct Configuration: Equatable, Sendable {
         try parseFile(text, file: file, admin: true).groups
     }
 
-    /// Parses one file: its groups, and its policy when it is the admin's.
+    /// Parses one file's `[forward."HOST"]` tables.
+    public static func parseForwards(_ text: String, file: String, admin: Bool = false) throws -> [ForwardRule] {
+        try parseFile(text, file: file, admin: admin).forwards
+    }
+
+    /// Parses one file: its groups, its policy when it is the admin's, and its forward tables.
     static func parseFile(_ text: String, file: String, admin: Bool) throws
-        -> (groups: [GroupConfig], policy: Policy?, store: StorePreference?) {
+        -> (groups: [GroupConfig], policy: Policy?, store: StorePreference?, forwards: [ForwardRule]) {
         let document = try TOMLSubset.parse(text, file: file)
         var groups: [GroupConfig] = []
         var policy: Policy?
         var store: StorePreference?
+        var forwards: [ForwardRule] = []
         for table in document {
             let fail = { (line: Int?, key: String?, problem: String) in
                 ConfigError(file: file, line: line, key: key, problem: problem)
@@ -190,6 +216,14 @@ public struct Configuration: Equatable, Sendable {
             if table.path == ["policy"] {
                 guard admin else { throw fail(table.line, nil, "only the administrator's config.toml may set [policy]") }
                 policy = try parsePolicy(table, fail)
+                continue
+            }
+            if table.path.first == "forward" {
+                let rule = try parseForward(table, file: file, admin: admin, fail)
+                if let twice = forwards.first(where: { $0.host == rule.host }) {
+                    throw fail(table.line, nil, "host \"\(rule.host)\" already has a table, at line \(twice.source.split(separator: ":").last ?? "?") (host names compare without case)")
+                }
+                forwards.append(rule)
                 continue
             }
             guard table.path.count == 2, table.path[0] == "groups" else {
@@ -312,7 +346,46 @@ public struct Configuration: Equatable, Sendable {
             }
             groups.append(group)
         }
-        return (groups, policy, store)
+        return (groups, policy, store, forwards)
+    }
+
+    /// One `[forward."HOST"]` table: `groups` (required), `verbs`, `confirm`.
+    static func parseForward(_ table: TOMLSubset.Table, file: String, admin: Bool,
+                             _ fail: (Int?, String?, String) -> ConfigError) throws -> ForwardRule {
+        guard table.path.count == 2, let host = ForwardHost.normalized(table.path[1]) else {
+            throw fail(table.line, nil, "expected [forward.\"HOST\"], HOST as you give it to ssh without a user name: letters, digits, `.`, `-`, `_` and `:`, at most \(ForwardHost.maximumLength) bytes")
+        }
+        guard let listed = table.values["groups"] else {
+            throw fail(table.line, "groups", "[forward.\"\(host)\"] must name the access groups the host may use, like groups = [\"com.example.suite\"]")
+        }
+        let groups = try listed.strings(fail, "groups")
+        guard !groups.isEmpty else { throw fail(listed.line, "groups", "names no group; remove the table to forward nothing to \(host)") }
+        var rule = ForwardRule(host: host, groups: groups, source: "\(file):\(table.line)", admin: admin)
+        for (key, value) in table.values.sorted(by: { $0.value.line < $1.value.line }) {
+            switch key {
+            case "groups":
+                break
+            case "verbs":
+                var verbs = Set<CallArguments.Kind>()
+                for name in try value.strings(fail, key) {
+                    guard let kind = CallArguments.Kind(rawValue: name), ForwardRule.allowedVerbs.contains(kind) else {
+                        let allowed = ForwardRule.allowedVerbs.map(\.rawValue).sorted().joined(separator: ", ")
+                        let never = CallArguments.Kind(rawValue: name) != nil || ["logout --all", "unlock"].contains(name)
+                        throw fail(value.line, key, never
+                            ? "\"\(name)\" is never allowed from a forwarded host; the verbs a host may have are \(allowed)"
+                            : "unknown verb \"\(name)\"; expected some of \(allowed)")
+                    }
+                    verbs.insert(kind)
+                }
+                rule.verbs = verbs
+            case "confirm":
+                guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
+                rule.confirm = on
+            default:
+                throw fail(value.line, key, "unknown key in [forward.\"\(host)\"]; expected groups, verbs, confirm")
+            }
+        }
+        return rule
     }
 
     /// `http://[user:password@]host:port` (also `https://`, which names the same plain connection to
@@ -330,6 +403,8 @@ public struct Configuration: Equatable, Sendable {
         for (key, value) in table.values {
             switch (key, value.kind) {
             case ("user_apps", .boolean(let allowed)): policy.userApps = allowed
+            case ("forwarding", .boolean(let allowed)): policy.forwarding = allowed
+            case ("forwarding", _): throw fail(value.line, key, "expected true or false")
             case ("audit_max_rows", .integer(let rows)) where rows > 0 && rows <= 100_000_000: policy.auditMaxRows = rows
             case ("audit_max_age", _): policy.auditMaxAge = try value.duration(fail, key)
             case ("user_apps", _): throw fail(value.line, key, "expected true or false")

@@ -1,10 +1,15 @@
 /// A question for the user: may this program get a token or a signature of this group through
-/// this registered tool? (`confirm = true` on a registration; see ``Confirmations``.)
+/// this registered tool? (`confirm = true` on a registration; see ``Confirmations``.) Or, with
+/// ``host``: may this remote host, reached through an SSH forward, make this call on this group?
+/// (`confirm` of a `[forward."HOST"]` table.)
 public struct ConfirmationRequest: Sendable, Hashable {
     /// The access group.
     public var group: String
-    /// `sign` or `token`.
+    /// `sign` or `token`; from a host, any verb its table allows.
     public var verb: String
+    /// The remote host asking, through an SSH forward (then ``tool`` and ``requesters`` are
+    /// empty: the local ssh process that carries the call is nobody's identity).
+    public var host: String?
     /// The registered program that called (e.g. `/usr/bin/git-credential-msso`).
     public var tool: String
     /// The programs that ran it, nearest first, as the kernel names their executables (e.g.
@@ -13,6 +18,11 @@ public struct ConfirmationRequest: Sendable, Hashable {
 
     public init(group: String, verb: String, tool: String, requesters: [String]) {
         (self.group, self.verb, self.tool, self.requesters) = (group, verb, tool, requesters)
+    }
+
+    /// The question about a remote host's call.
+    public init(group: String, verb: String, host: String) {
+        (self.group, self.verb, self.host, tool, requesters) = (group, verb, host, "", [])
     }
 }
 

@@ -81,12 +81,9 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     /// Asks the user whether the program that ran a registered tool may get a token or a
     /// signature through it: **Allow once**, **Allow for 1 hour**, **Deny**; a click on the
     /// notification itself, closing it, or no answer within ``confirmationTimeout`` deny.
+    /// A question about a remote host (an SSH forward) names the host, the group and the verb.
     public func ask(_ request: ConfirmationRequest) async -> ConfirmationAnswer {
-        let requester = request.requesters.first.map(Self.shown) ?? "a program"
-        let above = request.requesters.dropFirst().map(Self.shown)
-        let chain = above.isEmpty ? "" : " (run by \(above.joined(separator: ", run by ")))"
-        let summary = "Allow \(requester) to use SSO for \(Self.shown(request.group))?"
-        let body = "\(requester)\(chain) asks \(Self.shown(request.tool)) for \(request.verb == "sign" ? "a signature" : "a token") of \(Self.shown(request.group))."
+        let (summary, body) = Self.question(request)
         return await withCheckedContinuation { continuation in
             queue.async { [self] in
                 let keys = ["allow", "Allow once", "allow-hour", "Allow for 1 hour", "deny", "Deny"]
@@ -109,6 +106,28 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
                 }
             }
         }
+    }
+
+    /// The notification's summary and body for `request`.
+    static func question(_ request: ConfirmationRequest) -> (summary: String, body: String) {
+        let group = shown(request.group)
+        if let host = request.host.map(shown) {
+            let what = switch request.verb {
+            case "sign": "a signature (sign)"
+            case "token": "a token (token)"
+            case "login": "a device login (login)"
+            case "extend": "to extend the session (extend)"
+            case "logout": "to log out (logout)"
+            default: shown(request.verb)
+            }
+            return ("Allow \(host) to use SSO for \(group)?",
+                    "A program on \(host), reached through msso ssh, asks for \(what) of \(group).")
+        }
+        let requester = request.requesters.first.map(shown) ?? "a program"
+        let above = request.requesters.dropFirst().map(shown)
+        let chain = above.isEmpty ? "" : " (run by \(above.joined(separator: ", run by ")))"
+        return ("Allow \(requester) to use SSO for \(group)?",
+                "\(requester)\(chain) asks \(shown(request.tool)) for \(request.verb == "sign" ? "a signature" : "a token") of \(group).")
     }
 
     // MARK: Signals in

@@ -15,9 +15,13 @@ public struct AuditEntry: Codable, Sendable, Equatable {
     public var error: String?
     /// What else explains the outcome, never a secret (e.g. a pinned and a running digest).
     public var detail: String?
+    /// The remote host a call came from, through an SSH forward (`msso ssh`): then `pid` is the
+    /// local ssh process that carried it, and `executable` is absent. On a `forward` call, the
+    /// host the forward was asked for.
+    public var host: String?
 
     public init(time: Double, uid: UInt32, pid: Int32, executable: String?, app: String?, group: String?,
-                verb: String, outcome: String, error: String?, detail: String? = nil) {
+                verb: String, outcome: String, error: String?, detail: String? = nil, host: String? = nil) {
         self.time = time
         self.uid = uid
         self.pid = pid
@@ -28,5 +32,6 @@ public struct AuditEntry: Codable, Sendable, Equatable {
         self.outcome = outcome
         self.error = error
         self.detail = detail
+        self.host = host
     }
 }

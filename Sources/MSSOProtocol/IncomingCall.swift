@@ -64,10 +64,11 @@ public enum CallArguments: Sendable {
     case lock(Methods.Lock.Arguments)
     case unlock(Methods.Unlock.Arguments)
     case diagnose(Methods.Diagnose.Arguments)
+    case forward(Methods.Forward.Arguments)
 
     /// The method names, as on the wire.
     public enum Kind: String, Sendable, CaseIterable {
-        case hello, ping, login, extend, logout, status, check, sign, token, subscribe, apps, audit, keys, lock, unlock, diagnose
+        case hello, ping, login, extend, logout, status, check, sign, token, subscribe, apps, audit, keys, lock, unlock, diagnose, forward
     }
 
     init(_ kind: Kind, from decoder: Decoder) throws {
@@ -88,6 +89,7 @@ public enum CallArguments: Sendable {
         case .lock: self = .lock(try .init(from: decoder))
         case .unlock: self = .unlock(try .init(from: decoder))
         case .diagnose: self = .diagnose(try .init(from: decoder))
+        case .forward: self = .forward(try .init(from: decoder))
         }
     }
 
@@ -110,6 +112,7 @@ public enum CallArguments: Sendable {
         case .lock: .lock
         case .unlock: .unlock
         case .diagnose: .diagnose
+        case .forward: .forward
         }
     }
 }

@@ -113,10 +113,15 @@ public struct PeerDescription: Codable, Sendable, Equatable {
     public var uid: UInt32
     public var pid: Int32
     public var executable: String?
-    public init(uid: UInt32, pid: Int32, executable: String?) {
+    /// On a socket made for an SSH forward (`forward`): the host the caller is judged as. `uid`
+    /// and `pid` are then the local process that carries the forward (ssh), and `executable` is
+    /// absent: the caller's identity is the host.
+    public var host: String?
+    public init(uid: UInt32, pid: Int32, executable: String?, host: String? = nil) {
         self.uid = uid
         self.pid = pid
         self.executable = executable
+        self.host = host
     }
 }
 

@@ -59,6 +59,8 @@ public final class BrokerServer: @unchecked Sendable {
     /// Kept open to be given up when descriptors run out, so a refused peer can still be told why.
     private var reserve: Int32 = -1
     private let watcher: RegistrationWatcher?
+    /// The sockets made for SSH forwards (`forward`), in `forwards/` beside the broker's socket.
+    private(set) lazy var forwards = Forwards(server: self, directory: AdminFiles.parent(of: socketPath) + "/forwards")
     /// True while the registrations are being read again: calls wait, so that a registration
     /// written before a call was sent is in force for it.
     private(set) var reloading = false
@@ -134,6 +136,7 @@ public final class BrokerServer: @unchecked Sendable {
         }
         listenerToken = (try? reactor.add(listener, events: CMSSO_READABLE, handler: Accepting(self))) ?? 0
         reactor.everyTick { [unowned self] in tick() }
+        forwards.removeStale()
     }
 
     /// Stops accepting, closes every connection and the listener, removes the socket file it made.
@@ -142,6 +145,7 @@ public final class BrokerServer: @unchecked Sendable {
             reactor.execute { [self] in
                 reactor.remove(listener, token: listenerToken)
                 Glibc.close(listener)
+                forwards.closeAll()
                 for connection in Array(connections.values) { connection.close() }
                 done.resume()
             }
@@ -178,10 +182,15 @@ public final class BrokerServer: @unchecked Sendable {
         }
     }
 
-    private func admit(_ fd: Int32) {
+    /// Takes a connection accepted on the broker's socket, or on a `forward`'s.
+    func admit(_ fd: Int32, forward: Forwards.Forward? = nil) {
         var peer = cmsso_credentials()
         guard cmsso_peer_credentials(fd, &peer) == 0 else { return refuse(fd, nil) }
-        if peer.pidfd >= 0 { Glibc.close(peer.pidfd) } // each call brings its own
+        defer { if peer.pidfd >= 0 { Glibc.close(peer.pidfd) } } // each call brings its own
+        if let forward, let refusal = forwards.refusal(of: peer, on: forward) {
+            logger.notice("refused a connection to a forward", metadata: ["host": "\(forward.host)", "uid": "\(peer.uid)", "pid": "\(peer.pid)"])
+            return refuse(fd, refusal)
+        }
         guard policy.admits(uid: peer.uid) else {
             logger.notice("refused connection", metadata: ["uid": "\(peer.uid)", "pid": "\(peer.pid)"])
             return refuse(fd, policy.refusal(uid: peer.uid))
@@ -194,11 +203,14 @@ public final class BrokerServer: @unchecked Sendable {
         }
         guard cmsso_pass_credentials(fd) >= 0 else { return refuse(fd, nil) }
         Self.refuseDescriptors(fd) // inherited from the listener, unless systemd made this connection before we set it
-        let connection = Connection(fd: fd, connectedPid: peer.pid, server: self)
+        var info = stat()
+        let process = peer.pidfd >= 0 && fstat(peer.pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
+        let connection = Connection(fd: fd, connectedPid: peer.pid, server: self, forward: forward, connectedProcess: process)
         guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else { return refuse(fd, nil) }
         connection.token = token
         connections[token] = connection
         perProcess[peer.pid, default: 0] += 1
+        if let forward { forwards.accepted(connection, on: forward) }
     }
 
     /// Tells a refused peer why, in one framed error with serial 0, and hangs up.
@@ -226,6 +238,7 @@ public final class BrokerServer: @unchecked Sendable {
             let broker = dispatcher.broker
             Task { await broker.unsubscribe(connection) }
         }
+        forwards.closed(connection)
     }
 
     /// A connection queued `bytes` of replies its peer has not read: past the budget, the
@@ -268,6 +281,7 @@ public final class BrokerServer: @unchecked Sendable {
             connection.checkDeadlines(now: now)
             connection.updateInterest()
         }
+        forwards.tick(now: now)
         ticks += 1
         if ticks % 50 == 0 { // every 5 s
             callers.sweep()

@@ -324,6 +324,14 @@ final class Callers: @unchecked Sendable {
         return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// The parent pid, from /proc/PID/stat (the field after the command name, which may itself
+    /// hold spaces and parentheses: read after the last ')').
+    static func parent(of pid: Int32) -> Int32? {
+        guard let text = readSmall("/proc/\(pid)/stat", capacity: 1024), let close = text.lastIndex(of: ")") else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        return fields.count > 1 ? Int32(fields[1]) : nil
+    }
+
     /// The systemd unit from the process's cgroup (`0::/user.slice/…/app-foo.scope` → `app-foo.scope`).
     static func unit(pid: Int32) -> String? {
         guard let text = readSmall("/proc/\(pid)/cgroup", capacity: 4096),

@@ -57,6 +57,8 @@ public actor Confirmations {
             if allowedUntil.count >= Self.maximumRemembered { allowedUntil = allowedUntil.filter { $0.value > now } }
             if allowedUntil.count < Self.maximumRemembered { allowedUntil[request] = now + seconds }
             return
+        case .deny where request.host != nil:
+            throw BrokerError(.forbidden, "you did not allow host \(request.host!) to \(request.verb) with \"\(request.group)\" through the SSH forward (denied, dismissed or not answered in time)")
         case .deny:
             throw BrokerError(.forbidden, "you did not allow \(request.requesters.first ?? "this program") to get a token of \"\(request.group)\" through \(request.tool) (denied, dismissed or not answered in time)")
         case .unavailable:
@@ -71,7 +73,10 @@ public actor Confirmations {
 
     /// The refusal when the user cannot be asked, and why not.
     private static func nobodyToAsk(_ request: ConfirmationRequest, _ why: String) -> BrokerError {
-        BrokerError(.forbidden, "\(request.tool) asks for your confirmation before it hands out a token of \"\(request.group)\" (confirm = true), and \(why) (no notification server); run the command from a desktop session, or ask your administrator")
+        if let host = request.host {
+            return BrokerError(.forbidden, "calls from host \(host) wait for your confirmation (confirm = true in its [forward] table), and \(why) (no notification server); run msso ssh from a desktop session, or set confirm = false for the host")
+        }
+        return BrokerError(.forbidden, "\(request.tool) asks for your confirmation before it hands out a token of \"\(request.group)\" (confirm = true), and \(why) (no notification server); run the command from a desktop session, or ask your administrator")
     }
 
     /// The executables of the processes that ran `pid`, nearest first (``ancestry`` at most), as
@@ -79,18 +84,10 @@ public actor Confirmations {
     static func requesters(of pid: Int32) -> [String] {
         var names: [String] = []
         var current = pid
-        while names.count < ancestry, let parent = parent(of: current), parent > 1 {
+        while names.count < ancestry, let parent = Callers.parent(of: current), parent > 1 {
             names.append(Callers.readLink("/proc/\(parent)/exe") ?? "process \(parent)")
             current = parent
         }
         return names
-    }
-
-    /// The parent pid, from /proc/PID/stat (the field after the command name, which may itself
-    /// hold spaces and parentheses: read after the last ')').
-    private static func parent(of pid: Int32) -> Int32? {
-        guard let text = Callers.readSmall("/proc/\(pid)/stat", capacity: 1024), let close = text.lastIndex(of: ")") else { return nil }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        return fields.count > 1 ? Int32(fields[1]) : nil
     }
 }

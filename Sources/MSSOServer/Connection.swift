@@ -20,6 +20,14 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     /// The process that connected (`SO_PEERCRED`): for the per-process cap, and `hello`'s answer
     /// when a root caller cannot be looked at. Calls are judged by their own sender.
     let connectedPid: Int32
+    /// The connecting process's kernel number (see ``Sender/process``; 0 when unknown).
+    let connectedProcess: UInt64
+    /// The SSH forward whose socket accepted this connection: its calls are the forward's
+    /// host's, and must all be written by the process that connected (the local ssh).
+    let forward: Forwards.Forward?
+    /// Whether this connection asked for a forward (`forward`): it ends the forward by closing,
+    /// so it is never closed for idleness.
+    var holdsForward = false
     private unowned let server: BrokerServer
 
     /// Bytes read that do not yet make a whole frame, and who wrote them.
@@ -43,9 +51,11 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     typealias Decoded = InboundFrames.Decoded
 
-    init(fd: Int32, connectedPid: Int32, server: BrokerServer) {
+    init(fd: Int32, connectedPid: Int32, server: BrokerServer, forward: Forwards.Forward? = nil, connectedProcess: UInt64 = 0) {
         self.fd = fd
         self.connectedPid = connectedPid
+        self.connectedProcess = connectedProcess
+        self.forward = forward
         self.server = server
         let now = cmsso_monotonic_ns()
         connectedAt = now
@@ -154,6 +164,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             return .done
         }
         if server.reloading { return .wait }
+        if let forward { return forwarded(serial, method, arguments, sender: sender, forward: forward) }
         let role = server.policy.role(uid: sender.uid, app: nil)
         var app: AppIdentity?
         if role != .root {
@@ -180,11 +191,57 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             greet(serial, hello, caller)
             return .done
         }
+        if case .forward(let asked) = arguments {
+            openForward(serial, asked, caller: caller, sender: sender)
+            return .done
+        }
+        dispatch(serial, method, arguments, caller)
+        return .done
+    }
+
+    private func dispatch(_ serial: UInt32, _ method: String, _ arguments: CallArguments, _ caller: Caller) {
         switch server.dispatcher.dispatch(serial, method: method, arguments, caller: caller, connection: self) {
         case .now(let reply): send(reply)
         case .later: inFlight += 1
         }
+    }
+
+    /// A call on a forward's socket: judged as the forward's host, within its `[forward."HOST"]`
+    /// table as the configuration now has it, never as the process that wrote it (the local ssh,
+    /// which carries whatever runs on the remote host). Only that process may write here.
+    private func forwarded(_ serial: UInt32, _ method: String, _ arguments: CallArguments, sender: Sender,
+                           forward: Forwards.Forward) -> Step {
+        guard sender.uid == server.policy.owner, sender.pid == connectedPid,
+              sender.process == 0 || connectedProcess == 0 || sender.process == connectedProcess else {
+            send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the ssh process that connected may write on a forward's connection")))
+            return .done
+        }
+        let configuration = server.rules.configuration
+        let caller = Caller(uid: sender.uid, pid: sender.pid, role: .forwarded, app: AppIdentity(executable: nil, onHost: false),
+                            registrations: [], host: forward.host,
+                            forward: configuration.policy.forwarding ? configuration.forwards[forward.host] : nil)
+        if case .hello(let hello) = arguments {
+            greet(serial, hello, caller)
+            return .done
+        }
+        dispatch(serial, method, arguments, caller)
         return .done
+    }
+
+    /// `forward`: a socket for a remote host, held by this connection (answered here, on the
+    /// reactor's thread, where sockets are made and watched).
+    private func openForward(_ serial: UInt32, _ asked: Methods.Forward.Arguments, caller: Caller, sender: Sender) {
+        let dispatcher = server.dispatcher
+        let host = ForwardHost.normalized(asked.host)
+        do throws(BrokerError) {
+            try dispatcher.authorize(.forward, caller)
+            let path = try server.forwards.open(host: asked.host, for: self, requester: sender)
+            dispatcher.record(Methods.Forward.name, caller, group: nil, failure: nil, host: host)
+            send(WireCodec.frame(Reply(serial: serial, result: Methods.Forward.Result(socket: path)), serial: serial))
+        } catch {
+            dispatcher.record(Methods.Forward.name, caller, group: nil, failure: error, host: host)
+            send(ReplyWriter.error(serial: serial, error))
+        }
     }
 
     private func greet(_ serial: UInt32, _ hello: Methods.Hello.Arguments, _ caller: Caller) {
@@ -195,7 +252,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             return send(ReplyWriter.error(serial: serial, BrokerError(.unsupportedVersion, "this mssod speaks protocol version \(protocolVersion), not \(hello.version); update the client or the daemon")))
         }
         greeted = true
-        let peer = PeerDescription(uid: caller.uid, pid: caller.pid, executable: caller.app.executable)
+        let peer = PeerDescription(uid: caller.uid, pid: caller.pid, executable: caller.app.executable, host: caller.host)
         send(WireCodec.frame(Reply(serial: serial, result: Methods.Hello.Result(version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: peer)), serial: serial))
     }
 
@@ -385,7 +442,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             refuseHeld(BrokerError(.busy, "the calling process could not be identified in time; try again"))
         }
         if pendingOutput > 0, now - lastWrite > limits.idleTimeout { return close() } // reads nothing: drop it
-        if greeted, !subscribed, inFlight == 0, held == nil, pendingOutput == 0, now - lastActivity > limits.idleTimeout {
+        if greeted, !subscribed, !holdsForward, inFlight == 0, held == nil, pendingOutput == 0, now - lastActivity > limits.idleTimeout {
             return timeOut(BrokerError(.timedOut, "the connection was idle for \(limits.idleTimeout / 1_000_000_000) s; closing (reconnect, or subscribe to stay connected)"))
         }
     }

@@ -12,15 +12,30 @@ struct Caller: Sendable {
     let app: AppIdentity
     /// The registrations the app matches.
     let registrations: [AppRegistration]
+    /// The remote host the call came from, through an SSH forward (role ``AccessPolicy/Role/forwarded``).
+    var host: String? = nil
+    /// That host's `[forward."HOST"]` table as the configuration has it now (nil: none any more,
+    /// or forwarding turned off).
+    var forward: ForwardRule? = nil
 
-    /// Whether a registration that gives this caller `group` asks for the user's confirmation.
-    func needsConfirmation(_ group: String) -> Bool {
-        registrations.contains { $0.confirm == true && $0.groups.contains(group) }
+    /// Whether a call of `kind` on `group` waits for the user's answer: from a host whose table
+    /// has `confirm` (status verbs excepted), or through a registration with `confirm = true`
+    /// that gives the caller `group` (tokens and signatures).
+    func needsConfirmation(_ group: String, _ kind: CallArguments.Kind) -> Bool {
+        if host != nil { return forward?.asks(kind) ?? false }
+        return AccessPolicy.rule(for: kind).givesCredentials && registrations.contains { $0.confirm == true && $0.groups.contains(group) }
     }
 
-    /// The registered groups among the configured ones.
+    /// The groups the caller may use among the configured ones: those its registrations give, or
+    /// its host's table names.
     func usableGroups(_ configuration: Configuration) -> Set<String> {
-        Set(registrations.flatMap(\.groups)).intersection(configuration.groups.keys)
+        if host != nil { return Set(forward?.groups ?? []).intersection(configuration.groups.keys) }
+        return Set(registrations.flatMap(\.groups)).intersection(configuration.groups.keys)
+    }
+
+    /// The caller in words, for refusals.
+    var described: String {
+        host.map { "host \($0)" } ?? app.executable ?? app.flatpak ?? "this program"
     }
 }
 
@@ -58,7 +73,7 @@ final class Dispatcher: Sendable {
                 try authorize(.sign, caller)
                 let config = try resolve(request.group, .sign, caller, into: &group)
                 request.group = config.name
-                if !caller.needsConfirmation(config.name), let response = try broker.signWithoutWaiting(request, group: config) {
+                if !caller.needsConfirmation(config.name, .sign), let response = try broker.signWithoutWaiting(request, group: config) {
                     record(method, caller, group: group, failure: nil)
                     return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
                 }
@@ -77,20 +92,27 @@ final class Dispatcher: Sendable {
     }
 
     /// Throws unless the table (``AccessPolicy/rule(for:)``) lets this caller make this call.
-    private func authorize(_ kind: CallArguments.Kind, _ caller: Caller) throws(BrokerError) {
+    func authorize(_ kind: CallArguments.Kind, _ caller: Caller) throws(BrokerError) {
         try policy.authorize(kind, role: caller.role, registered: !caller.usableGroups(rules.configuration).isEmpty,
-                             who: caller.app.executable ?? caller.app.flatpak ?? "this program")
+                             who: caller.described, forward: caller.forward)
     }
 
-    /// Waits for the user's yes when the caller's registration for `group` asks for it (`confirm`).
-    /// A request outside the group's `resources` is refused first (the broker's verb would refuse
-    /// it anyway): the user is never asked about what would not be served.
-    private func confirm(_ kind: CallArguments.Kind, _ caller: Caller, group config: GroupConfig, resource: String?) async throws(BrokerError) {
-        guard AccessPolicy.rule(for: kind).givesCredentials, caller.needsConfirmation(config.name) else { return }
-        try config.resources?.authorize(resource, group: config.name, verb: kind == .sign ? "signature" : "token")
-        let group = config.name
-        let request = ConfirmationRequest(group: group, verb: kind.rawValue, tool: caller.app.executable ?? caller.app.flatpak ?? "an app",
-                                          requesters: Confirmations.requesters(of: caller.pid))
+    /// Waits for the user's yes when the caller's registration for `group` asks for it
+    /// (`confirm`), or its host's `[forward]` table does. A request outside the group's
+    /// `resources` is refused first (the broker's verb would refuse it anyway): the user is never
+    /// asked about what would not be served.
+    private func confirm(_ kind: CallArguments.Kind, _ caller: Caller, group config: GroupConfig, resource: String? = nil) async throws(BrokerError) {
+        guard caller.needsConfirmation(config.name, kind) else { return }
+        if AccessPolicy.rule(for: kind).givesCredentials {
+            try config.resources?.authorize(resource, group: config.name, verb: kind == .sign ? "signature" : "token")
+        }
+        let request = if let host = caller.host {
+            // The host is the requester: the local ssh that carries its calls is nobody's identity.
+            ConfirmationRequest(group: config.name, verb: kind.rawValue, host: host)
+        } else {
+            ConfirmationRequest(group: config.name, verb: kind.rawValue, tool: caller.app.executable ?? caller.app.flatpak ?? "an app",
+                                requesters: Confirmations.requesters(of: caller.pid))
+        }
         try await confirmations.confirm(request, now: Double(cmsso_monotonic_ns()) / 1e9)
     }
 
@@ -98,7 +120,7 @@ final class Dispatcher: Sendable {
     func refuseUnknown(_ method: String, serial: UInt32, sender: Sender, connection: Connection) {
         let error = BrokerError(.unknownMethod, "no method named \"\(method.prefix(64))\"; see docs/PROTOCOL.md for the methods of protocol version \(protocolVersion)")
         record(method, Caller(uid: sender.uid, pid: sender.pid, role: .app, app: AppIdentity(executable: nil), registrations: []),
-               group: nil, failure: error)
+               group: nil, failure: error, host: connection.forward?.host)
         connection.send(ReplyWriter.error(serial: serial, error))
     }
 
@@ -120,10 +142,17 @@ final class Dispatcher: Sendable {
         return reply
     }
 
-    private func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?) {
+    /// The call's audit row (and a debug line). `host`: the remote host, when not the caller's own
+    /// (a `forward` call names the host it asked for).
+    func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil) {
         let verb = MethodName.loggable(method)
-        logger.debug("call", metadata: ["method": "\(verb)", "uid": "\(caller.uid)", "pid": "\(caller.pid)",
-                                        "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")"])
+        let host = host ?? caller.host
+        logger.debug("call", metadata: {
+            var metadata: Logger.Metadata = ["method": "\(verb)", "uid": "\(caller.uid)", "pid": "\(caller.pid)",
+                                             "group": "\(group ?? "-")", "outcome": "\(failure?.name.rawValue ?? "ok")"]
+            if let host { metadata["host"] = "\(host)" } // a forwarded call's, or a forward's
+            return metadata
+        }())
         guard let audit else { return }
         var detail: String?
         if failure?.name == .notEntitled, let (expected, actual) = rules.entitlements.pinMismatch(caller.app) {
@@ -131,7 +160,8 @@ final class Dispatcher: Sendable {
         }
         audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: caller.uid, pid: caller.pid, executable: caller.app.executable,
                                 app: caller.registrations.first?.name ?? caller.app.flatpak, group: group,
-                                verb: verb, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue, detail: detail))
+                                verb: verb, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue, detail: detail,
+                                host: host))
     }
 
     private func route(_ serial: UInt32, _ arguments: CallArguments, connection: Connection, caller: Caller,
@@ -141,6 +171,8 @@ final class Dispatcher: Sendable {
         switch arguments {
         case .hello, .ping:
             throw BrokerError(.badRequest, "hello may be sent only once, first")
+        case .forward:
+            throw BrokerError(.internal, "forward is answered by the connection") // Connection.openForward
         case .sign(var request):
             let config = try resolve(request.group, .sign, caller, into: &group)
             request.group = config.name
@@ -153,6 +185,7 @@ final class Dispatcher: Sendable {
         case .login(var args):
             let config = try resolve(args.group, .login, caller, into: &group)
             try policy.authorize(args.flow, role: role, group: config)
+            try await confirm(.login, caller, group: config)
             args.group = config.name
             let name = config.name
             return reply(try await broker.login(args) { prompt, joined in
@@ -166,11 +199,17 @@ final class Dispatcher: Sendable {
                 }
             })
         case .extend(let args):
-            return reply(try await broker.extend(try resolve(args.group, .extend, caller, into: &group).name))
+            let config = try resolve(args.group, .extend, caller, into: &group)
+            try await confirm(.extend, caller, group: config)
+            return reply(try await broker.extend(config.name))
         case .logout(let args):
             guard args.all == true else {
-                let name = try resolve(args.group, .logout, caller, into: &group).name
-                return reply(try await broker.logout(name, all: false))
+                let config = try resolve(args.group, .logout, caller, into: &group)
+                try await confirm(.logout, caller, group: config)
+                return reply(try await broker.logout(config.name, all: false))
+            }
+            if role == .forwarded {
+                throw BrokerError(.forbidden, "\(caller.described) may not log out of every group through an SSH forward; name the group (msso logout --group G)")
             }
             guard policy.needsEntitlement(.logout, role: role) else {
                 return reply(try await broker.logout(nil, all: true))
@@ -223,13 +262,18 @@ final class Dispatcher: Sendable {
         let snapshot = rules.current
         let configuration = snapshot.configuration
         var name = name
-        if name == nil, caller.role == .app, configuration.groups.count > 1 {
+        if name == nil, caller.role == .app || caller.role == .forwarded, configuration.groups.count > 1 {
             let mine = caller.usableGroups(configuration)
             if mine.count == 1 { name = mine.first }
         }
         let resolved = try configuration.group(named: name)
         group = resolved.name
-        if policy.needsEntitlement(kind, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved.name) }) {
+        if let host = caller.host {
+            guard let forward = caller.forward, forward.groups.contains(resolved.name) else {
+                let named = caller.forward.map { $0.groups.map { "\"\($0)\"" }.joined(separator: ", ") } ?? "none"
+                throw BrokerError(.notEntitled, "host \(host) may not use access group \"\(resolved.name)\" through the SSH forward: its [forward.\"\(host)\"] table\(caller.forward.map { " (\($0.source))" } ?? "") names \(named); add the group to its `groups` there")
+            }
+        } else if policy.needsEntitlement(kind, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved.name) }) {
             try snapshot.entitlements.authorize(caller.app, group: resolved.name) // throws NotEntitled, worded for the user
         }
         return resolved

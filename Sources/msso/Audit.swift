@@ -27,7 +27,10 @@ struct Audit: ParsableCommand {
             if options.json { return Output.json(rows) }
             for row in rows {
                 let outcome = row.outcome == "ok" ? "ok" : row.error ?? row.outcome
-                let who = "\(row.executable ?? "?")\(row.app.map { " (\($0))" } ?? "") pid \(row.pid) uid \(row.uid)"
+                // A forward's calls are the remote host's: its pid is the local ssh that carried them.
+                let who = row.verb != Methods.Forward.name && row.host != nil
+                    ? "ssh:\(row.host!) (through ssh pid \(row.pid)) uid \(row.uid)"
+                    : "\(row.executable ?? "?")\(row.app.map { " (\($0))" } ?? "") pid \(row.pid) uid \(row.uid)\(row.host.map { " for ssh:\($0)" } ?? "")"
                 let detail = row.detail.map { "  \($0)" } ?? ""
                 Output.print("\(Output.local(row.time, "%Y-%m-%d %H:%M:%S"))  \(row.verb)  \(row.group ?? "-")  \(outcome)  \(who)\(detail)")
             }

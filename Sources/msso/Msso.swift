@@ -12,7 +12,7 @@ struct Msso: ParsableCommand {
             \(ExitStatus.table)
             """,
         subcommands: [Login.self, Extend.self, Logout.self, Status.self, Check.self, Sign.self, Token.self, Exec.self,
-                      Keys.self, Apps.self, Audit.self, Lock.self, Unlock.self, Doctor.self])
+                      Keys.self, Apps.self, Audit.self, Lock.self, Unlock.self, Doctor.self, SSH.self])
 
     /// The verbs scripts and tools call on every request take the quick path; everything else
     /// (help, completions, every error) is ArgumentParser's.

@@ -362,4 +362,101 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(IdPRoute(twin).proxy, .configured("http://proxy.corp:3128"))
         XCTAssertNotEqual(IdPRoute(admin), IdPRoute(twin), "another proxy: another fetch")
     }
+
+    // MARK: [forward."HOST"]
+
+    func testForwardTablesTheirDefaultsAndTheirVerbs() throws {
+        let text = """
+            [forward."Build01.example.com"]
+            groups = ["com.example.suite"]
+
+            [forward.ci]
+            groups = ["a", "b"]
+            verbs = ["token", "login", "logout", "subscribe"]
+            confirm = false
+            """
+        let rules = try Configuration.parseForwards(text, file: "/u/config.toml")
+        XCTAssertEqual(rules.count, 2)
+        XCTAssertEqual(rules[0].host, "build01.example.com", "host names compare without case")
+        XCTAssertEqual(rules[0].groups, ["com.example.suite"])
+        XCTAssertEqual(rules[0].verbs, [.token, .sign, .status, .check], "by default: tokens, signatures, and how sessions stand")
+        XCTAssertTrue(rules[0].confirm, "each new request asks, unless the table says otherwise")
+        XCTAssertEqual(rules[0].source, "/u/config.toml:1")
+        XCTAssertFalse(rules[0].admin)
+        XCTAssertEqual(rules[1].verbs, [.token, .login, .logout, .subscribe])
+        XCTAssertFalse(rules[1].confirm)
+        XCTAssertTrue(rules[0].asks(.token) && rules[0].asks(.sign) && !rules[0].asks(.status) && !rules[0].asks(.check))
+        XCTAssertFalse(rules[1].asks(.token))
+    }
+
+    func testForwardTablesRefuseWhatAHostMayNeverDoNamingFileLineAndKey() {
+        let cases: [(String, String)] = [
+            ("[forward.h]\nverbs = [\"token\"]",
+             "/c.toml:1: `groups`: [forward.\"h\"] must name the access groups the host may use, like groups = [\"com.example.suite\"]"),
+            ("[forward.h]\ngroups = []", "/c.toml:2: `groups`: names no group; remove the table to forward nothing to h"),
+            ("[forward.h]\ngroups = \"g\"", "/c.toml:2: `groups`: expected an array of strings, like [\"openid\"]"),
+            ("[forward.h]\ngroups = [\"g\"]\nconfirm = \"yes\"", "/c.toml:3: `confirm`: expected true or false"),
+            ("[forward.h]\ngroups = [\"g\"]\nshell = true", "/c.toml:3: `shell`: unknown key in [forward.\"h\"]; expected groups, verbs, confirm"),
+            ("[forward.\"user@h\"]\ngroups = [\"g\"]",
+             "/c.toml:1: expected [forward.\"HOST\"], HOST as you give it to ssh without a user name: letters, digits, `.`, `-`, `_` and `:`, at most 253 bytes"),
+            ("[forward]\ngroups = [\"g\"]",
+             "/c.toml:1: expected [forward.\"HOST\"], HOST as you give it to ssh without a user name: letters, digits, `.`, `-`, `_` and `:`, at most 253 bytes"),
+            ("[forward.h]\ngroups = [\"g\"]\n[forward.H]\ngroups = [\"g\"]",
+             "/c.toml:3: host \"h\" already has a table, at line 1 (host names compare without case)"),
+            ("[forward.h]\ngroups = [\"g\"]\nverbs = [\"token\", \"teleport\"]",
+             "/c.toml:3: `verbs`: unknown verb \"teleport\"; expected some of check, extend, login, logout, sign, status, subscribe, token"),
+            ("[policy]\nforwarding = \"no\"", "/c.toml:2: `forwarding`: expected true or false"),
+        ]
+        for (text, expected) in cases {
+            XCTAssertThrowsError(try Configuration.parseForwards(text, file: "/c.toml", admin: true)) { error in
+                XCTAssertEqual("\(error)", expected)
+            }
+        }
+        // Management, locking, registering and forwarding on are never the remote host's.
+        for verb in ["lock", "unlock", "apps", "keys", "audit", "diagnose", "forward", "hello"] {
+            XCTAssertThrowsError(try Configuration.parseForwards("[forward.h]\ngroups = [\"g\"]\nverbs = [\"\(verb)\"]", file: "/c.toml")) { error in
+                XCTAssertTrue("\(error)".hasPrefix("/c.toml:3: `verbs`: \"\(verb)\" is never allowed from a forwarded host"), "\(error)")
+            }
+        }
+        XCTAssertFalse(ForwardRule.allowedVerbs.contains(.lock) || ForwardRule.allowedVerbs.contains(.forward) || ForwardRule.allowedVerbs.contains(.apps))
+    }
+
+    func testTheAdministratorsForwardTableStandsAndForwardingFalseIsTheAdministratorsAlone() throws {
+        try XCTSkipUnless(getuid() == 0, "makes root-owned files")
+        let admin = try adminDirectory(text: """
+            [groups.a]
+            issuer = "https://admin.example"
+            client_id = "corp"
+
+            [forward.build01]
+            groups = ["a"]
+            verbs = ["status"]
+            """)
+        let user = FileManager.default.temporaryDirectory.appendingPathComponent(UUID().uuidString)
+        try FileManager.default.createDirectory(at: user.appendingPathComponent("msso"), withIntermediateDirectories: true)
+        try """
+            [forward.build01]
+            groups = ["a"]
+            verbs = ["token", "sign"]
+            confirm = false
+
+            [forward.laptop]
+            groups = ["a", "nowhere"]
+            """.write(to: user.appendingPathComponent("msso/config.toml"), atomically: true, encoding: .utf8)
+        let environment = ["MSSO_SYSTEM_DIR": admin, "XDG_CONFIG_HOME": user.path, "HOME": "/nonexistent"]
+        let configuration = try Configuration.load(environment: environment)
+        XCTAssertEqual(configuration.forwards["build01"]?.verbs, [.status], "the administrator's table for the host stands")
+        XCTAssertEqual(configuration.forwards["build01"]?.admin, true)
+        XCTAssertEqual(configuration.forwards["laptop"]?.admin, false, "a host the administrator says nothing about is the user's")
+        XCTAssertTrue(configuration.policy.forwarding)
+        XCTAssertEqual(configuration.warnings.count, 2, "\(configuration.warnings)")
+        XCTAssertTrue(configuration.warnings[0].hasSuffix("config.toml:1: [forward.\"build01\"] is ignored: the administrator's \(admin)/config.toml:5 sets what that host may do"),
+                      configuration.warnings[0])
+        XCTAssertTrue(configuration.warnings[1].hasSuffix("[forward.\"laptop\"] names group \"nowhere\", which is not configured"), configuration.warnings[1])
+
+        let off = try adminDirectory(text: "[policy]\nforwarding = false\n")
+        XCTAssertFalse(try Configuration.load(environment: ["MSSO_SYSTEM_DIR": off, "XDG_CONFIG_HOME": user.path, "HOME": "/nonexistent"]).policy.forwarding)
+        // The user's file cannot say it: [policy] is the administrator's.
+        XCTAssertThrowsError(try Configuration.parseFile("[policy]\nforwarding = true\n", file: "/u.toml", admin: false))
+    }
 }

@@ -117,8 +117,8 @@ final class EntitlementsTests: XCTestCase {
         XCTAssertThrowsError(try Configuration.parseFile("[policy]\nuser_apps = true", file: "/u.toml", admin: false)) {
             XCTAssertEqual("\($0)", "/u.toml:1: only the administrator's config.toml may set [policy]")
         }
-        let (_, policy, _) = try Configuration.parseFile("[policy]\nuser_apps = false\naudit_max_rows = 500\naudit_max_age = \"30d\"",
-                                                      file: "/etc/msso/config.toml", admin: true)
+        let policy = try Configuration.parseFile("[policy]\nuser_apps = false\naudit_max_rows = 500\naudit_max_age = \"30d\"",
+                                                      file: "/etc/msso/config.toml", admin: true).policy
         XCTAssertEqual(policy?.userApps, false)
         XCTAssertEqual(policy?.auditMaxRows, 500)
         XCTAssertEqual(policy?.auditMaxAge, 30 * 86400)

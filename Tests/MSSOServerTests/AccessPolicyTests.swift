@@ -10,9 +10,9 @@ final class AccessPolicyTests: XCTestCase {
     typealias Kind = CallArguments.Kind
 
     /// Whether `role` gets past the table for `kind` (registered for some group, or not).
-    func admitted(_ kind: Kind, _ role: AccessPolicy.Role, registered: Bool = true) -> Bool {
+    func admitted(_ kind: Kind, _ role: AccessPolicy.Role, registered: Bool = true, forward: ForwardRule? = nil) -> Bool {
         do {
-            try policy.authorize(kind, role: role, registered: registered, who: "/usr/bin/app")
+            try policy.authorize(kind, role: role, registered: registered, who: "/usr/bin/app", forward: forward)
             return true
         } catch {
             XCTAssertEqual((error as BrokerError).name, .forbidden)
@@ -40,6 +40,47 @@ final class AccessPolicyTests: XCTestCase {
         }
     }
 
+    // MARK: A host reached through an SSH forward
+
+    func testAForwardedHostGetsTheVerbsOfItsTableOnItsGroupsAndNeverManagement() {
+        let table = ForwardRule(host: "build01", groups: ["g"])
+        let everything = ForwardRule(host: "build01", groups: ["g"], verbs: ForwardRule.allowedVerbs)
+        for kind in Kind.allCases {
+            let basic = kind == .hello || kind == .ping
+            XCTAssertEqual(admitted(kind, .forwarded, forward: table), basic || ForwardRule.defaultVerbs.contains(kind), "default table, \(kind)")
+            XCTAssertEqual(admitted(kind, .forwarded, forward: everything), basic || ForwardRule.allowedVerbs.contains(kind), "every verb, \(kind)")
+            XCTAssertEqual(admitted(kind, .forwarded, forward: nil), basic, "no table (any more): nothing, \(kind)")
+        }
+        for kind: Kind in [.apps, .audit, .keys, .diagnose, .lock, .unlock, .forward] {
+            XCTAssertEqual(AccessPolicy.rule(for: kind).forwarded, .refused, "\(kind) is never a host's")
+        }
+        for kind in ForwardRule.allowedVerbs {
+            XCTAssertTrue(policy.needsEntitlement(kind, role: .forwarded), "a host uses only the groups its table names, \(kind)")
+        }
+        XCTAssertEqual(ForwardRule.defaultVerbs, [.token, .sign, .status, .check])
+    }
+
+    func testAForwardedHostLogsInWithTheDeviceFlowOnly() throws {
+        let group = GroupConfig(name: "corp", issuer: "https://idp.example", clientID: "msso")
+        XCTAssertNoThrow(try policy.authorize(.device, role: .forwarded, group: group))
+        for flow: LoginFlow in [.password, .browser] {
+            XCTAssertThrowsError(try policy.authorize(flow, role: .forwarded, group: group)) { error in
+                XCTAssertTrue((error as? BrokerError)?.message.contains("only a device login works") == true)
+            }
+        }
+    }
+
+    func testAForwardedHostsRefusalNamesItsTableAndTheFix() {
+        let table = ForwardRule(host: "build01", groups: ["g"], source: "/home/u/.config/msso/config.toml:7")
+        XCTAssertThrowsError(try policy.authorize(.logout, role: .forwarded, registered: false, who: "host build01", forward: table)) { error in
+            XCTAssertEqual((error as? BrokerError)?.message,
+                           "host build01 may not call logout: its [forward.\"build01\"] table (/home/u/.config/msso/config.toml:7) allows check, sign, status, token; add \"logout\" to its `verbs` there")
+        }
+        XCTAssertThrowsError(try policy.authorize(.lock, role: .forwarded, registered: false, who: "host build01", forward: table)) { error in
+            XCTAssertEqual((error as? BrokerError)?.message, "host build01 may not call lock through an SSH forward: that is for the msso command on this machine")
+        }
+    }
+
     func testNothingThatGivesATokenOrASignatureReachesRoot() {
         for kind in Kind.allCases where AccessPolicy.rule(for: kind).givesCredentials {
             XCTAssertFalse(admitted(kind, .root), "\(kind)")
@@ -58,7 +99,7 @@ final class AccessPolicyTests: XCTestCase {
     }
 
     func testAppsUseOnlyTheirRegisteredGroupsAndNoManagementVerb() {
-        let management: Set<Kind> = [.apps, .audit, .keys, .diagnose]
+        let management: Set<Kind> = [.apps, .audit, .keys, .diagnose, .forward]
         for kind in Kind.allCases {
             XCTAssertEqual(admitted(kind, .app), !management.contains(kind), "app, \(kind)")
         }

@@ -94,4 +94,27 @@ final class ConfirmationsTests: XCTestCase {
         await asker.answerAll(.deny)
         for task in waiting { _ = await task.value }
     }
+
+    func testAHostsAllowForAnHourHoldsForThatHostGroupAndVerbAndADenialNamesTheHost() async throws {
+        let confirmations = Confirmations(), asker = Asker()
+        let nobody = await Self.refusal(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01"))
+        XCTAssertTrue(nobody?.message.contains("calls from host build01 wait for your confirmation") == true, nobody?.message ?? "")
+        await confirmations.setAsker(asker)
+        let first = Self.asking(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01"))
+        await asker.answerAll(.allow(forSeconds: 3600))
+        let allowed = await first.value
+        XCTAssertNil(allowed)
+        let again = await Self.refusal(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01"), now: 60)
+        XCTAssertNil(again, "the same host, group and verb: not asked again within the hour")
+        for other in [ConfirmationRequest(group: "g", verb: "sign", host: "build01"), ConfirmationRequest(group: "g", verb: "token", host: "ci"),
+                      ConfirmationRequest(group: "h", verb: "token", host: "build01")] {
+            let asked = Self.asking(confirmations, other, now: 60)
+            await asker.answerAll(.deny)
+            let denied = await asked.value
+            XCTAssertEqual(denied?.name, .forbidden)
+            XCTAssertTrue(denied?.message.contains("you did not allow host \(other.host!) to \(other.verb) with \"\(other.group)\"") == true,
+                          denied?.message ?? "")
+        }
+        XCTAssertEqual(asker.asked.withLock { $0 }, 4)
+    }
 }
