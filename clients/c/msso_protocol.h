@@ -37,6 +37,7 @@
 #define MSSO_METHOD_LOCK "lock"
 #define MSSO_METHOD_UNLOCK "unlock"
 #define MSSO_METHOD_DIAGNOSE "diagnose"
+#define MSSO_METHOD_FORWARD "forward"
 
 /* A session's `state` (SessionStatus): X(ID, "name"). */
 #define MSSO_SESSION_STATES(X)         \
