@@ -16,6 +16,9 @@ mssod as a separate process):
   turns, beside the hand-written client of (b) and (c): what the library's thread safety, timeouts
   and reconnection cost an app;
 - (c'') the bearer `sign` with sessions in the kernel keyring (a broker with no session bus);
+- a bearer `sign` from a remote host through an SSH forward (`msso ssh`, ssh played by
+  bench/forward-standin, which measures on the forward socket from a process the forward admits),
+  beside a `ping` through the same forward, with the C client;
 - the same for Go (bench/go, built by scripts/bench as `goclient`): the Go floor (a minimal Go
   client written from docs/PROTOCOL.md against the same echo server), that client's bearer `sign`,
   and the Go library's (clients/go, `msso.Client.Sign`), in turns in one process;
@@ -40,6 +43,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import socket
 import sqlite3
 import struct
@@ -424,6 +428,25 @@ def main():
         finally:
             kernel_broker.stop()
             session.cleanup()
+
+        # A sign from a remote host through an SSH forward (`msso ssh`, ssh played by a stand-in that
+        # measures on the forward socket as a remote program would), beside a ping through it.
+        with open(broker.config, "a") as config:
+            config.write(f'\n[forward."bench-host"]\ngroups = ["{GROUP}"]\nverbs = ["sign"]\nconfirm = false\n')
+        reloads = broker.logged("configuration reloaded")
+        broker.process.send_signal(signal.SIGHUP)
+        harness.wait_for(lambda: broker.logged("configuration reloaded") > reloads, what="mssod to read the forward table")
+        measured = subprocess.run([MSSO, "ssh", "-q", "--ssh", str(ROOT / "bench" / "forward-standin"), "bench-host"],
+                                  env=dict(broker.env, MSSO_BENCH_LOAD=str(TOOLS / "load"), MSSO_BENCH_CALLS=str(calls),
+                                           MSSO_BENCH_PING=str(ping_frame), MSSO_BENCH_SIGN=str(call_frame)),
+                                  capture_output=True, text=True)
+        assert measured.returncode == 0, measured.stderr
+        (forward_ping, forward_sign) = [tuple(map(float, line.split())) for line in measured.stdout.splitlines()[:2]]
+        print("C client through an SSH forward (msso ssh), p50 / p99 in µs:")
+        print(f"  ping (the forward's floor)   {forward_ping[0]:7.1f} / {forward_ping[1]:7.1f}")
+        print(f"  sign, bearer                 {forward_sign[0]:7.1f} / {forward_sign[1]:7.1f}   {forward_sign[0] / forward_ping[0]:.2f}× its ping")
+        report("bearer sign through an SSH forward, p50 vs a ping through it", f"{forward_sign[0] / forward_ping[0]:.2f}×", "≤ 2×",
+               forward_sign[0] <= 2 * forward_ping[0])
 
         # Whole processes, from the same spawner.
         env = dict(broker.env, HOME=str(work), GIT_TERMINAL_PROMPT="0", PATH=f"{options.clients}:{os.environ['PATH']}")
