@@ -151,6 +151,14 @@ public struct Configuration: Equatable, Sendable {
             for group in rule.groups where groups[group] == nil {
                 warnings.append("\(rule.source): [forward.\"\(rule.host)\"] names group \"\(group)\", which is not configured")
             }
+            // Any program of the user can open a forward (it runs `msso ssh` with an ssh of its
+            // own), so a user's table naming an administrator's group would be a registration the
+            // administrator's policy never allowed: only the administrator's tables reach them.
+            let theirs = rule.admin ? [] : rule.groups.filter { groups[$0]?.admin == true }
+            if !theirs.isEmpty {
+                warnings.append("\(rule.source): [forward.\"\(rule.host)\"] cannot name the administrator's group\(theirs.count == 1 ? "" : "s") \(theirs.map { "\"\($0)\"" }.joined(separator: ", ")): only a [forward] table in the administrator's config.toml can")
+                forwards[rule.host]?.groups.removeAll { theirs.contains($0) }
+            }
         }
         if !testPaths, let ignored = environment["MSSO_SYSTEM_DIR"], !ignored.isEmpty, ignored != administratorDirectory {
             warnings.append("MSSO_SYSTEM_DIR=\(ignored) is ignored: mssod reads the administrator's files from \(administratorDirectory) only (a debug build made for msso's tests reads the variable)")

@@ -20,9 +20,15 @@ public struct ConfirmationRequest: Sendable, Hashable {
         (self.group, self.verb, self.tool, self.requesters) = (group, verb, tool, requesters)
     }
 
+    /// The forward (one `msso ssh` session) a host's call came through: "Allow for 1 hour" holds
+    /// for that session only, not for a later forward under the same host name (another machine,
+    /// or any program of the user, may open one).
+    public var forward: String?
+
     /// The question about a remote host's call.
-    public init(group: String, verb: String, host: String) {
+    public init(group: String, verb: String, host: String, forward: String) {
         (self.group, self.verb, self.host, tool, requesters) = (group, verb, host, "", [])
+        self.forward = forward
     }
 }
 

@@ -219,7 +219,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         let configuration = server.rules.configuration
         let caller = Caller(uid: sender.uid, pid: sender.pid, role: .forwarded, app: AppIdentity(executable: nil, onHost: false),
                             registrations: [], host: forward.host,
-                            forward: configuration.policy.forwarding ? configuration.forwards[forward.host] : nil)
+                            forward: configuration.policy.forwarding ? configuration.forwards[forward.host] : nil,
+                            forwardSession: forward.path)
         if case .hello(let hello) = arguments {
             greet(serial, hello, caller)
             return .done

@@ -17,6 +17,8 @@ struct Caller: Sendable {
     /// That host's `[forward."HOST"]` table as the configuration has it now (nil: none any more,
     /// or forwarding turned off).
     var forward: ForwardRule? = nil
+    /// Which forward (its socket) the call came through: one `msso ssh` session.
+    var forwardSession: String? = nil
 
     /// Whether a call of `kind` on `group` waits for the user's answer: from a host whose table
     /// has `confirm` (status verbs excepted), or through a registration with `confirm = true`
@@ -108,7 +110,7 @@ final class Dispatcher: Sendable {
         }
         let request = if let host = caller.host {
             // The host is the requester: the local ssh that carries its calls is nobody's identity.
-            ConfirmationRequest(group: config.name, verb: kind.rawValue, host: host)
+            ConfirmationRequest(group: config.name, verb: kind.rawValue, host: host, forward: caller.forwardSession ?? "")
         } else {
             ConfirmationRequest(group: config.name, verb: kind.rawValue, tool: caller.app.executable ?? caller.app.flatpak ?? "an app",
                                 requesters: Confirmations.requesters(of: caller.pid))

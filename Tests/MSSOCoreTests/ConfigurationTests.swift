@@ -449,10 +449,14 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(configuration.forwards["build01"]?.admin, true)
         XCTAssertEqual(configuration.forwards["laptop"]?.admin, false, "a host the administrator says nothing about is the user's")
         XCTAssertTrue(configuration.policy.forwarding)
-        XCTAssertEqual(configuration.warnings.count, 2, "\(configuration.warnings)")
+        XCTAssertEqual(configuration.forwards["laptop"]?.groups, ["nowhere"],
+                       "a user's table cannot give a host the administrator's group (any program of the user can open a forward)")
+        XCTAssertEqual(configuration.warnings.count, 3, "\(configuration.warnings)")
         XCTAssertTrue(configuration.warnings[0].hasSuffix("config.toml:1: [forward.\"build01\"] is ignored: the administrator's \(admin)/config.toml:5 sets what that host may do"),
                       configuration.warnings[0])
         XCTAssertTrue(configuration.warnings[1].hasSuffix("[forward.\"laptop\"] names group \"nowhere\", which is not configured"), configuration.warnings[1])
+        XCTAssertTrue(configuration.warnings[2].hasSuffix("[forward.\"laptop\"] cannot name the administrator's group \"a\": only a [forward] table in the administrator's config.toml can"),
+                      configuration.warnings[2])
 
         let off = try adminDirectory(text: "[policy]\nforwarding = false\n")
         XCTAssertFalse(try Configuration.load(environment: ["MSSO_SYSTEM_DIR": off, "XDG_CONFIG_HOME": user.path, "HOME": "/nonexistent"]).policy.forwarding)

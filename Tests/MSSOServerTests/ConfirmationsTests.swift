@@ -95,19 +95,21 @@ final class ConfirmationsTests: XCTestCase {
         for task in waiting { _ = await task.value }
     }
 
-    func testAHostsAllowForAnHourHoldsForThatHostGroupAndVerbAndADenialNamesTheHost() async throws {
+    func testAHostsAllowForAnHourHoldsForThatSessionHostGroupAndVerbAndADenialNamesTheHost() async throws {
         let confirmations = Confirmations(), asker = Asker()
-        let nobody = await Self.refusal(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01"))
+        let nobody = await Self.refusal(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01", forward: "s1"))
         XCTAssertTrue(nobody?.message.contains("calls from host build01 wait for your confirmation") == true, nobody?.message ?? "")
         await confirmations.setAsker(asker)
-        let first = Self.asking(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01"))
+        let first = Self.asking(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01", forward: "s1"))
         await asker.answerAll(.allow(forSeconds: 3600))
         let allowed = await first.value
         XCTAssertNil(allowed)
-        let again = await Self.refusal(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01"), now: 60)
+        let again = await Self.refusal(confirmations, ConfirmationRequest(group: "g", verb: "token", host: "build01", forward: "s1"), now: 60)
         XCTAssertNil(again, "the same host, group and verb: not asked again within the hour")
-        for other in [ConfirmationRequest(group: "g", verb: "sign", host: "build01"), ConfirmationRequest(group: "g", verb: "token", host: "ci"),
-                      ConfirmationRequest(group: "h", verb: "token", host: "build01")] {
+        for other in [ConfirmationRequest(group: "g", verb: "sign", host: "build01", forward: "s1"), ConfirmationRequest(group: "g", verb: "token", host: "ci", forward: "s1"),
+                      ConfirmationRequest(group: "h", verb: "token", host: "build01", forward: "s1"),
+                      // Another forward under the same name (another session, or any program of the user's): asked again.
+                      ConfirmationRequest(group: "g", verb: "token", host: "build01", forward: "s2")] {
             let asked = Self.asking(confirmations, other, now: 60)
             await asker.answerAll(.deny)
             let denied = await asked.value
@@ -115,6 +117,6 @@ final class ConfirmationsTests: XCTestCase {
             XCTAssertTrue(denied?.message.contains("you did not allow host \(other.host!) to \(other.verb) with \"\(other.group)\"") == true,
                           denied?.message ?? "")
         }
-        XCTAssertEqual(asker.asked.withLock { $0 }, 4)
+        XCTAssertEqual(asker.asked.withLock { $0 }, 5)
     }
 }
