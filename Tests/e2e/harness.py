@@ -385,7 +385,7 @@ class Broker:
         for line in done.stdout.splitlines():
             if line.startswith("Authorization: Bearer "):
                 SECRETS.add(line.split(" ", 2)[2])
-            elif ": " in line and len(line) > 100 and not line.startswith("Sessions are kept in "):  # (where, not a secret)
+            elif ": " in line and len(line) > 100 and "essions are kept in " not in line:  # (where, not a secret)
                 SECRETS.add(line.split(": ", 1)[1])
         return done
 
