@@ -43,6 +43,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -267,8 +268,14 @@ def main():
     idp = IdP()
     groups = {name: {"sign": profile, "refresh_lead": "30s"} for profile, name in PROFILES.items()}
     # At the log level a user runs it at (the tests' broker logs every call at debug).
+    # mssod and msso side by side, as installed: mssod counts the msso beside it as the user's own
+    # tool, the only caller `forward` (msso ssh) answers.
+    installed = work / "bin"
+    installed.mkdir()
+    for binary in (Path(options.daemon) / "mssod", MSSO):
+        shutil.copy2(binary, installed / binary.name)
     broker = Broker(desktop, idp, groups=groups, args=["--idle-timeout", "3600"], start=False,
-                    environment={"MSSO_LOG_LEVEL": "info"}, admin_files=False)
+                    environment={"MSSO_LOG_LEVEL": "info"}, admin_files=False, executable=installed / "mssod")
     servers, holders = [], []  # the floors' servers; the processes holding 1,000 connections
     try:
         broker.register("bench", [PYTHON, TOOLS / "load", TOOLS / "libsign", MSSO, HELPER, GOCLIENT], list(groups))
@@ -436,7 +443,7 @@ def main():
         reloads = broker.logged("configuration reloaded")
         broker.process.send_signal(signal.SIGHUP)
         harness.wait_for(lambda: broker.logged("configuration reloaded") > reloads, what="mssod to read the forward table")
-        measured = subprocess.run([MSSO, "ssh", "-q", "--ssh", str(ROOT / "bench" / "forward-standin"), "bench-host"],
+        measured = subprocess.run([installed / "msso", "ssh", "-q", "--ssh", str(ROOT / "bench" / "forward-standin"), "bench-host"],
                                   env=dict(broker.env, MSSO_BENCH_LOAD=str(TOOLS / "load"), MSSO_BENCH_CALLS=str(calls),
                                            MSSO_BENCH_PING=str(ping_frame), MSSO_BENCH_SIGN=str(call_frame)),
                                   capture_output=True, text=True)
