@@ -72,3 +72,15 @@ LAST = ["test_package", "test_no_secrets_in_logs"]
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: LAST.index(item.module.__name__) + 1 if item.module.__name__ in LAST else 0)
+
+
+@pytest.fixture(scope="module")
+def api(idp):
+    """A resource server that accepts only tokens the IdP says are active and checks each signing
+    profile (Tests/e2e/api_server.py), for the client libraries' tests (a module may make its own)."""
+    from api_server import APIServer
+    from harness import SECRETS
+    server = APIServer(idp)
+    yield server
+    SECRETS.update(server.seen)
+    server.close()

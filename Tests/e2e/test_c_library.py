@@ -25,7 +25,6 @@ import pytest
 import requests
 
 import fake_broker
-from api_server import APIServer
 from harness import GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, RawClient, answers, free_port, wait_for
 from swift_sources import swift_exit_statuses
 from test_browser_login import browser
@@ -142,14 +141,6 @@ def driver(broker):
     program = Driver(broker.env)
     yield program
     program.close()
-
-
-@pytest.fixture(scope="module")
-def api(idp):
-    server = APIServer(idp)
-    yield server
-    SECRETS.update(server.seen)
-    server.close()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from api_server import APIServer
 from harness import BIN, GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop
 from registry_server import REPOSITORY, TAG, RegistryServer, digest
 
@@ -55,14 +54,6 @@ def broker(idp, built):
     yield daemon
     daemon.stop()
     desktop.cleanup()
-
-
-@pytest.fixture(scope="module")
-def api(idp):
-    server = APIServer(idp)
-    yield server
-    SECRETS.update(server.seen)
-    server.close()
 
 
 @pytest.fixture(scope="module")
