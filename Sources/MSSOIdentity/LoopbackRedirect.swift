@@ -69,11 +69,13 @@ final class LoopbackRedirect: Sendable {
 
     /// Listens on 127.0.0.1:`port` (0: any free port) for a request to `path` with `state`.
     static func start(port: Int, path: String, state: String) async throws(BrokerError) -> LoopbackRedirect {
-        let group = MultiThreadedEventLoopGroup.singleton
-        let result = group.next().makePromise(of: [String: String].self)
+        // One loop accepts and judges: a refused connection is closed before the next is accepted,
+        // so another user's flood holds a handful of descriptors, not as many as the accept outruns.
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let result = loop.makePromise(of: [String: String].self)
         let accepted = Accepted()
         do {
-            let channel = try await ServerBootstrap(group: group)
+            let channel = try await ServerBootstrap(group: loop, childGroup: loop)
                 .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
                 .childChannelOption(.maxMessagesPerRead, value: 1)
                 .childChannelInitializer { channel in
