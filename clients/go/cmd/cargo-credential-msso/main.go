@@ -18,8 +18,10 @@
 //     nothing a provider answers). The registry is named to the broker as the token's resource,
 //     the index URL without "sparse+", so a group with `resources` answers only for its
 //     registries; for any other the answer is "url-not-supported" (cargo tries its next
-//     provider). Not logged in, expired, not registered: "other", with the daemon's sentence,
-//     which says what to do (run `msso login --group GROUP`, `msso apps allow …`).
+//     provider). Not logged in or expired: "not-found" (cargo tries its next provider, and
+//     cargo login goes on to log in), with the daemon's sentence (run `msso login --group
+//     GROUP`) on standard error too, since cargo shows the message of an "other" failure only.
+//     Anything else (not registered, locked, no broker): "other", with the daemon's sentence.
 //   - login (`cargo login --registry NAME`): logs the group in, with the flow `msso login` would
 //     choose (a browser where there is a desktop, else a device code), its prompt on standard
 //     error; --device or --browser (`cargo login --registry NAME -- --device`) choose. A token
@@ -109,6 +111,9 @@ type failure struct {
 	Kind     string   `json:"kind"`
 	Message  string   `json:"message,omitempty"`
 	CausedBy []string `json:"caused-by,omitempty"`
+	// note: Message is also written on standard error (which cargo passes through), since cargo
+	// (1.95 still) shows the message of an "other" failure only.
+	note bool
 }
 
 func (f *failure) Error() string { return f.Message }
@@ -184,13 +189,16 @@ func (p *provider) answer(ctx context.Context, line []byte) response {
 	case "logout":
 		err = p.logout(ctx, &r)
 	default:
-		err = &failure{Kind: "operation-not-supported", Message: fmt.Sprintf("cargo-credential-msso does not know the request %q", r.Kind)}
+		err = &failure{Kind: "operation-not-supported", Message: fmt.Sprintf("cargo-credential-msso does not know the request %q", r.Kind), note: true}
 	}
 	var refused *failure
 	switch {
 	case err == nil:
 		return response{Ok: ok}
 	case errors.As(err, &refused):
+		if refused.note && refused.Kind != "other" {
+			fmt.Fprintln(p.errOut(), "cargo-credential-msso:", refused.Message)
+		}
 		return response{Err: refused}
 	default:
 		return response{Err: other(err.Error())}
@@ -249,11 +257,15 @@ func (p *provider) get(ctx context.Context, r *request) (*success, error) {
 	}
 	token, err := p.broker.Token(ctx, msso.TokenRequest{Group: o.group, Resource: resource})
 	switch {
+	case errors.Is(err, msso.ErrNotLoggedIn) || errors.Is(err, msso.ErrExpired):
+		// No token to be had: "not-found", so that cargo login (which asks first) goes on to log in,
+		// and cargo may try its next provider. The daemon's sentence says to run `msso login`.
+		return nil, &failure{Kind: "not-found", Message: err.Error() + " (or `cargo login" + registryFlag(r) + "`)", note: true}
 	case errors.Is(err, msso.ErrResourceForbidden):
 		// Not one of the group's registries: another provider may have its token.
-		return nil, &failure{Kind: "url-not-supported", Message: err.Error()}
+		return nil, &failure{Kind: "url-not-supported", Message: err.Error(), note: true}
 	case err != nil:
-		// The daemon's sentence says what to do: `msso login --group …`, `msso apps allow …`.
+		// The daemon's sentence says what to do: `msso apps allow …`, `msso unlock`, start mssod.
 		return nil, other(err.Error())
 	}
 	authorization, err := authorizationOf(token)
@@ -303,7 +315,7 @@ func (p *provider) login(ctx context.Context, r *request) (*success, error) {
 	}
 	if r.Token != nil && strings.TrimSpace(*r.Token) != "" {
 		return nil, &failure{Kind: "operation-not-supported", Message: "cargo-credential-msso takes no token: the token is the identity " +
-			"provider's, had by logging in. Run `cargo login" + registryFlag(r) + "` without one, or `" + mssoCommand("login", o.group) + "`"}
+			"provider's, had by logging in. Run `cargo login" + registryFlag(r) + "` without one, or `" + mssoCommand("login", o.group) + "`", note: true}
 	}
 	status, err := p.broker.Check(ctx, o.group)
 	if err == nil && status.State == msso.StateValid {
@@ -352,7 +364,7 @@ func (p *provider) logout(ctx context.Context, r *request) error {
 		}
 	}
 	return &failure{Kind: "operation-not-supported", Message: "cargo keeps no msso token to forget (it never stores one); " +
-		"the session is msso's, shared by every app of the group: end it with `" + mssoCommand("logout", group) + "`"}
+		"the session is msso's, shared by every app of the group: end it with `" + mssoCommand("logout", group) + "`", note: true}
 }
 
 // mssoCommand is the msso command that does verb for the group ("": the daemon's default).

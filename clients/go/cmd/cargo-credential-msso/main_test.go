@@ -44,8 +44,15 @@ func (b *fakeBroker) LoginBrowser(_ context.Context, group string, _ func(msso.B
 	return &msso.SessionStatus{Group: group, State: msso.StateValid, Username: "alice"}, b.loginErr
 }
 
-// converse runs the provider on the request lines; it returns every line it wrote.
+// converse runs the provider on the request lines; it returns every line it wrote after hello.
 func converse(t *testing.T, b *fakeBroker, env map[string]string, requests ...string) []string {
+	t.Helper()
+	lines, _ := converseErr(t, b, env, requests...)
+	return lines
+}
+
+// converseErr is converse, and what the provider wrote on standard error.
+func converseErr(t *testing.T, b *fakeBroker, env map[string]string, requests ...string) ([]string, string) {
 	t.Helper()
 	var out, stderr bytes.Buffer
 	p := &provider{broker: b, env: func(name string) string { return env[name] }, stderr: &stderr, desktop: func() bool { return false }}
@@ -56,7 +63,7 @@ func converse(t *testing.T, b *fakeBroker, env map[string]string, requests ...st
 	if lines[0] != `{"v":[1]}` {
 		t.Fatalf("hello: %q", lines[0])
 	}
-	return lines[1:]
+	return lines[1:], stderr.String()
 }
 
 const sparse = `"registry":{"index-url":"sparse+https://crates.example.com/index/","name":"example"}`
@@ -111,13 +118,20 @@ func TestGetFailuresSayWhatToDo(t *testing.T) {
 		err          error
 		kind, phrase string
 	}{
-		{notLoggedIn, "other", "msso login --group com.example.suite"},
+		{notLoggedIn, "not-found", "msso login --group com.example.suite"},
+		{&msso.Error{Name: "Expired", Message: "the session of com.example.suite expired; run `msso login --group com.example.suite`"}, "not-found", "cargo login --registry example"},
+		{&msso.Error{Name: "NotEntitled", Message: "/usr/bin/x is not registered for com.example.suite: `msso apps allow`"}, "other", "msso apps allow"},
 		{&msso.Error{Name: "ResourceForbidden", Message: "com.example.suite's tokens are only for https://elsewhere/"}, "url-not-supported", "elsewhere"},
 		{&msso.Error{Name: "BrokerUnreachable", Message: "nothing answers on /run/user/1000/msso/broker.sock"}, "other", "nothing answers"},
 	} {
-		got := errorOf(t, converse(t, &fakeBroker{err: c.err}, nil, get(""))[0])
+		lines, stderr := converseErr(t, &fakeBroker{err: c.err}, nil, get(""))
+		got := errorOf(t, lines[0])
 		if got.Kind != c.kind || !strings.Contains(got.Message, c.phrase) {
 			t.Errorf("%v: %+v", c.err, got)
+		}
+		// cargo shows the message of "other" only: the others' go on standard error too.
+		if noted := strings.Contains(stderr, c.phrase); noted != (c.kind != "other") {
+			t.Errorf("%v: standard error %q", c.err, stderr)
 		}
 	}
 	// Not an http(s) registry: not msso's, without asking the broker.
