@@ -112,7 +112,8 @@ def test_the_module_is_standard_library_only_vets_clean_and_passes_its_unit_test
     # The unit tests (no daemon) include the error names and exit statuses against the Swift sources.
     out = go("test", "-count=1", "-v", "./...")
     for name in ("TestErrorNamesAndExitStatusesAreTheSwiftSources", "TestRepliesAreMatchedToCallsBySerial",
-                 "TestTokensAndHeadersNeverPrintTheirSecret", "TestARegistryIsNamedAsTheURLItsTokenGoesTo"):
+                 "TestTokensAndHeadersNeverPrintTheirSecret", "TestARegistryIsNamedAsTheURLItsTokenGoesTo",
+                 "TestGetAnswersTheTokenAsTheAuthorizationHeaderUntilItExpires", "TestARegistryIsNamedAsItsIndexURL"):
         assert f"--- PASS: {name}" in out, out
 
 
