@@ -63,13 +63,13 @@ func main() {
 			"  credential-provider = [\"cargo-credential-msso\", \"--group\", \"GROUP\"])")
 		os.Exit(64)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM) // ends a login's wait
 	client := &msso.Client{Name: "cargo-credential-msso"}
-	defer client.Close()
-	if err := serve(ctx, &provider{broker: client}, os.Stdin, os.Stdout); err != nil {
+	err := serve(ctx, &provider{broker: client}, os.Stdin, os.Stdout)
+	client.Close()
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "cargo-credential-msso:", err)
-		stop()
 		os.Exit(70)
 	}
 }
