@@ -11,6 +11,11 @@ export MSSO_TEST_VENV ?= $(CURDIR)/.venv-test
 # loader, no shared Swift libraries to map and relocate).
 RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
+# Release builds carry symbols but no DWARF: the package strips them anyway, a crash's backtrace
+# still names its functions, and the compilers do about 15 % less work (mssod: 1,360 CPU seconds
+# instead of about 1,600 on the 2-core machine), which `make test`'s release build behind the
+# tests needs most. The debug build keeps it all.
+NO_DWARF = -Xswiftc -gnone -Xcc -g0
 # The daemon, linked for a small resident size (docs/ARCHITECTURE.md, "Where mssod's memory goes"): by lld, each
 # function in a section of its own, the functions a broker's life runs laid out together
 # (bench/mssod.order, made by `make order`) and the compiler's unnamed ones gathered (bench/mssod.ld),
@@ -73,16 +78,16 @@ release:
 	@for input in bench/mssod.order bench/mssod.ld; do \
 		[ ! $$input -nt $(RELEASE)/daemon/release/mssod ] || rm -f $(RELEASE)/daemon/release/mssod; \
 	done
-	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(DAEMON_LINK) $(DAEMON_CXX) --product mssod
+	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(NO_DWARF) $(DAEMON_LINK) $(DAEMON_CXX) --product mssod
 	for product in $(CLIENTS); do \
-		swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product $$product || exit 1; \
+		swift build -c release --scratch-path $(RELEASE)/clients $(NO_DWARF) -Xswiftc -static-executable --product $$product || exit 1; \
 	done
 
 # swift-argument-parser's generate-manual, built beside the commands with the same flags (so
 # nothing else is rebuilt).
 GENERATOR = $(RELEASE)/clients/release/generate-manual
 generator:
-	swift build -c release --scratch-path $(RELEASE)/clients -Xswiftc -static-executable --product generate-manual
+	swift build -c release --scratch-path $(RELEASE)/clients $(NO_DWARF) -Xswiftc -static-executable --product generate-manual
 
 # Man pages and completions for PREFIX, in $(RELEASE)/docs/share (see scripts/docs).
 docs: release generator
