@@ -205,11 +205,20 @@ public struct JSONWebKeySet: Sendable {
             self.key = key
         }
 
-        /// `x || y`, each exactly `size` bytes (RFC 7518 §6.2.1.2: the full coordinate length);
-        /// whether the point is on the curve is for the key's initializer to check.
+        /// `x || y`, each `size` bytes; whether the point is on the curve is for the key's
+        /// initializer to check. RFC 7518 §6.2.1.2 asks for each coordinate at its full length,
+        /// but glewlwyd (through rhonabwy) drops a coordinate's leading zero bytes, for about one
+        /// key in 128: the same integer, so leading zeros are taken off and put back to `size`.
         static func point(_ x: Data?, _ y: Data?, size: Int) -> Data? {
-            guard let x, let y, x.count == size, y.count == size else { return nil }
+            guard let x = x.flatMap({ coordinate($0, size: size) }), let y = y.flatMap({ coordinate($0, size: size) }) else { return nil }
             return x + y
+        }
+
+        /// The big-endian integer `bytes` in exactly `size` bytes; nil when it does not fit.
+        static func coordinate(_ bytes: Data, size: Int) -> Data? {
+            let significant = bytes.drop { $0 == 0 }
+            guard significant.count <= size else { return nil }
+            return Data(repeating: 0, count: size - significant.count) + significant
         }
 
         /// An RSA key of ``JSONWebKeySet/rsaBits`` bits with an odd exponent of at most 32 bits.

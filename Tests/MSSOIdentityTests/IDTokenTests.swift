@@ -272,6 +272,25 @@ final class IDTokenTests: XCTestCase {
         XCTAssertEqual(verifying.keys.count, 1)
     }
 
+    func testACoordinatePublishedWithoutItsLeadingZerosIsTheSameKey() throws {
+        // glewlwyd (rhonabwy) publishes x or y without their leading zero bytes, for about one
+        // key in 128: such a key verifies the provider's tokens as the full-length one does.
+        var key = P256.Signing.PrivateKey()
+        while key.publicKey.rawRepresentation.first != 0 { key = P256.Signing.PrivateKey() }
+        let raw = key.publicKey.rawRepresentation
+        let x = raw.prefix(32), y = raw.suffix(32)
+        let published: [String: Any] = ["kty": "EC", "crv": "P-256", "kid": "short-x",
+                                        "x": Base64URL.encode(x.drop { $0 == 0 }), "y": Base64URL.encode(y)]
+        let padded: [String: Any] = ["kty": "EC", "crv": "P-256", "kid": "long-x",
+                                     "x": Base64URL.encode(Data([0]) + x), "y": Base64URL.encode(y)]
+        let tooLong: [String: Any] = ["kty": "EC", "crv": "P-256", "kid": "too-long",
+                                      "x": Base64URL.encode(Data([1]) + x), "y": Base64URL.encode(y)]
+        let set = try JSONWebKeySet(json: Self.jwks([published, padded, tooLong]))
+        XCTAssertEqual(set.keys.map(\.id), ["short-x", "long-x"])
+        let token = Self.token(["alg": "ES256", "kid": "short-x", "typ": "JWT"]) { try key.signature(for: $0).rawRepresentation }
+        XCTAssertNoThrow(try validate(token, keys: set))
+    }
+
     func testTheKeySetIsBounded() throws {
         XCTAssertThrowsError(try JSONWebKeySet(json: Data("not json".utf8))) { XCTAssertEqual($0 as? JSONWebKeySetError, .notAKeySet) }
         XCTAssertThrowsError(try JSONWebKeySet(json: Data("{\"keys\":{}}".utf8))) { XCTAssertEqual($0 as? JSONWebKeySetError, .notAKeySet) }

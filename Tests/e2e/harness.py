@@ -78,10 +78,13 @@ def unread(sock) -> int:
 class IdP:
     """A real OpenID Connect provider (glewlwyd) on 127.0.0.1."""
 
-    def __init__(self, token_ttl=3600, dpop_nonce=False):
+    def __init__(self, token_ttl=3600, dpop_nonce=False, signing_key=None):
+        """`signing_key`: a P-256 private key's PEM file to sign ID tokens with (else a new key)."""
         self.dir = Path(tempfile.mkdtemp(prefix="msso-idp-"))
         self.port = free_port()
         env = dict(os.environ, IDP_ACCESS_TOKEN_TTL=str(token_ttl), IDP_DPOP_NONCE="1" if dpop_nonce else "0")
+        if signing_key:
+            env["IDP_SIGNING_KEY"] = str(signing_key)
         self.issuer = subprocess.run([ROOT / "scripts" / "idp", "start", self.dir, str(self.port)], env=env,
                                      check=True, capture_output=True, text=True).stdout.strip()
         self.secret_file = self.dir / "client_secret"

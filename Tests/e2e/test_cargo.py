@@ -39,10 +39,11 @@ def version_of(cargo) -> tuple[int, int] | None:
 
 
 def find_cargo():
-    """A cargo with credential providers (1.74 or later), as the binary itself: a rustup proxy
-    (~/.cargo/bin/cargo) would look for its toolchains in the test desktop's HOME, so it is asked
-    which cargo it runs. Debian 12's own cargo (0.66) is too old."""
-    candidates = [os.environ.get("CARGO")]
+    """A cargo with credential providers (1.74 or later), as the binary itself: Debian's
+    `cargo-web` (1.85 and later, /usr/bin/cargo; scripts/setup installs it: Debian 12's `cargo`
+    is 0.66, too old), else rustup's (a rustup proxy, ~/.cargo/bin/cargo, would look for its
+    toolchains in the test desktop's HOME, so it is asked which cargo it runs)."""
+    candidates = [os.environ.get("CARGO"), "/usr/bin/cargo"]
     for rustup in (shutil.which("rustup"), Path.home() / ".cargo" / "bin" / "rustup"):
         if rustup and Path(rustup).exists():
             which = subprocess.run([rustup, "which", "cargo"], capture_output=True, text=True, timeout=60)
@@ -57,7 +58,7 @@ def find_cargo():
 
 CARGO, CARGO_VERSION = find_cargo()
 pytestmark = pytest.mark.skipif(CARGO is None, reason="no cargo 1.74 or later (credential providers came in 1.74; "
-                                                      "Debian 12's cargo is 0.66): install one with rustup, or set $CARGO")
+                                                      "Debian 12's cargo is 0.66): run scripts/setup (Debian's cargo-web), or set $CARGO")
 
 
 @pytest.fixture(scope="module")

@@ -6,14 +6,16 @@ the way the provider takes; send `prompt`; name `redirect_uri` when the provider
 
 The providers these quirks come from are in test_real_idps.py, through their own login pages.
 """
+import base64
 import json
 import subprocess
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+import requests
 
 from fake_idp import FakeIdP
-from harness import BIN, GROUP, SECRETS, Broker, RawClient, free_port, wait_for
+from harness import BIN, GROUP, SECRETS, Broker, IdP, RawClient, free_port, wait_for
 from test_browser_login import REDIRECT, browser, start_login
 
 URL = "https://api.example.com/items"
@@ -349,3 +351,32 @@ def test_a_refresh_answered_with_another_users_tokens_ends_the_session(desktop, 
         assert broker.status_json()["username"] == "alice"
     finally:
         broker.stop()
+
+
+def test_a_signing_key_whose_coordinate_glewlwyd_publishes_without_its_leading_zero(desktop, tmp_path):
+    """glewlwyd (through rhonabwy) publishes an EC key's x or y without its leading zero bytes,
+    which RFC 7518 says not to do: for about one fresh key in 128. Before, msso skipped such a key
+    as malformed and refused every login with "signed with a key it does not publish", at random
+    across the suite's fresh providers. Expected: the key is the same integer padded back, and a
+    password login, whose ID token is checked against it, succeeds."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    while key.public_key().public_numbers().x >= 2 ** 248:
+        key = ec.generate_private_key(ec.SECP256R1())
+    pem = tmp_path / "signing.pem"
+    pem.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+                                      serialization.NoEncryption()))
+    provider = IdP(signing_key=pem)
+    broker = None
+    try:
+        published = requests.get(f"{provider.issuer}/jwks", timeout=5).json()["keys"]
+        assert len(published) == 1 and len(base64.urlsafe_b64decode(published[0]["x"] + "==")) < 32, published  # the quirk
+        broker = Broker(desktop, provider)
+        login = broker.login()
+        assert login.returncode == 0, login.stderr
+        assert broker.status_json()["state"] == "valid"
+    finally:
+        if broker:
+            broker.stop()
+        provider.cleanup()
