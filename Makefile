@@ -37,13 +37,13 @@ DAEMON_CXX = $(if $(filter /%,$(CXX_ARCHIVE)),-Xswiftc -L$(abspath $(STATIC_CXX)
 demo: setup build
 	./examples/demo.sh
 
-# The release build that test_package.py's `make deb` needs runs behind the rest at the lowest CPU
-# priority (scripts/behind), from the start, once the dependencies are resolved (so that the two
-# builds do not resolve them at once): it takes the CPU the debug build, the unit tests and the
-# end-to-end tests leave idle, and test_package.py's `make deb` goes on from where it got.
+# The release build that test_package.py's `make deb` needs runs behind the rest (scripts/behind),
+# from the start, once the dependencies are resolved (so that the two builds do not resolve them at
+# once): with a third of the CPU beside the debug build and the unit tests, then with what the
+# end-to-end tests leave idle; test_package.py waits for it, at normal priority, before `make deb`.
 test: setup
 	swift package resolve
-	./scripts/behind $(MAKE) build unit e2e
+	./scripts/behind $(MAKE) build unit -- $(MAKE) e2e
 
 setup:
 	./scripts/setup

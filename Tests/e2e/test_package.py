@@ -11,13 +11,11 @@ pam/pam_msso.so by path, so the installed package changes nothing they run.
 The package is built once (`make deb` builds the release binaries: slow the first time) and reused
 while it is newer than everything it is made of. Under `make test` the release binaries are built
 behind the other tests (scripts/behind), on the CPU they leave idle; this module runs after them
-(conftest.py), stops that build if it has not ended, and `make deb` goes on from where it got.
+(conftest.py), waits for that build at normal priority, and `make deb` finds it done.
 """
-import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -61,51 +59,12 @@ def newest_input() -> float:
     return newest
 
 
-def stop_the_build_behind():
-    """Stops the release build scripts/behind started, if it still runs: `make deb` then goes on
-    from where it got (SwiftPM keeps what it compiled), in the foreground at the tests' priority.
-    Behind, the build has only the CPU nobody else wants: on a machine others share, next to none.
-    Its pid file names the leader of a session of its own, which every process of the build is in
-    (SwiftPM puts each compiler in a process group of its own)."""
-    try:
-        sid = int((ROOT / ".build-release" / "behind.pid").read_text())
-    except (OSError, ValueError):
-        return
-
-    def alive(pid):
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
-    try:  # that build, not another process that took its pid after it ended
-        if b"release" not in Path(f"/proc/{sid}/cmdline").read_bytes() or not alive(sid):
-            return
-    except OSError:
-        return
-
-    def members():
-        found = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if os.getsid(int(entry.name)) == sid and alive(entry.name):
-                        found.append(int(entry.name))
-                except OSError:
-                    pass
-        return found
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in members():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + 10
-        while members() and time.monotonic() < deadline:
-            time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def deb() -> Path:
-    stop_the_build_behind()
+    # The release build scripts/behind runs behind the tests, raised to normal priority and waited
+    # for (what it compiled stays compiled); nothing to wait for outside `make test`.
+    done = subprocess.run([ROOT / "scripts" / "behind", "--wait"], capture_output=True, text=True, timeout=3 * 3600)
+    assert done.returncode == 0, done.stderr
     arch = subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True, text=True).stdout.strip()
     path = ROOT / ".build-deb" / f"msso_{changelog_version()}_{arch}.deb"
     if not path.exists() or path.stat().st_mtime < newest_input():
