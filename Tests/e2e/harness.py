@@ -360,8 +360,13 @@ class Broker:
         wait_for(lambda: answers(self.socket) or self.process.poll() is not None, what="mssod's socket")
         assert self.process.poll() is None, f"mssod exited: {self.log.read_text()}"
         if store:
-            wait_for(lambda: self.logged("sessions are kept in") > chosen or self.process.poll() is not None,
-                     what="mssod's choice of store")
+            # Up to three keyring calls of 5 s each when the keyring is slow (a probe, its retry on a
+            # new connection, whether a locked keyring holds sessions): give it that and more.
+            try:
+                wait_for(lambda: self.logged("sessions are kept in") > chosen or self.process.poll() is not None,
+                         timeout=30, what="mssod's choice of store")
+            except TimeoutError as error:
+                raise TimeoutError(f"{error}; mssod's log:\n{self.log.read_text()[-3000:]}") from None
 
     def stop(self, sig=signal.SIGTERM):
         """Stops mssod; a daemon that ignores `sig` for 5 s is killed, and that is a test failure."""

@@ -1195,8 +1195,10 @@ os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 '''
 
 
-@pytest.mark.xfail(strict=True, reason="open: the kernel names the sender of bytes by process, not by the program it "
-                                       "ran; a process never read from before cannot be told from the program it exec'd")
+# Not strict: the daemon's first look at the new process races with its exec, so the call is served
+# in most runs and refused in some (CI saw it refused once): the limitation stands either way.
+@pytest.mark.xfail(strict=False, reason="open: the kernel names the sender of bytes by process, not by the program it "
+                                        "ran; a process never read from before cannot be told from the program it exec'd")
 def test_a_call_written_just_before_an_exec_by_a_process_never_seen_before(bare, tmp_path):
     """Attack: as above, but the attacker's child says hello, so the daemon has never read a byte
     from the process that writes the sign call and execs the registered program. Expected (not met;
