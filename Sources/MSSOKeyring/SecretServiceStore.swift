@@ -13,6 +13,10 @@ import MSSOProtocol
 public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sendable {
     private let timeout: Double
     private let queue = DispatchQueue(label: "msso.keyring")
+    /// The timeouts' own queue: a serial queue gets a thread whenever it has work, where the global
+    /// pool (which Swift's tasks share on Linux, about one thread per CPU) may have none free, and
+    /// a timeout that waits for a free thread bounds nothing.
+    private let timeouts = DispatchQueue(label: "msso.keyring.timeouts")
     /// When a call last timed out. Calls that were already waiting then fail at once instead of
     /// each waiting out a hung Secret Service in turn; a call that arrives later tries again.
     private let lastTimeout = Mutex(Date.distantPast)
@@ -96,7 +100,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
     ) -> (msso_secret_result, String?, String?) {
         let cancellable = g_cancellable_new()
         let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
+        timeouts.asyncAfter(deadline: .now() + timeout, execute: timer)
         var message: UnsafeMutablePointer<CChar>?
         let (result, secret) = body(cancellable, &message)
         timer.cancel()
