@@ -39,7 +39,7 @@ demo: setup build
 
 # The release build that test_package.py's `make deb` needs runs behind the rest (scripts/behind),
 # from the start, once the dependencies are resolved (so that the two builds do not resolve them at
-# once): with a third of the CPU beside the debug build and the unit tests, then with what the
+# once): with about a quarter of the CPU beside the debug build and the unit tests, then with what the
 # end-to-end tests leave idle; test_package.py waits for it, at normal priority, before `make deb`.
 test: setup
 	swift package resolve
