@@ -249,7 +249,7 @@ public struct Configuration: Equatable, Sendable {
             guard let url = URL(string: group.issuer), url.scheme == "https" || url.scheme == "http", url.host != nil else {
                 throw fail(issuer.line, "issuer", "expected an http(s) URL, got \"\(group.issuer)\"")
             }
-            if url.scheme == "http", !["127.0.0.1", "localhost", "::1", "[::1]"].contains(url.host!) {
+            if url.scheme == "http", !Loopback.isHost(url.host!) {
                 throw fail(issuer.line, "issuer", "plain http is allowed only on loopback; use https")
             }
             for (key, value) in table.values.sorted(by: { $0.value.line < $1.value.line }) {

@@ -38,7 +38,7 @@ public struct Resources: Equatable, Sendable {
             guard let parsed = Self.prefix(entry) else {
                 throw Problem("\"\(entry)\" is not a URL prefix such as \"https://git.example.com/\" (absolute http(s), a host, an optional port and path; no user info, query, fragment or wildcard)")
             }
-            if !parsed.https, !["127.0.0.1", "localhost", "[::1]"].contains(String(decoding: parsed.host, as: UTF8.self)) {
+            if !parsed.https, !Loopback.isHost(String(decoding: parsed.host, as: UTF8.self)) {
                 throw Problem("\"\(entry)\": plain http is allowed only on loopback (a bearer token would cross the network in the clear); use https")
             }
             if parsed.path.count > 1, !Self.plain(parsed.path[...]) {

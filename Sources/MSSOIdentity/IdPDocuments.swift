@@ -42,7 +42,7 @@ struct IdPEndpoints: Sendable {
         func endpoint(_ text: String?, _ name: String) throws(BrokerError) -> URL? {
             guard let text else { return nil }
             guard let url = URL(string: text), let host = url.host?.lowercased(), !host.isEmpty,
-                  url.scheme?.lowercased() == "https" || (url.scheme?.lowercased() == "http" && Self.isLoopback(host)) else {
+                  url.scheme?.lowercased() == "https" || (url.scheme?.lowercased() == "http" && Loopback.isHost(host)) else {
                 throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" gives a \(name) that is not https (\(text.prefix(200))): refusing to send credentials there")
             }
             return url
@@ -78,16 +78,6 @@ struct IdPEndpoints: Sendable {
         standard.path = "/.well-known/oauth-authorization-server" + path
         let appended = (issuer.hasSuffix("/") ? issuer : issuer + "/") + ".well-known/oauth-authorization-server"
         return [standard.url, path.isEmpty ? nil : URL(string: appended)].compactMap { $0 }
-    }
-
-    /// `localhost`, `::1`, or an IPv4 literal in 127.0.0.0/8 (four decimal parts, the first 127).
-    /// A name that merely begins with "127." (`127.attacker.example`) is any host on the internet.
-    static func isLoopback(_ host: String) -> Bool {
-        if ["localhost", "::1", "[::1]"].contains(host) { return true }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { part in
-            (1...3).contains(part.utf8.count) && part.utf8.allSatisfy { (48...57).contains($0) } && Int(part)! <= 255
-        }
     }
 }
 

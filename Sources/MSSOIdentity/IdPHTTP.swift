@@ -56,7 +56,7 @@ final class IdPHTTP: Sendable {
     /// The pool a request of `route` to `url` goes through. Loopback addresses are always reached
     /// directly.
     func pool(for route: IdPRoute, to url: URL) -> Pool {
-        guard let host = url.host?.lowercased(), !IdPEndpoints.isLoopback(host) else { return Pool(admin: route.admin, proxy: nil) }
+        guard let host = url.host?.lowercased(), !Loopback.isHost(host) else { return Pool(admin: route.admin, proxy: nil) }
         switch route.proxy {
         case .direct: return Pool(admin: route.admin, proxy: nil)
         case .configured(let proxy): return Pool(admin: route.admin, proxy: proxy)
@@ -221,7 +221,7 @@ struct ProxySettings: Sendable {
 
     func applies(to url: URL) -> Bool {
         guard text != nil, let host = url.host?.lowercased() else { return false }
-        if IdPEndpoints.isLoopback(host) { return false }
+        if Loopback.isHost(host) { return false }
         return !exempt.contains { $0 == "*" || host == $0 || host.hasSuffix("." + $0) }
     }
 }

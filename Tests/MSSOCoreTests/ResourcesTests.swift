@@ -25,6 +25,25 @@ final class ResourcesTests: XCTestCase {
         }
     }
 
+    /// Plain http is allowed on loopback only, and an issuer, a group's `resources` and a provider's
+    /// endpoints share one definition of it (there were three, and they disagreed on 127.0.0.2).
+    func testLoopbackIsOneDefinitionForIssuersAndResources() throws {
+        let loopback = ["127.0.0.1", "127.0.0.2", "127.255.255.255", "localhost", "LocalHost", "::1", "[::1]"]
+        let internet = ["127.attacker.example", "127.0.0.1.attacker.example", "127.0.0", "127.0.0.256", "128.0.0.1",
+                        "localhost.attacker.example", "0x7f.0.0.1", "127.0.0.01x", "attacker.example"]
+        for host in loopback {
+            XCTAssertTrue(Loopback.isHost(host), host)
+            let url = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+            XCTAssertNoThrow(try Resources(["http://\(url):8080/"]), host)
+            XCTAssertNoThrow(try Configuration.parse("[groups.a]\nissuer = \"http://\(url):9000\"\nclient_id = \"c\"", file: "f"), host)
+        }
+        for host in internet {
+            XCTAssertFalse(Loopback.isHost(host), host)
+            XCTAssertThrowsError(try Resources(["http://\(host)/"]), host)
+            XCTAssertThrowsError(try Configuration.parse("[groups.a]\nissuer = \"http://\(host)\"\nclient_id = \"c\"", file: "f"), host)
+        }
+    }
+
     func testEntriesAreParsedStrictly() {
         XCTAssertNoThrow(try Resources(["https://git.example.com/", "https://k8s.example.com:6443", "http://localhost:1/", "https://a/b/c"]))
         for bad in [[], ["https://*.example.com/"], ["git.example.com"], ["https://git.example.com/?q"], ["https://git.example.com/#f"],
