@@ -21,13 +21,7 @@ struct LogoutUtility: ParsableCommand {
     var socket: String?
 
     /// A Unix time as the local clock shows it ("14:03").
-    static func clockTime(_ time: Double) -> String {
-        var seconds = time_t(time.isFinite ? max(min(time, 253_402_300_799), 0) : 0)
-        var parts = tm()
-        guard localtime_r(&seconds, &parts) != nil else { return "?" }
-        let two = { (n: Int32) in n < 10 ? "0\(n)" : "\(n)" }
-        return "\(two(parts.tm_hour)):\(two(parts.tm_min))"
-    }
+    static func clockTime(_ time: Double) -> String { TimeText.local(time, "%H:%M") }
 
     func run() throws {
         do throws(BrokerError) {

@@ -108,14 +108,7 @@ enum Output {
     }
 
     /// `time` in the local time zone, in a strftime(3) format.
-    static func local(_ time: Double, _ format: String) -> String {
-        var seconds = time_t(time.isFinite ? max(min(time, 253_402_300_799), 0) : 0)
-        var parts = tm()
-        guard localtime_r(&seconds, &parts) != nil else { return "?" }
-        var buffer = [CChar](repeating: 0, count: 64)
-        let count = strftime(&buffer, buffer.count, format, &parts)
-        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
+    static func local(_ time: Double, _ format: String) -> String { TimeText.local(time, format) }
 
     static func span(_ seconds: Double) -> String {
         let s = Int(min(max(seconds, 0), 1e9).rounded())

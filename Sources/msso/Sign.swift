@@ -53,7 +53,7 @@ struct Sign: ParsableCommand {
         }
         let given = headers.map { line -> Header in
             let parts = line.split(separator: ":", maxSplits: 1)
-            return Header(String(parts[0]).trimmed, parts.count > 1 ? String(parts[1]).trimmed : "")
+            return Header(parts[0].trimmed(), parts.count > 1 ? parts[1].trimmed() : "")
         }
         try options.run { broker in
             let request = SignRequest(group: options.group, method: method.uppercased(), url: url, headers: given.isEmpty ? nil : given,
@@ -65,11 +65,5 @@ struct Sign: ParsableCommand {
                 added.forEach { Output.print("\($0.name): \($0.value)") }
             }
         }
-    }
-}
-
-extension String {
-    var trimmed: String {
-        String(drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
     }
 }

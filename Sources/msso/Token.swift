@@ -96,12 +96,5 @@ enum Kubernetes {
     }
 
     /// RFC 3339 in UTC: `2026-11-23T14:03:12Z`.
-    static func timestamp(_ time: Double) -> String {
-        var seconds = time_t(time.isFinite ? max(min(time, 253_402_300_799), 0) : 0)
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        var buffer = [CChar](repeating: 0, count: 32)
-        let count = strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%SZ", &parts)
-        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
+    static func timestamp(_ time: Double) -> String { TimeText.utc(time, "%Y-%m-%dT%H:%M:%SZ") }
 }
