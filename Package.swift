@@ -51,8 +51,9 @@ let package = Package(
         // The audit log: who asked for what, in SQLite (libsqlite3).
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .target(name: "MSSOAudit", dependencies: ["CSQLite", "MSSOCore", "MSSOProtocol", .product(name: "Logging", package: "swift-log")]),
-        // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions.
-        .target(name: "MSSOSigning", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+        // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions (the
+        // protocol module for its JSON strings and trimming, written once).
+        .target(name: "MSSOSigning", dependencies: ["MSSOProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         // OpenID Connect / OAuth 2.0 client flows, over AsyncHTTPClient.
         .target(name: "MSSOIdentity", dependencies: [
             "MSSOCore", "MSSOSigning", "CMSSOSystem",

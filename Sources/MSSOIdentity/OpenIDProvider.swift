@@ -523,7 +523,7 @@ public final class OpenIDProvider: IdentityProvider {
             guard let data = FileManager.default.contents(atPath: path), data.count <= 4096 else {
                 throw BrokerError(.configInvalid, "cannot read the client secret file \(path) of \"\(group.name)\"")
             }
-            return String(decoding: data, as: UTF8.self).trimmingWhitespace
+            return String(decoding: data, as: UTF8.self).trimmed(newlines: true)
         }
     }
 
@@ -545,12 +545,5 @@ public final class OpenIDProvider: IdentityProvider {
             }
         }
         return out
-    }
-}
-
-extension String {
-    var trimmingWhitespace: String {
-        let blank: (Character) -> Bool = { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" }
-        return String(drop(while: blank).reversed().drop(while: blank).reversed())
     }
 }

@@ -70,34 +70,9 @@ public struct ReplyWriter {
         bytes.append(contentsOf: String(value).utf8)
     }
 
-    /// A JSON string (RFC 8259): quotes, backslashes and control characters escaped, each in the
-    /// shortest form JSON has, so an echoed string is never longer than the caller wrote it.
+    /// A JSON string (``JSONString``).
     mutating func string(_ text: String) {
-        bytes.append(UInt8(ascii: "\""))
-        // Most strings (tokens, header names) need no escape: copied whole.
-        var plain = text
-        let copied = plain.withUTF8 { utf8 -> Bool in
-            guard !utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
-            bytes.append(contentsOf: utf8)
-            return true
-        }
-        if copied { return bytes.append(UInt8(ascii: "\"")) }
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
-            case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
-            case 0x0A: bytes.append(contentsOf: [92, 110])
-            case 0x0D: bytes.append(contentsOf: [92, 114])
-            case 0x09: bytes.append(contentsOf: [92, 116])
-            case 0x08: bytes.append(contentsOf: [92, 98])
-            case 0x0C: bytes.append(contentsOf: [92, 102])
-            case 0..<0x20:
-                let hex: [UInt8] = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [92, 117, 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-            default: bytes.append(byte)
-            }
-        }
-        bytes.append(UInt8(ascii: "\""))
+        JSONString.append(text, to: &bytes)
     }
 
     /// The bytes with their length prefix, or an `Internal` error for the call `serial` if over the

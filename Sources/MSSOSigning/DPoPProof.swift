@@ -1,5 +1,6 @@
 import Crypto
 import FoundationEssentials
+import MSSOProtocol
 
 /// DPoP proofs (RFC 9449): a JWT, signed with the broker's key, binding one request (and, with
 /// `ath`, one access token) to that key.
@@ -27,24 +28,6 @@ public enum DPoPProof {
         return input + "." + Base64URL.encode(try key.signature(for: Data(input.utf8)))
     }
 
-    /// A JSON string literal (RFC 8259 §7), without a JSONEncoder per claim: this is the sign path.
-    static func json(_ text: String) -> String {
-        // Most values (a UUID, a method, a URL, a base64url hash) need no escape: copy them whole.
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) { return "\"" + text + "\"" }
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = Array("0123456789abcdef")
-                out += "\\u00" + String(hex[Int(scalar.value >> 4)]) + String(hex[Int(scalar.value & 0xF)])
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    /// A JSON string literal, without a JSONEncoder per claim: this is the sign path.
+    static func json(_ text: String) -> String { JSONString.literal(text) }
 }

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import MSSOProtocol
 
 /// HTTP Message Signatures (RFC 9421) for requests, with Content-Digest (RFC 9530).
 public enum MessageSignature {
@@ -122,20 +123,11 @@ public enum MessageSignature {
         default:
             guard !component.hasPrefix("@") else { throw Failure(description: "unsupported derived component \(component)") }
             let values = request.headers.filter { $0.name.lowercased() == component }
-                .map { trimmed($0.value) }
+                .map { $0.value.trimmed() }
             guard !values.isEmpty else { throw Failure(description: "the request has no \(component) header to cover") }
             return values.joined(separator: ", ")
         }
     }
-}
-
-/// A field value without leading or trailing spaces and tabs (RFC 9110 §5.5), on its UTF-8 bytes:
-/// reversing a String's Characters to trim it took half of a signature's time.
-func trimmed(_ value: String) -> String {
-    let utf8 = value.utf8
-    let blank: (UInt8) -> Bool = { $0 == 0x20 || $0 == 0x09 }
-    guard let first = utf8.firstIndex(where: { !blank($0) }), let last = utf8.lastIndex(where: { !blank($0) }) else { return "" }
-    return String(value[first...last])
 }
 
 /// Appends `text` as a structured-field string (RFC 8941 §3.3.3): backslash and quote escaped.
