@@ -48,8 +48,7 @@ public enum BodyDigest {
 
     /// In lowercase hex, as a registration's `sha256` is written.
     public static func hexSHA256<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: sha256(bytes).flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0xF)]] }, as: UTF8.self)
+        Hex.lowercase(sha256(bytes))
     }
 
     @inline(__always) private static func rotate(_ x: UInt32, _ n: UInt32) -> UInt32 { x >> n | x << (32 - n) }

@@ -41,6 +41,24 @@ package enum JSONString {
     }
 }
 
+package enum Hex {
+    /// `bytes` in lowercase hex, two digits a byte (a registration's `sha256` is written so).
+    package static func lowercase<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.underestimatedCount * 2)
+        for byte in bytes { out += [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]] }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `count` hex digits from the system's random source: a name nobody can guess in advance.
+    package static func random(digits count: Int) -> String {
+        var generator = SystemRandomNumberGenerator()
+        return String(decoding: (0..<count).map { _ in digits[Int(generator.next() & 15)] }, as: UTF8.self)
+    }
+
+    private static let digits = Array("0123456789abcdef".utf8)
+}
+
 package extension Substring {
     /// Without leading and trailing spaces and tabs (an HTTP field value's optional whitespace,
     /// RFC 9110 §5.5), and with `newlines` without line ends too (a secret read from a file). On

@@ -2,6 +2,7 @@ import CMSSOSystem
 import Crypto
 import Glibc
 import MSSOCore
+import MSSOProtocol
 import Synchronization
 
 /// Who sent some bytes, as the kernel attached it to them (`SCM_CREDENTIALS`, `SCM_PIDFD`).
@@ -369,10 +370,7 @@ final class Callers: @unchecked Sendable {
             guard count > 0 else { if count < 0 { return nil }; break }
             chunk.withUnsafeBytes { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: $0[..<count])) }
         }
-        let hex = hasher.finalize().map { byte in
-            let digits = Array("0123456789abcdef".utf8)
-            return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]], as: UTF8.self)
-        }.joined()
+        let hex = Hex.lowercase(hasher.finalize())
         digests.withLock {
             if $0.count > 1024 { $0.removeAll() }
             $0[file] = hex

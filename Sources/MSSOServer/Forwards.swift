@@ -125,11 +125,7 @@ final class Forwards {
     }
 
     /// 24 hex digits from the system's random source: a name nobody can guess in advance.
-    private static func randomName() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: (0..<24).map { _ in digits[Int(generator.next() & 15)] }, as: UTF8.self)
-    }
+    private static func randomName() -> String { Hex.random(digits: 24) }
 
     /// Removes sockets a daemon that did not shut down cleanly left (nothing listens on them).
     func removeStale() {

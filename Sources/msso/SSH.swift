@@ -152,9 +152,5 @@ struct SSH: ParsableCommand {
     }
 
     /// 24 hex digits from the system's random source.
-    static func randomName() -> String {
-        var generator = SystemRandomNumberGenerator()
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: (0..<24).map { _ in digits[Int(generator.next() & 15)] }, as: UTF8.self)
-    }
+    static func randomName() -> String { Hex.random(digits: 24) }
 }

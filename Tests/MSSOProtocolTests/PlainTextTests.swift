@@ -26,4 +26,14 @@ final class PlainTextTests: XCTestCase {
         }
         XCTAssertEqual(JSONString.literal("a\"b\n\u{1}"), #""a\"b\n\u0001""#)
     }
+
+    func testHexIsTwoLowercaseDigitsAByte() {
+        XCTAssertEqual(Hex.lowercase([0x00, 0x0f, 0xa5, 0xff] as [UInt8]), "000fa5ff")
+        XCTAssertEqual(Hex.lowercase([UInt8]()), "")
+        XCTAssertEqual(BodyDigest.hexSHA256(Array("abc".utf8)), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        let (a, b) = (Hex.random(digits: 24), Hex.random(digits: 24))
+        XCTAssertEqual(a.utf8.count, 24)
+        XCTAssertTrue(a.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }, a)
+        XCTAssertNotEqual(a, b)
+    }
 }
