@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -332,16 +333,33 @@ int cmsso_one_heap(void) {
 
 extern char **environ;
 
-int cmsso_open_in_browser(const char *url) {
-    static const char *opener = "/usr/bin/xdg-open";
+int cmsso_open_in_browser(const char *opener, const char *url) {
     if (access(opener, X_OK) != 0) return -errno;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
     char *argv[] = { (char *)opener, (char *)url, NULL };
-    pid_t pid;
-    int failed = posix_spawn(&pid, opener, &actions, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&actions);
-    return failed ? -failed : pid;
+    /* Forked twice: the opener's parent exits at once and is reaped here, so the opener (and a
+     * browser it becomes) is the child of init or of the session's subreaper, and no thread of
+     * ours waits for it. Between fork and exec only async-signal-safe calls: the caller may have
+     * many threads. The opener gets no signal mask or ignored SIGPIPE of ours. */
+    pid_t child = fork();
+    if (child < 0) return -errno;
+    if (child == 0) {
+        pid_t opened = fork();
+        if (opened == 0) {
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            struct sigaction standard = { .sa_handler = SIG_DFL };
+            sigaction(SIGPIPE, &standard, NULL);
+            int null = open("/dev/null", O_WRONLY);
+            if (null >= 0) { dup2(null, 1); dup2(null, 2); if (null > 2) close(null); }
+            execve(opener, argv, environ);
+            _exit(127);
+        }
+        _exit(opened < 0 ? 1 : 0);
+    }
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0) {
+        if (errno != EINTR) return -errno;
+    }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EAGAIN;
 }

@@ -60,7 +60,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
             return nil
         }
         let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
-        let notifier = DesktopNotifier(bus: bus, broker: broker, logger: logger, browser: display && access("/usr/bin/xdg-open", X_OK) == 0)
+        let notifier = DesktopNotifier(bus: bus, broker: broker, logger: logger, browser: display && access(CMSSO_BROWSER_OPENER, X_OK) == 0)
         var thread = pthread_t()
         let started = pthread_create(&thread, nil, { context in
             let notifier = Unmanaged<DesktopNotifier>.fromOpaque(context!).takeRetainedValue()
@@ -262,10 +262,8 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         } catch {}
     }
 
-    /// Opens a URL in the desktop's browser (`xdg-open`), and reaps it.
+    /// Opens a URL in the desktop's browser (`xdg-open`), detached: no thread waits for it.
     private static func open(_ url: String) {
-        let child = cmsso_open_in_browser(url)
-        guard child > 0 else { return }
-        DispatchQueue.global().async { _ = waitpid(child, nil, 0) }
+        _ = cmsso_open_in_browser(CMSSO_BROWSER_OPENER, url)
     }
 }

@@ -81,7 +81,7 @@ struct Login: ParsableCommand {
     static var flowThatFits: LoginFlow {
         let environment = ProcessInfo.processInfo.environment
         let display = environment["DISPLAY"].map { !$0.isEmpty } == true || environment["WAYLAND_DISPLAY"].map { !$0.isEmpty } == true
-        return display && access("/usr/bin/xdg-open", X_OK) == 0 ? .browser : .device
+        return display && access(CMSSO_BROWSER_OPENER, X_OK) == 0 ? .browser : .device
     }
 
     /// Prints the login address, and opens it in the desktop's browser when there is one (unless
@@ -94,8 +94,8 @@ struct Login: ParsableCommand {
         }
         Output.note("To log in, open this address in a browser on this machine:")
         Output.note(prompt.url)
-        guard flowThatFits == .browser, cmsso_open_in_browser(prompt.url) > 0 else { return }
-        Output.note("(opened in your browser)") // xdg-open is reaped with us: the command ends soon
+        guard flowThatFits == .browser, cmsso_open_in_browser(CMSSO_BROWSER_OPENER, prompt.url) == 0 else { return }
+        Output.note("(opened in your browser)")
     }
 }
 

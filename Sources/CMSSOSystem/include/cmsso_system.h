@@ -124,9 +124,13 @@ void cmsso_process_executable_of(int pid, cmsso_process_facts *facts);
 /// when the file holds more than `capacity` bytes.
 ssize_t cmsso_read_small_file(const char *path, char *buffer, size_t capacity);
 
-/// Opens `url` in the desktop's browser: /usr/bin/xdg-open, its output discarded. Returns its pid
-/// (the caller reaps it) or -errno. One definition for the login command and the notifier.
-int cmsso_open_in_browser(const char *url);
+/// The program that opens an address in the desktop's browser.
+#define CMSSO_BROWSER_OPENER "/usr/bin/xdg-open"
+
+/// Opens `url` with `opener` (CMSSO_BROWSER_OPENER; the tests give another), its output discarded,
+/// detached: it is not the caller's child, nothing is left to reap. Returns 0 once it is started,
+/// else -errno. One definition for the login command and the notifier.
+int cmsso_open_in_browser(const char *opener, const char *url);
 
 /// malloc_trim(0): gives freed heap memory back to the system after a flood.
 void cmsso_trim_memory(void);
