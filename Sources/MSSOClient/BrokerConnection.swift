@@ -39,11 +39,26 @@ public final class BrokerConnection: @unchecked Sendable {
     ///   - tick: runs about once a second while waiting.
     public func call<M: BrokerMethod>(_: M.Type, _ arguments: M.Arguments, untilAnswered: Bool = false,
                                       onSignal: ((Signal) -> Void)? = nil, tick: (() -> Void)? = nil) throws(BrokerError) -> M.Result {
+        try exchange(M.self, arguments, quickCall: { _ in nil }, quickResult: { _ in nil }, untilAnswered: untilAnswered,
+                     onSignal: onSignal, tick: tick)
+    }
+
+    /// The same for this package's commands, with the method's call written and its answer read
+    /// by hand where it has a quick form (``QuickMethod``): a command is a fresh process each time.
+    package func call<M: QuickMethod>(_: M.Type, _ arguments: M.Arguments, untilAnswered: Bool = false,
+                                      onSignal: ((Signal) -> Void)? = nil, tick: (() -> Void)? = nil) throws(BrokerError) -> M.Result {
+        try exchange(M.self, arguments, quickCall: { M.quickCall(serial: $0, arguments) }, quickResult: M.quickResult,
+                     untilAnswered: untilAnswered, onSignal: onSignal, tick: tick)
+    }
+
+    private func exchange<M: BrokerMethod>(_: M.Type, _ arguments: M.Arguments, quickCall: (UInt32) -> [UInt8]?,
+                                           quickResult: (JSONValue) -> M.Result?, untilAnswered: Bool,
+                                           onSignal: ((Signal) -> Void)?, tick: (() -> Void)?) throws(BrokerError) -> M.Result {
         serial = serial == UInt32.max ? 1 : serial + 1
         let mine = serial
         let limit = deadline(in: untilAnswered ? nil : timeout)
         let frame: [UInt8]
-        if let quick = M.quickCall(serial: mine, arguments) {
+        if let quick = quickCall(mine) {
             frame = quick
         } else {
             frame = try WireCodec.encode(Call(serial: mine, method: M.name, args: arguments))
@@ -55,7 +70,7 @@ public final class BrokerConnection: @unchecked Sendable {
         }
         while true {
             let payload = try socket.readFrame(deadline: limit, tick: tick)
-            if let quick = try Self.quickAnswer(M.self, payload, serial: mine) { return quick }
+            if let quick = try Self.quickAnswer(payload, serial: mine, quickResult) { return quick }
             let answer = try WireCodec.decode(Answer<M.Result>.self, from: payload)
             switch answer.type {
             case .reply where answer.serial == mine:
@@ -73,10 +88,10 @@ public final class BrokerConnection: @unchecked Sendable {
 
     /// The answer to call `serial` read without `JSONDecoder` (see ``QuickDecodable``): its
     /// result, or the broker's error thrown; nil when it is anything else, or not plain enough.
-    private static func quickAnswer<M: BrokerMethod>(_: M.Type, _ payload: [UInt8], serial: UInt32) throws(BrokerError) -> M.Result? {
+    private static func quickAnswer<Result>(_ payload: [UInt8], serial: UInt32, _ quickResult: (JSONValue) -> Result?) throws(BrokerError) -> Result? {
         guard let value = payload.withUnsafeBytes({ JSONValue.parse($0) }), value["serial"]?.number == Double(serial) else { return nil }
         switch value["type"]?.string {
-        case "reply": return value["result"].flatMap(M.quickResult)
+        case "reply": return value["result"].flatMap(quickResult)
         case "error":
             guard let name = value["error"]?.string, let message = value["message"]?.string else { return nil }
             throw BrokerError(ErrorName(rawValue: name), message)

@@ -7,25 +7,6 @@ public protocol BrokerMethod: Sendable {
     associatedtype Arguments: Codable & Sendable
     associatedtype Result: Codable & Sendable
     static var name: String { get }
-    /// The call frame written by hand (see ``QuickCodable``), or nil for `JSONEncoder`.
-    static func quickCall(serial: UInt32, _ arguments: Arguments) -> [UInt8]?
-    /// The result read from plain JSON by hand (see ``QuickDecodable``), or nil for `JSONDecoder`.
-    static func quickResult(_ value: JSONValue) -> Result?
-}
-
-extension BrokerMethod {
-    public static func quickCall(serial: UInt32, _ arguments: Arguments) -> [UInt8]? { nil }
-    public static func quickResult(_ value: JSONValue) -> Result? { nil }
-}
-
-extension BrokerMethod where Arguments: QuickCodable {
-    public static func quickCall(serial: UInt32, _ arguments: Arguments) -> [UInt8]? {
-        Arguments.quickArguments(arguments).map { ReplyWriter.call(serial: serial, method: name, arguments: $0) }
-    }
-}
-
-extension BrokerMethod where Result: QuickDecodable {
-    public static func quickResult(_ value: JSONValue) -> Result? { Result(quick: value) }
 }
 
 /// For methods that take or return nothing: encodes as `{}`.

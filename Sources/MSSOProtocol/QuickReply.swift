@@ -4,13 +4,57 @@
 /// containers' metadata and scans conformances: about 40 % of `msso check`'s CPU). Anything these
 /// readers do not recognise goes to `JSONDecoder`, so a reply means the same whichever reads it
 /// (tests check the two agree).
-public protocol QuickCodable {
+package protocol QuickCodable {
     /// The call's arguments as JSON object members, or nil to let `JSONEncoder` write them.
     static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]?
 }
 
+/// A method as the package's own commands call it: its call written, and its result read, by hand
+/// where it has a quick form (chosen statically, through this conformance: a dynamic cast would
+/// cost a fresh process a scan of every conformance). Package-only, as the quick reader and
+/// writer are: an app sees ``BrokerMethod`` and the Codable types.
+package protocol QuickMethod: BrokerMethod {
+    /// The call frame written by hand (see ``QuickCodable``), or nil for `JSONEncoder`.
+    static func quickCall(serial: UInt32, _ arguments: Arguments) -> [UInt8]?
+    /// The result read from plain JSON by hand (see ``QuickDecodable``), or nil for `JSONDecoder`.
+    static func quickResult(_ value: JSONValue) -> Result?
+}
+
+extension QuickMethod {
+    package static func quickCall(serial: UInt32, _ arguments: Arguments) -> [UInt8]? { nil }
+    package static func quickResult(_ value: JSONValue) -> Result? { nil }
+}
+
+extension QuickMethod where Arguments: QuickCodable {
+    package static func quickCall(serial: UInt32, _ arguments: Arguments) -> [UInt8]? {
+        Arguments.quickArguments(arguments).map { ReplyWriter.call(serial: serial, method: name, arguments: $0) }
+    }
+}
+
+extension QuickMethod where Result: QuickDecodable {
+    package static func quickResult(_ value: JSONValue) -> Result? { Result(quick: value) }
+}
+
+extension Methods.Hello: QuickMethod {}
+extension Methods.Ping: QuickMethod {}
+extension Methods.Subscribe: QuickMethod {}
+extension Methods.Audit: QuickMethod {}
+extension Methods.Diagnose: QuickMethod {}
+extension Methods.Login: QuickMethod {}
+extension Methods.Extend: QuickMethod {}
+extension Methods.Logout: QuickMethod {}
+extension Methods.Status: QuickMethod {}
+extension Methods.Check: QuickMethod {}
+extension Methods.Forward: QuickMethod {}
+extension Methods.Sign: QuickMethod {}
+extension Methods.Token: QuickMethod {}
+extension Methods.Keys: QuickMethod {}
+extension Methods.Apps: QuickMethod {}
+extension Methods.Lock: QuickMethod {}
+extension Methods.Unlock: QuickMethod {}
+
 /// A value the quick writer can write.
-public enum QuickValue {
+package enum QuickValue {
     case string(String)
     case number(Int)
     case bool(Bool)
@@ -18,7 +62,7 @@ public enum QuickValue {
 }
 
 /// A JSON value, read by ``JSONValue/parse(_:)``: a strict RFC 8259 reader for small replies.
-public enum JSONValue: Equatable {
+package enum JSONValue: Equatable {
     case null
     case bool(Bool)
     case number(Double)
@@ -26,17 +70,17 @@ public enum JSONValue: Equatable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    public subscript(key: String) -> JSONValue? {
+    package subscript(key: String) -> JSONValue? {
         if case .object(let members) = self { return members[key] }
         return nil
     }
 
-    public var string: String? { if case .string(let value) = self { return value }; return nil }
-    public var number: Double? { if case .number(let value) = self { return value }; return nil }
+    package var string: String? { if case .string(let value) = self { return value }; return nil }
+    package var number: Double? { if case .number(let value) = self { return value }; return nil }
 
     /// The value, or nil when the bytes are not one JSON value (or nest deeper than 32, or repeat a
     /// key: then `JSONDecoder` decides).
-    public static func parse(_ bytes: UnsafeRawBufferPointer) -> JSONValue? {
+    package static func parse(_ bytes: UnsafeRawBufferPointer) -> JSONValue? {
         var reader = JSONReader(bytes: bytes)
         guard let value = reader.value(depth: 0) else { return nil }
         reader.space()
@@ -171,7 +215,7 @@ private struct JSONReader {
 
 extension ReplyWriter {
     /// `{"type":"call","serial":N,"method":M,"args":{…}}`, framed.
-    public static func call(serial: UInt32, method: String, arguments: [(String, QuickValue)]) -> [UInt8] {
+    package static func call(serial: UInt32, method: String, arguments: [(String, QuickValue)]) -> [UInt8] {
         var writer = ReplyWriter(capacity: 128)
         writer.raw("{\"type\":\"call\",\"serial\":")
         writer.number(serial)
@@ -197,26 +241,26 @@ extension ReplyWriter {
 // MARK: The hot calls' arguments
 
 extension Methods.Hello.Arguments: QuickCodable {
-    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+    package static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
         [("version", .number(arguments.version))] + (arguments.client.map { [("client", .string($0))] } ?? [])
     }
 }
 
 extension GroupArguments: QuickCodable {
-    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+    package static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
         arguments.group.map { [("group", .string($0))] } ?? []
     }
 }
 
 extension Methods.Token.Arguments: QuickCodable {
-    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+    package static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
         (arguments.group.map { [("group", .string($0))] } ?? []) + (arguments.renew.map { [("renew", .bool($0))] } ?? [])
             + (arguments.resource.map { [("resource", .string($0))] } ?? [])
     }
 }
 
 extension SignRequest: QuickCodable {
-    public static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
+    package static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
         var members: [(String, QuickValue)] = [("method", .string(arguments.method)), ("url", .string(arguments.url))]
         if let group = arguments.group { members.append(("group", .string(group))) }
         if let headers = arguments.headers { members.append(("headers", .pairs(headers))) }
@@ -229,12 +273,12 @@ extension SignRequest: QuickCodable {
 // MARK: The hot calls' results
 
 /// A result the commands read without `JSONDecoder` when its JSON is plain.
-public protocol QuickDecodable {
+package protocol QuickDecodable {
     init?(quick value: JSONValue)
 }
 
 extension Methods.Hello.Result: QuickDecodable {
-    public init?(quick value: JSONValue) {
+    package init?(quick value: JSONValue) {
         guard value.hasOnly(["version", "daemon", "peer"]), value["peer"]?.hasOnly(["uid", "pid", "executable"]) == true,
               let version = value["version"]?.number, let exact = Int(exactly: version), let daemon = value["daemon"]?.string,
               let peer = value["peer"], let uid = peer["uid"]?.number.flatMap({ UInt32(exactly: $0) }),
@@ -255,7 +299,7 @@ extension JSONValue {
 }
 
 extension SessionStatus: QuickDecodable {
-    public init?(quick value: JSONValue) {
+    package init?(quick value: JSONValue) {
         guard value.hasOnly(["group", "state", "issuer", "username", "loggedInAt", "sessionExpiresAt", "sessionMaxAt",
                              "accessTokenExpiresAt", "admin", "locked"]) else { return nil }
         guard let group = value["group"]?.string, let state = value["state"]?.string.flatMap(State.init(rawValue:)) else { return nil }
@@ -279,7 +323,7 @@ extension SessionStatus: QuickDecodable {
 }
 
 extension SignResponse: QuickDecodable {
-    public init?(quick value: JSONValue) {
+    package init?(quick value: JSONValue) {
         guard value.hasOnly(["headers"]), case .array(let list)? = value["headers"] else { return nil }
         var headers: [Header] = []
         for item in list {
@@ -291,7 +335,7 @@ extension SignResponse: QuickDecodable {
 }
 
 extension Methods.Token.Result: QuickDecodable {
-    public init?(quick value: JSONValue) {
+    package init?(quick value: JSONValue) {
         guard value.hasOnly(["accessToken", "expiresAt", "header"]), let token = value["accessToken"]?.string, let expiresAt = value["expiresAt"]?.number,
               let header = value["header"]?.string else { return nil }
         self.init(accessToken: token, expiresAt: expiresAt, header: header)

@@ -1,16 +1,16 @@
 /// Writes the daemon's most frequent frames (a `sign` or `ping` reply, an error) straight into
 /// bytes, length prefix included, without a general-purpose encoder: they are on every app's
 /// request path. Output is the same JSON ``WireCodec`` would produce, up to key order.
-public struct ReplyWriter {
-    public private(set) var bytes: [UInt8] = []
+package struct ReplyWriter {
+    package private(set) var bytes: [UInt8] = []
 
-    public init(capacity: Int = 256) {
+    package init(capacity: Int = 256) {
         bytes.reserveCapacity(capacity)
         bytes.append(contentsOf: [0, 0, 0, 0]) // the length, filled in by `frame`
     }
 
     /// `{"type":"reply","serial":N,"result":{"headers":[[name,value],…]}}`
-    public static func signReply(serial: UInt32, headers: [Header]) -> [UInt8] {
+    package static func signReply(serial: UInt32, headers: [Header]) -> [UInt8] {
         var writer = ReplyWriter(capacity: 96 + headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 8 })
         writer.raw("{\"type\":\"reply\",\"serial\":")
         writer.number(serial)
@@ -21,7 +21,7 @@ public struct ReplyWriter {
     }
 
     /// `{"type":"reply","serial":N,"result":{"data":…}}`
-    public static func pingReply(serial: UInt32, data: String) -> [UInt8] {
+    package static func pingReply(serial: UInt32, data: String) -> [UInt8] {
         var writer = ReplyWriter(capacity: 64 + data.utf8.count)
         writer.raw("{\"type\":\"reply\",\"serial\":")
         writer.number(serial)
@@ -32,7 +32,7 @@ public struct ReplyWriter {
     }
 
     /// `{"type":"error","serial":N,"error":NAME,"message":…}`
-    public static func error(serial: UInt32, _ error: BrokerError) -> [UInt8] {
+    package static func error(serial: UInt32, _ error: BrokerError) -> [UInt8] {
         var writer = ReplyWriter(capacity: 96 + error.message.utf8.count)
         writer.raw("{\"type\":\"error\",\"serial\":")
         writer.number(serial)

@@ -19,7 +19,7 @@ final class QuickReplyTests: XCTestCase {
         XCTAssertEqual(decoded.args.client, "msso")
     }
 
-    private func same<M: BrokerMethod>(_: M.Type, _ arguments: M.Arguments) throws where M.Arguments: Equatable {
+    private func same<M: QuickMethod>(_: M.Type, _ arguments: M.Arguments) throws where M.Arguments: Equatable {
         let frame = try XCTUnwrap(M.quickCall(serial: 7, arguments))
         let decoded = try WireCodec.decode(Call<M.Arguments>.self, from: frame.dropFirst(4))
         XCTAssertEqual(decoded.serial, 7)
