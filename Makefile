@@ -56,8 +56,9 @@ build:
 unit:
 	swift test
 
+# The 20 slowest tests are listed at the end: where the suite's time goes.
 e2e:
-	$(MSSO_TEST_VENV)/bin/python -m pytest -q Tests/e2e
+	$(MSSO_TEST_VENV)/bin/python -m pytest -q --durations=20 Tests/e2e
 
 bench: setup
 	./scripts/bench

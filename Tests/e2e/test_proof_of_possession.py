@@ -136,8 +136,9 @@ def test_the_idp_binds_tokens_to_the_broker_key_and_every_sign_carries_a_fresh_p
 
 def test_the_nonce_dance_against_an_idp_that_demands_nonces(desktop):
     strict = IdP(dpop_nonce=True)
-    broker = Broker(desktop, strict, groups={GROUP: {"sign": "dpop"}})
-    try:
+    broker = None
+    try:  # the IdP is cleaned up also when the broker fails to start
+        broker = Broker(desktop, strict, groups={GROUP: {"sign": "dpop"}})
         login = broker.login()
         assert login.returncode == 0, login.stderr
         key = json.loads(broker.msso("keys", "--json").stdout)
@@ -153,7 +154,8 @@ def test_the_nonce_dance_against_an_idp_that_demands_nonces(desktop):
         assert answer.status_code == 200, (answer.status_code, answer.headers, answer.text)
         assert "nonce" in claims_of(headers["DPoP"], key)[1], "proofs carry the newest nonce"
     finally:
-        broker.stop()
+        if broker:
+            broker.stop()
         strict.cleanup()
 
 
@@ -223,8 +225,9 @@ def test_a_second_verifier_with_a_covered_component_policy(desktop, idp, tmp_pat
 
 def test_dpop_bound_tokens_refresh_with_a_proof(desktop):
     short = IdP(token_ttl=40)
-    broker = Broker(desktop, short, groups={GROUP: {"sign": "dpop", "refresh_lead": "38s"}})
+    broker = None
     try:
+        broker = Broker(desktop, short, groups={GROUP: {"sign": "dpop", "refresh_lead": "38s"}})
         broker.login()
         _, before = desktop.keyring_item()
         sleep_until(before["accessTokenExpiresAt"] - 38 + 0.1)  # within the refresh lead
@@ -234,5 +237,6 @@ def test_dpop_bound_tokens_refresh_with_a_proof(desktop):
         assert after["accessToken"] != before["accessToken"], "refreshed (the IdP demands a proof for bound tokens)"
         assert requests.get(f"{short.issuer}/userinfo", headers=headers, timeout=5).status_code == 200
     finally:
-        broker.stop()
+        if broker:
+            broker.stop()
         short.cleanup()

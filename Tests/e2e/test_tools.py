@@ -145,9 +145,10 @@ def kubeconfig(path: Path, server, api_version="client.authentication.k8s.io/v1b
 @pytest.mark.skipif(not KUBECTL.exists(), reason="Debian's kubectl is unpacked by scripts/setup")
 def test_kubectl_authenticates_with_the_exec_plugin_and_after_a_refresh(desktop, tmp_path, repos):
     short = IdP(token_ttl=8)
-    served = TokenServer(short, repos, tls=True)
-    broker = Broker(desktop, short, groups={GROUP: {"refresh_lead": "3s"}})
-    try:
+    served = broker = None
+    try:  # what started is stopped also when the next part fails to start
+        served = TokenServer(short, repos, tls=True)
+        broker = Broker(desktop, short, groups={GROUP: {"refresh_lead": "3s"}})
         assert broker.login().returncode == 0
         env = dict(broker.env, KUBECONFIG=str(kubeconfig(tmp_path / "kubeconfig", served)), HOME=str(tmp_path))
         listed = subprocess.run([KUBECTL, "get", "namespaces"], env=env, capture_output=True, text=True, timeout=60)
@@ -161,8 +162,10 @@ def test_kubectl_authenticates_with_the_exec_plugin_and_after_a_refresh(desktop,
         assert set(served.seen) - first, "kubectl came back with a refreshed token"
         SECRETS.update(served.seen)
     finally:
-        broker.stop()
-        served.close()
+        if broker:
+            broker.stop()
+        if served:
+            served.close()
         short.cleanup()
 
 
