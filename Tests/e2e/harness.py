@@ -51,6 +51,15 @@ def wait_for(predicate, timeout=10.0, interval=0.02, what="condition"):
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+def stacks(pid) -> str:
+    """Where each thread of a process is (gdb, from scripts/setup), for a test that waited in vain."""
+    if not shutil.which("gdb"):
+        return "(no gdb)"
+    done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 16"],
+                          capture_output=True, text=True, timeout=120)
+    return "\n".join(line for line in done.stdout.splitlines() if line.startswith(("Thread ", "#")))
+
+
 def sleep_until(moment: float):
     """Sleeps until the wall clock passes `moment` (a time.time() a daemon reported: an expiry, say)."""
     time.sleep(max(0.0, moment - time.time()))
@@ -366,7 +375,8 @@ class Broker:
                 wait_for(lambda: self.logged("sessions are kept in") > chosen or self.process.poll() is not None,
                          timeout=30, what="mssod's choice of store")
             except TimeoutError as error:
-                raise TimeoutError(f"{error}; mssod's log:\n{self.log.read_text()[-3000:]}") from None
+                raise TimeoutError(f"{error}; mssod's log:\n{self.log.read_text()[-3000:]}\n"
+                                   f"mssod's threads:\n{stacks(self.process.pid)}") from None
 
     def stop(self, sig=signal.SIGTERM):
         """Stops mssod; a daemon that ignores `sig` for 5 s is killed, and that is a test failure."""
