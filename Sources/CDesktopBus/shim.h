@@ -9,9 +9,19 @@
 #define MSSO_NOTIFY_NAME "org.freedesktop.Notifications"
 #define MSSO_NOTIFY_PATH "/org/freedesktop/Notifications"
 
-/// The session bus (shared with libsecret), or NULL when there is none.
-static inline GDBusConnection *msso_bus_session(void) {
-    return g_bus_get_sync(G_BUS_TYPE_SESSION, NULL, NULL);
+/// A connection of the notifier's own to the session bus, or NULL when there is none or it does
+/// not answer before `cancellable` is cancelled. Not GLib's shared one (`g_bus_get_sync`), which
+/// libsecret uses: two threads making the shared connection at once, one of them giving up, left
+/// the other with a freed object (GLib-GObject-CRITICAL under a hung bus), and one connecting
+/// without a bound held the other's bounded keyring call on the connection's lock.
+static inline GDBusConnection *msso_bus_session(GCancellable *cancellable) {
+    gchar *address = g_dbus_address_get_for_bus_sync(G_BUS_TYPE_SESSION, cancellable, NULL);
+    if (!address) return NULL;
+    GDBusConnection *bus = g_dbus_connection_new_for_address_sync(
+        address, G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION,
+        NULL, cancellable, NULL);
+    g_free(address);
+    return bus;
 }
 
 /// The uid the kernel says runs the bus daemon at the other end of `bus`, or -1: a session bus

@@ -37,6 +37,9 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
 
     /// How long a bus call may take: a hung notification server must not hold anything up.
     static let callTimeout: Int32 = 2000
+    /// Where the connect's timeout fires: a serial queue gets a thread when it has work, where
+    /// Dispatch's shared pool may have none free.
+    private static let connecting = DispatchQueue(label: "msso.notifications.connect")
 
     private init(bus: OpaquePointer, broker: Broker, logger: Logger, browser: Bool) {
         self.bus = bus
@@ -48,8 +51,15 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     /// Starts listening for the notification server's actions and subscribes to every configured
     /// group; nil when there is no session bus.
     public static func start(broker: Broker, logger: Logger, environment: [String: String]) async -> DesktopNotifier? {
-        guard let bus = msso_bus_session() else {
-            logger.info("no session bus: no desktop notifications")
+        // Within the calls' timeout: mssod waits for this before it waits for a SIGTERM.
+        let cancellable = g_cancellable_new()
+        let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
+        connecting.asyncAfter(deadline: .now() + .milliseconds(Int(callTimeout)), execute: timer)
+        let connected = msso_bus_session(cancellable)
+        connecting.sync { timer.cancel() } // then the timer has run or never will (see SecretServiceStore)
+        g_object_unref(cancellable)
+        guard let bus = connected else {
+            logger.info("no session bus, or none that answered within \(callTimeout) ms: no desktop notifications")
             return nil
         }
         let owner = msso_bus_daemon_uid(bus)

@@ -103,7 +103,10 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         timeouts.asyncAfter(deadline: .now() + timeout, execute: timer)
         var message: UnsafeMutablePointer<CChar>?
         let (result, secret) = body(cancellable, &message)
-        timer.cancel()
+        // On the timer's own serial queue: once this returns the timer has run or never will, so
+        // the cancellable it names is not freed under it (a call that ended by itself just as its
+        // timeout fired had the timer cancel a freed object: GLib-GObject-CRITICAL).
+        timeouts.sync { timer.cancel() }
         g_object_unref(cancellable)
         let text = message.map { String(cString: $0) }
         g_free(message)

@@ -201,6 +201,39 @@ def test_sigterm_during_the_start_up_read_of_a_hung_keyring_shuts_down_at_once(d
         daemon.stop()
 
 
+def test_a_hung_session_bus_holds_no_start_or_shutdown_and_corrupts_nothing(desktop, idp):
+    """The session bus stops answering (its dbus-daemon hung). The keyring's probe and the
+    notifier each connect to it as mssod starts: the store is chosen within the keyring timeout,
+    calls are answered with the keyring's sentence, a SIGTERM is not held, and GLib reports no
+    misuse (they shared GLib's one session-bus connection, and when the probe gave up on it the
+    notifier was left with a freed object: GLib-GObject-CRITICAL)."""
+    timeout = 2
+    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+    try:
+        with frozen(desktop.bus_pid):
+            daemon.start(store=False)
+            wait_for(lambda: daemon.logged("sessions are kept in") > 0, timeout=3 * timeout + 5, what="mssod's choice of store")
+            wait_for(lambda: daemon.logged("no desktop notifications") > 0, timeout=10, what="the notifier to give up")
+            done, took = timed(daemon.msso, "status")
+            print(f"hung session bus: status exit {done.returncode} in {took:.2f} s")
+            assert done.returncode == 4 and f"did not answer within {timeout} s" in done.stderr, done.stdout + done.stderr
+            assert serving(daemon)
+            daemon.stop()
+            again = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+            again.start(wait=False)
+            wait_for(lambda: again.alive() and again.socket.exists(), what="the second mssod's socket")
+            started = time.monotonic()
+            again.process.terminate()
+            code = again.process.wait(timeout=30)
+            stopped = time.monotonic() - started
+            print(f"hung session bus: SIGTERM as mssod starts, exit {code} after {stopped:.2f} s")
+            assert code == 0 and stopped < 4, f"exit {code} after {stopped:.2f} s"
+        log = daemon.log.read_text()
+        assert "CRITICAL" not in log and "GLib-GObject" not in log, log[-3000:]
+    finally:
+        daemon.stop()
+
+
 def test_concurrent_callers_on_a_hung_secret_service_do_not_queue_up(desktop, idp):
     """Four apps asking at once must not wait 4 x the keyring timeout."""
     timeout = 2
