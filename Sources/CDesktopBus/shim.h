@@ -21,6 +21,8 @@ static inline GDBusConnection *msso_bus_session(GCancellable *cancellable) {
         address, G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION,
         NULL, cancellable, NULL);
     g_free(address);
+    /* As GLib's shared connection does: the session's bus gone, the session is over (SIGTERM). */
+    if (bus) g_dbus_connection_set_exit_on_close(bus, TRUE);
     return bus;
 }
 

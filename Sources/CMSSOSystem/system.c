@@ -336,30 +336,50 @@ extern char **environ;
 int cmsso_open_in_browser(const char *opener, const char *url) {
     if (access(opener, X_OK) != 0) return -errno;
     char *argv[] = { (char *)opener, (char *)url, NULL };
+    /* The exec's failure comes back through a pipe that closes on a successful exec. */
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0) return -errno;
     /* Forked twice: the opener's parent exits at once and is reaped here, so the opener (and a
      * browser it becomes) is the child of init or of the session's subreaper, and no thread of
-     * ours waits for it. Between fork and exec only async-signal-safe calls: the caller may have
-     * many threads. The opener gets no signal mask or ignored SIGPIPE of ours. */
-    pid_t child = fork();
-    if (child < 0) return -errno;
+     * ours waits for it. Every signal is blocked across the forks, so no handler of ours runs in
+     * a child; the opener gets every handler reset and an empty mask, as posix_spawn would give
+     * it. Between fork and exec only async-signal-safe calls (_Fork, not fork: no atfork
+     * handlers), for the caller may have many threads. */
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &before);
+    pid_t child = _Fork();
     if (child == 0) {
-        pid_t opened = fork();
+        close(report[0]);
+        pid_t opened = _Fork();
         if (opened == 0) {
+            struct sigaction standard = { .sa_handler = SIG_DFL };
+            for (int sig = 1; sig < _NSIG; sig++) sigaction(sig, &standard, NULL);
             sigset_t none;
             sigemptyset(&none);
             sigprocmask(SIG_SETMASK, &none, NULL);
-            struct sigaction standard = { .sa_handler = SIG_DFL };
-            sigaction(SIGPIPE, &standard, NULL);
             int null = open("/dev/null", O_WRONLY);
             if (null >= 0) { dup2(null, 1); dup2(null, 2); if (null > 2) close(null); }
             execve(opener, argv, environ);
+            int failed = errno;
+            (void)!write(report[1], &failed, sizeof failed);
             _exit(127);
         }
         _exit(opened < 0 ? 1 : 0);
     }
+    int forked = child < 0 ? errno : 0;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    close(report[1]);
+    if (child < 0) { close(report[0]); return -forked; }
     int status = 0;
     while (waitpid(child, &status, 0) < 0) {
-        if (errno != EINTR) return -errno;
+        if (errno != EINTR) { int failed = errno; close(report[0]); return -failed; }
     }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EAGAIN;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { close(report[0]); return -EAGAIN; }
+    /* End of file: the opener runs (the pipe closed on its exec). Else exec's errno. */
+    int failed = 0;
+    ssize_t got;
+    do { got = read(report[0], &failed, sizeof failed); } while (got < 0 && errno == EINTR);
+    close(report[0]);
+    return got == (ssize_t)sizeof failed ? -failed : 0;
 }

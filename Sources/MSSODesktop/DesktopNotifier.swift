@@ -59,7 +59,11 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         connecting.sync { timer.cancel() } // then the timer has run or never will (see SecretServiceStore)
         g_object_unref(cancellable)
         guard let bus = connected else {
-            logger.info("no session bus, or none that answered within \(callTimeout) ms: no desktop notifications")
+            if environment["DBUS_SESSION_BUS_ADDRESS"].map({ !$0.isEmpty }) == true {
+                logger.warning("the session bus did not answer within \(callTimeout) ms: no desktop notifications, and registrations with `confirm` are refused, until mssod restarts")
+            } else {
+                logger.info("no session bus: no desktop notifications")
+            }
             return nil
         }
         let owner = msso_bus_daemon_uid(bus)

@@ -35,7 +35,9 @@ struct Sign: ParsableCommand {
         guard let parsed = URL(string: url), parsed.scheme != nil, parsed.host != nil else {
             return "--url must be an absolute URL such as https://api.example.com/path"
         }
-        if let header = headers.first(where: { !$0.contains(":") }) { return "--header takes `Name: value`, got \"\(header)\"" }
+        if let header = headers.first(where: { !$0.contains(":") || $0.split(separator: ":", maxSplits: 1).first.map({ $0.trimmed().isEmpty }) != false }) {
+            return "--header takes `Name: value`, got \"\(header)\""
+        }
         return nil
     }
 

@@ -19,15 +19,26 @@ final class BrowserOpenerTests: XCTestCase {
         XCTAssertEqual(cmsso_open_in_browser(opener, url), 0)
         // Nothing of ours to reap: the opener's parent was reaped before the call returned.
         var status: Int32 = 0
-        XCTAssertEqual(waitpid(-1, &status, WNOHANG), -1)
-        XCTAssertEqual(errno, ECHILD)
+        let reaped = waitpid(-1, &status, WNOHANG), why = errno
+        XCTAssertEqual(reaped, -1)
+        XCTAssertEqual(why, ECHILD)
         let deadline = Date().addingTimeInterval(10)
         while !FileManager.default.fileExists(atPath: seen), Date() < deadline { usleep(10_000) }
         let words = try String(contentsOfFile: seen, encoding: .utf8).split(separator: " ", maxSplits: 2)
+        defer { if let opened = Int32(words[0]) { kill(opened, SIGTERM) } }
         XCTAssertEqual(words.count, 3)
         XCTAssertNotEqual(Int32(words[1]), getpid(), "the opener is still our child")
         XCTAssertEqual(String(words[2]), url)
-        if let opened = Int32(words[0]) { kill(opened, SIGTERM) }
+    }
+
+    /// An opener the kernel cannot run is said, as posix_spawn said it, not taken as opened.
+    func testAnOpenerThatCannotRunIsSaid() throws {
+        let opener = FileManager.default.temporaryDirectory.appendingPathComponent("opener-\(getpid())-broken").path
+        try "not a program\n".write(toFile: opener, atomically: true, encoding: .utf8)
+        defer { unlink(opener) }
+        chmod(opener, 0o755)
+        XCTAssertEqual(cmsso_open_in_browser(opener, "http://127.0.0.1/"), -ENOEXEC)
+        XCTAssertEqual(waitpid(-1, nil, WNOHANG), -1)
     }
 
     func testAMissingOpenerIsSaidAndNothingIsStarted() {

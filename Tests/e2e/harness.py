@@ -55,9 +55,12 @@ def stacks(pid) -> str:
     """Where each thread of a process is (gdb, from scripts/setup), for a test that waited in vain."""
     if not shutil.which("gdb"):
         return "(no gdb)"
-    done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 16"],
-                          capture_output=True, text=True, timeout=120)
-    return "\n".join(line for line in done.stdout.splitlines() if line.startswith(("Thread ", "#")))
+    try:
+        done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 16"],
+                              capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"(gdb failed: {error})"
+    return "\n".join(line for line in done.stdout.splitlines() if line.startswith(("Thread ", "#"))) or done.stderr[-500:]
 
 
 def sleep_until(moment: float):

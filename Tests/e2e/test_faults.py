@@ -208,30 +208,35 @@ def test_a_hung_session_bus_holds_no_start_or_shutdown_and_corrupts_nothing(desk
     misuse (they shared GLib's one session-bus connection, and when the probe gave up on it the
     notifier was left with a freed object: GLib-GObject-CRITICAL)."""
     timeout = 2
-    daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
-    try:
-        with frozen(desktop.bus_pid):
-            daemon.start(store=False)
-            wait_for(lambda: daemon.logged("sessions are kept in") > 0, timeout=3 * timeout + 5, what="mssod's choice of store")
-            wait_for(lambda: daemon.logged("no desktop notifications") > 0, timeout=10, what="the notifier to give up")
-            done, took = timed(daemon.msso, "status")
-            print(f"hung session bus: status exit {done.returncode} in {took:.2f} s")
-            assert done.returncode == 4 and f"did not answer within {timeout} s" in done.stderr, done.stdout + done.stderr
-            assert serving(daemon)
-            daemon.stop()
-            again = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
-            again.start(wait=False)
-            wait_for(lambda: again.alive() and again.socket.exists(), what="the second mssod's socket")
+    with frozen(desktop.bus_pid):
+        for start in range(3):  # the misuse was a race (3 starts in 5): three chances to show it
+            daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+            try:
+                daemon.start(store=False)
+                wait_for(lambda: daemon.logged("sessions are kept in") > 0, timeout=3 * timeout + 5, what="mssod's choice of store")
+                wait_for(lambda: daemon.logged("the session bus did not answer within 2000 ms: no desktop notifications") > 0,
+                         timeout=10, what="the notifier to give up, saying so")
+                done, took = timed(daemon.msso, "status")
+                print(f"hung session bus, start {start + 1}: status exit {done.returncode} in {took:.2f} s")
+                assert done.returncode == 4 and f"did not answer within {timeout} s" in done.stderr, done.stdout + done.stderr
+                assert serving(daemon)
+            finally:
+                daemon.stop()
+            log = daemon.log.read_text()
+            assert "CRITICAL" not in log and "GLib-GObject" not in log, log[-3000:]
+        daemon = Broker(desktop, idp, args=["--keyring-timeout", str(timeout)], start=False)
+        try:
+            daemon.start(wait=False)
+            wait_for(lambda: daemon.alive() and daemon.socket.exists(), what="mssod's socket")
             started = time.monotonic()
-            again.process.terminate()
-            code = again.process.wait(timeout=30)
+            daemon.process.terminate()
+            code = daemon.process.wait(timeout=30)
             stopped = time.monotonic() - started
             print(f"hung session bus: SIGTERM as mssod starts, exit {code} after {stopped:.2f} s")
-            assert code == 0 and stopped < 4, f"exit {code} after {stopped:.2f} s"
-        log = daemon.log.read_text()
-        assert "CRITICAL" not in log and "GLib-GObject" not in log, log[-3000:]
-    finally:
-        daemon.stop()
+            # Held at most by the notifier's bounded connect (2 s), not by the hung bus.
+            assert code == 0 and stopped < 2 + 3, f"exit {code} after {stopped:.2f} s"
+        finally:
+            daemon.stop()
 
 
 def test_concurrent_callers_on_a_hung_secret_service_do_not_queue_up(desktop, idp):

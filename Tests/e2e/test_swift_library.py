@@ -51,4 +51,5 @@ def test_the_brokers_plumbing_is_not_an_apps(tmp_path, plumbing):
     status, errors = typecheck(tmp_path, f"import MSSOClient\nlet _ = {plumbing}\n")
     assert status != 0
     name = plumbing.split("(")[0].split(".")[0]
-    assert f"cannot find '{name}' in scope" in errors or "quickCall" in errors, errors
+    assert (f"cannot find '{name}' in scope" in errors
+            or "'quickCall' is inaccessible due to 'package' protection level" in errors), errors
