@@ -51,6 +51,16 @@ def test_sign_returns_a_bearer_header_the_idp_accepts(broker, idp):
     assert signed["headers"][0][0] == "Authorization"
 
 
+@pytest.mark.parametrize("header", ["no-colon", ":", " : value", ":value"])
+def test_sign_refuses_a_header_without_a_name(header):
+    """`--header` takes `Name: value`; a line without a name is refused with the form it takes (":"
+    used to stop msso with a trap), before any broker is asked."""
+    done = subprocess.run([BIN / "msso", "sign", "--url", "https://api.example.com/", "--header", header],
+                          capture_output=True, text=True, timeout=30, env={"XDG_RUNTIME_DIR": "/nonexistent"})
+    assert done.returncode == 64, (done.returncode, done.stderr)
+    assert f'--header takes `Name: value`, got "{header}"' in done.stderr
+
+
 def test_sign_with_a_named_header_profile(desktop, idp):
     daemon = Broker(desktop, idp, groups={GROUP: {"sign": "header:auth-token"}})
     try:
