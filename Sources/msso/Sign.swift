@@ -35,10 +35,16 @@ struct Sign: ParsableCommand {
         guard let parsed = URL(string: url), parsed.scheme != nil, parsed.host != nil else {
             return "--url must be an absolute URL such as https://api.example.com/path"
         }
-        if let header = headers.first(where: { !$0.contains(":") || $0.split(separator: ":", maxSplits: 1).first.map({ $0.trimmed().isEmpty }) != false }) {
+        if let header = headers.first(where: { !$0.contains(":") || Self.parts($0).name.isEmpty }) {
             return "--header takes `Name: value`, got \"\(header)\""
         }
         return nil
+    }
+
+    /// `Name: value` split at its first colon, each side trimmed (an empty name when none is given).
+    static func parts(_ line: String) -> (name: String, value: String) {
+        let parts = line.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        return (parts[0].trimmed(), parts.count > 1 ? parts[1].trimmed() : "")
     }
 
     func run() throws {
@@ -54,8 +60,8 @@ struct Sign: ParsableCommand {
             digest = BodyDigest.base64SHA256(data)
         }
         let given = headers.map { line -> Header in
-            let parts = line.split(separator: ":", maxSplits: 1)
-            return Header(parts[0].trimmed(), parts.count > 1 ? parts[1].trimmed() : "")
+            let (name, value) = parts(line)
+            return Header(name, value)
         }
         try options.run { broker in
             let request = SignRequest(group: options.group, method: method.uppercased(), url: url, headers: given.isEmpty ? nil : given,
