@@ -53,10 +53,9 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     public static func start(broker: Broker, logger: Logger, environment: [String: String]) async -> DesktopNotifier? {
         // Within the calls' timeout: mssod waits for this before it waits for a SIGTERM.
         let cancellable = g_cancellable_new()
-        let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
-        connecting.asyncAfter(deadline: .now() + .milliseconds(Int(callTimeout)), execute: timer)
-        let connected = msso_bus_session(cancellable)
-        connecting.sync { timer.cancel() } // then the timer has run or never will (see SecretServiceStore)
+        let connected = Deadline.run(within: Double(callTimeout) / 1000, on: connecting, interrupt: { g_cancellable_cancel(cancellable) }) {
+            msso_bus_session(cancellable)
+        }
         g_object_unref(cancellable)
         guard let bus = connected else {
             if environment["DBUS_SESSION_BUS_ADDRESS"].map({ !$0.isEmpty }) == true {

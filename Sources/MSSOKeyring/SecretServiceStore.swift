@@ -99,14 +99,10 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         _ body: (UnsafeMutablePointer<GCancellable>?, inout UnsafeMutablePointer<CChar>?) -> (msso_secret_result, String?)
     ) -> (msso_secret_result, String?, String?) {
         let cancellable = g_cancellable_new()
-        let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
-        timeouts.asyncAfter(deadline: .now() + timeout, execute: timer)
         var message: UnsafeMutablePointer<CChar>?
-        let (result, secret) = body(cancellable, &message)
-        // On the timer's own serial queue: once this returns the timer has run or never will, so
-        // the cancellable it names is not freed under it (a call that ended by itself just as its
-        // timeout fired had the timer cancel a freed object: GLib-GObject-CRITICAL).
-        timeouts.sync { timer.cancel() }
+        let (result, secret) = Deadline.run(within: timeout, on: timeouts, interrupt: { g_cancellable_cancel(cancellable) }) {
+            body(cancellable, &message)
+        }
         g_object_unref(cancellable)
         let text = message.map { String(cString: $0) }
         g_free(message)
