@@ -24,8 +24,7 @@ package enum JSONString {
             case 0x08: bytes.append(contentsOf: [92, 98])
             case 0x0C: bytes.append(contentsOf: [92, 102])
             case 0..<0x20:
-                let hex: [UInt8] = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [92, 117, 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+                bytes.append(contentsOf: [92, 117, 48, 48] + Array(Hex.lowercase(CollectionOfOne(byte)).utf8))
             default: bytes.append(byte)
             }
         }
