@@ -34,6 +34,19 @@ static const SecretSchema msso_key_schema = {
 static inline const SecretSchema *msso_credential_schema_ref(void) { return &msso_credential_schema; }
 static inline const SecretSchema *msso_key_schema_ref(void) { return &msso_key_schema; }
 
+/// Registers, on the calling thread, the GLib types that the keyring's calls and the notifier's
+/// connect (each on a thread of its own, as mssod starts) would otherwise register at once.
+/// GLib 2.74 deadlocks there: one thread, in GDBusProxy's class init (holding GType's class-init
+/// lock), waits for GDBusConnection's registration, which the other thread is doing and which
+/// needs that lock to add GDBusConnection's interfaces. Seen as a start that never chose a store.
+static inline void msso_glib_types_ready(void) {
+    GError *none = g_error_new_literal(G_IO_ERROR, G_IO_ERROR_FAILED, "");
+    g_free(g_dbus_error_get_remote_error(none)); /* GDBus's own one-time set-up, and its types */
+    g_error_free(none);
+    GType types[] = { G_TYPE_DBUS_CONNECTION, G_TYPE_DBUS_MESSAGE, SECRET_TYPE_SERVICE, SECRET_TYPE_COLLECTION, SECRET_TYPE_ITEM };
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) g_type_class_unref(g_type_class_ref(types[i]));
+}
+
 static inline msso_secret_result msso_secret_fail(GError *error, char **message) {
     msso_secret_result result = g_error_matches(error, G_IO_ERROR, G_IO_ERROR_CANCELLED)
         ? MSSO_SECRET_TIMEOUT : MSSO_SECRET_UNAVAILABLE;

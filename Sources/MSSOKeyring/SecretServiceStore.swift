@@ -23,7 +23,12 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
 
     public init(timeout: Double = 5) {
         self.timeout = timeout
+        _ = Self.typesReady
     }
+
+    /// GLib's D-Bus types, registered once before this store's first call and the notifier's
+    /// connect can run at once: GLib deadlocks when two threads first register them together.
+    private static let typesReady: Void = msso_glib_types_ready()
 
     public func load(group: String) async throws(BrokerError) -> Credential? {
         try await read(Credential.self, schema: .credential, group: group)

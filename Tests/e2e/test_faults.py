@@ -8,11 +8,12 @@ deleted. Timings are printed (run with -s to see them).
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from faults import frozen, login_bounded, timed
-from harness import BIN, GROUP, SECRETS, Broker, Desktop, IdP, RawClient, wait_for
+from harness import BIN, GROUP, ROOT, SECRETS, Broker, Desktop, IdP, RawClient, wait_for
 
 URL = "https://api.example.com/items"
 
@@ -237,6 +238,30 @@ def test_a_hung_session_bus_holds_no_start_or_shutdown_and_corrupts_nothing(desk
             assert code == 0 and stopped < 2 + 3, f"exit {code} after {stopped:.2f} s"
         finally:
             daemon.stop()
+
+
+def test_a_start_where_the_keyring_and_the_notifier_first_use_d_bus_at_once_chooses_a_store(desktop, idp):
+    """As mssod starts, the keyring's first call and the notifier's connect each run on a thread of
+    their own, and each is the first use of GLib's D-Bus. GLib 2.74 deadlocks when two threads
+    register its D-Bus types at once (one in GDBusProxy's class init waits for GDBusConnection's
+    registration, which waits for the class-init lock the first holds): a start in some hundreds
+    never chose a store, and never answered a call that needs one. A preload widens that race so
+    that it is lost every time; mssod registers the types on one thread before either starts."""
+    race = desktop.home / "glib_type_race.so"
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "gobject-2.0"], capture_output=True, text=True, check=True).stdout.split()
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", race, ROOT / "Tests/e2e/glib_type_race.c", *flags, "-ldl"], check=True)
+    desktop.chown(race)
+    daemon = Broker(desktop, idp, start=False, environment={"LD_PRELOAD": str(race)})
+    try:
+        daemon.start(store=False)
+        maps = Path(f"/proc/{daemon.process.pid}/maps").read_text()
+        assert str(race) in maps, "the preload that widens the race is in mssod"
+        wait_for(lambda: daemon.logged("sessions are kept in") > 0, timeout=20,
+                 what="mssod's choice of store, GLib's D-Bus types first used by two threads at once")
+        assert daemon.login().returncode == 0
+        assert daemon.msso("status").returncode == 0
+    finally:
+        daemon.stop()
 
 
 def test_concurrent_callers_on_a_hung_secret_service_do_not_queue_up(desktop, idp):
