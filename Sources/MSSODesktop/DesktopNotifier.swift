@@ -74,17 +74,14 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         }
         let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
         let notifier = DesktopNotifier(bus: bus, broker: broker, logger: logger, browser: display && access(CMSSO_BROWSER_OPENER, X_OK) == 0)
-        var thread = pthread_t()
-        let started = pthread_create(&thread, nil, { context in
-            let notifier = Unmanaged<DesktopNotifier>.fromOpaque(context!).takeRetainedValue()
+        // A GMainLoop owns the thread it runs on: one of its own, for the notifier's life.
+        let started = Thread.detach {
             msso_listen_for_actions(notifier.bus, { id, action, context in
                 guard let action, let context else { return }
                 Unmanaged<DesktopNotifier>.fromOpaque(context).takeUnretainedValue().invoked(id, String(cString: action))
             }, Unmanaged.passUnretained(notifier).toOpaque())
-            return nil
-        }, Unmanaged.passRetained(notifier).toOpaque())
-        guard started == 0 else { return nil }
-        pthread_detach(thread)
+        }
+        guard started else { return nil }
         _ = try? await broker.subscribe(notifier, groups: nil)
         return notifier
     }

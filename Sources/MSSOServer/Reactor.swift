@@ -1,5 +1,6 @@
 import CMSSOSystem
 import Glibc
+import MSSOCore
 import Synchronization
 
 /// Something the reactor wakes up when its descriptor is ready.
@@ -139,31 +140,5 @@ struct SystemError: Error, CustomStringConvertible {
     let description: String
     init(_ what: String, errno code: Int32) {
         description = "\(what): \(String(cString: strerror(code)))"
-    }
-}
-
-/// Detached threads for blocking work (the reactor itself, identifying a new process), without
-/// Foundation.
-enum Thread {
-    private final class Body {
-        let run: () -> Void
-        init(_ run: @escaping () -> Void) { self.run = run }
-    }
-
-    /// Runs `body` on a new detached thread; false when no thread could be made.
-    @discardableResult
-    static func detach(_ body: @escaping () -> Void) -> Bool {
-        let box = Unmanaged.passRetained(Body(body)).toOpaque()
-        var thread = pthread_t()
-        let status = pthread_create(&thread, nil, { argument in
-            Unmanaged<Body>.fromOpaque(argument!).takeRetainedValue().run()
-            return nil
-        }, box)
-        guard status == 0 else {
-            Unmanaged<Body>.fromOpaque(box).release()
-            return false
-        }
-        pthread_detach(thread)
-        return true
     }
 }
