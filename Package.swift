@@ -13,12 +13,9 @@ let package = Package(
         .executable(name: "git-credential-msso", targets: ["git-credential-msso"]),
     ],
     dependencies: [
-        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
-        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
-        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // Wire protocol: message types, error names, framing. Shared by daemon, CLI and client.
@@ -54,18 +51,15 @@ let package = Package(
         // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions (the
         // protocol module for its JSON strings and trimming, written once).
         .target(name: "MSSOSigning", dependencies: ["MSSOProtocol", .product(name: "Crypto", package: "swift-crypto")]),
-        // OpenID Connect / OAuth 2.0 client flows, over AsyncHTTPClient.
+        // HTTP to identity providers: the system's libcurl (and through it the system's OpenSSL).
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        // OpenID Connect / OAuth 2.0 client flows, over libcurl; the browser login's loopback listener.
         .target(name: "MSSOIdentity", dependencies: [
-            "MSSOCore", "MSSOSigning", "CMSSOSystem",
+            "CCurl", "MSSOCore", "MSSOSigning", "CMSSOSystem",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             // RSA: private_key_jwt client assertions (RS256) and ID token signatures (RS/PS).
             .product(name: "CryptoExtras", package: "swift-crypto"),
-            .product(name: "AsyncHTTPClient", package: "async-http-client"),
-            .product(name: "NIOCore", package: "swift-nio"),
-            .product(name: "NIOPosix", package: "swift-nio"),
-            .product(name: "NIOHTTP1", package: "swift-nio"),
-            .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         // The Unix-socket server: its own epoll loop, each call judged by the process that sent it.
         .target(name: "MSSOServer", dependencies: [

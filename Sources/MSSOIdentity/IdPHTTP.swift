@@ -1,56 +1,71 @@
-import AsyncHTTPClient
+import CCurl
 import FoundationEssentials
 import Glibc
-import Logging
 import MSSOCore
 import MSSOProtocol
-import NIOCore
-import NIOHTTP1
-import NIOPosix
-import NIOSSL
 import Synchronization
 
-/// HTTP to identity providers, through AsyncHTTPClient on the daemon's own event loops.
+/// HTTP to identity providers, through libcurl: the system's, with the system's TLS library and
+/// trust store, patched with the distribution (ARCHITECTURE.md says why not a Swift stack).
 ///
 /// Strict where a broker must be: no redirect is ever followed (a 3xx from an IdP endpoint is an
 /// error, so a client secret or a code can never be carried to a third origin); bodies are read up
-/// to a cap; every request has a deadline; TLS is verified against the system's trust store, or
-/// against the group's own CA file (`ca_file`) for a private IdP. Each request goes the way its
-/// group's ``IdPRoute`` says: an administrator's group directly or through its own `proxy`, never
-/// through a proxy of the environment; a user's group through its `proxy`, else as the
-/// environment says, as curl reads it (``ProxySettings``). Connections are pooled per proxy and
-/// per kind of group, so an administrator's group never reuses a connection a user's group made.
+/// to a cap; every request has a deadline that covers its whole answer; TLS is verified against
+/// the system's trust store, or against the group's own CA file (`ca_file`) alone for a private
+/// IdP. Each request goes the way its group's ``IdPRoute`` says: an administrator's group directly
+/// or through its own `proxy`, never through a proxy of the environment (libcurl is told so, since
+/// it would read one); a user's group through its `proxy`, else as the environment says, as curl
+/// reads it (``ProxySettings``). Connections are kept per proxy and per kind of group, so an
+/// administrator's group never reuses a connection a user's group made.
+///
+/// libcurl's easy interface blocks: each request runs on a thread of its own, and the waiting task
+/// is resumed when it ends. Cancelling the task (or ``shutdown()``) ends the transfer within about
+/// a second (libcurl's progress callback).
 final class IdPHTTP: Sendable {
     /// The proxy of the daemon's environment: for user groups only.
     private let environmentProxy: ProxySettings
-    private let pools = Mutex(Pools())
+    private let state = Mutex(State())
 
-    /// Which HTTP client (and connection pool) a request uses.
+    /// Which connections a request may reuse.
     struct Pool: Hashable {
         var admin: Bool
         /// The proxy's URL, nil for direct connections.
         var proxy: String?
     }
 
-    private struct Pools {
-        var clients: [Pool: HTTPClient] = [:]
+    private struct State {
+        /// Handles not in use, each with the connections it keeps open (at most ``idleHandles`` a pool).
+        var idle: [Pool: [Handle]] = [:]
+        /// The cancel flags of the requests under way.
+        var running: [ObjectIdentifier: Flag] = [:]
         var closed = false
     }
 
     /// The most an IdP answer may hold.
     static let maximumBody = 256 * 1024
+    /// Idle handles kept a pool: as many requests to one IdP at once as then find a connection open.
+    static let idleHandles = 4
+    /// How long a connection may take to open, at most (within the request's own deadline).
+    static let connectTimeout = 10.0
+
+    private static let initialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+
+    enum Method: Sendable { case get, post }
 
     init(environment: [String: String]) {
         environmentProxy = ProxySettings(environment: environment)
+        _ = Self.initialized
     }
 
+    /// Ends every request under way (each within about a second) and closes kept connections.
     func shutdown() async {
-        let clients = pools.withLock { pools in
-            pools.closed = true
-            defer { pools.clients = [:] }
-            return Array(pools.clients.values)
+        let (flags, handles) = state.withLock { state in
+            state.closed = true
+            defer { state.idle = [:] }
+            return (Array(state.running.values), state.idle.values.flatMap { $0 })
         }
-        for client in clients { try? await client.shutdown() }
+        for flag in flags { flag.cancel() }
+        _ = handles // released here: curl_easy_cleanup closes their connections
     }
 
     /// The pool a request of `route` to `url` goes through. Loopback addresses are always reached
@@ -67,35 +82,10 @@ final class IdPHTTP: Sendable {
         }
     }
 
-    /// The client of a pool, made at its first use.
-    private func client(_ pool: Pool) throws(Failure) -> HTTPClient {
-        var proxy: HTTPClient.Configuration.Proxy?
-        if let text = pool.proxy {
-            guard let parsed = ProxySettings.parse(text) else { throw .unreachable("the proxy URL cannot be used") }
-            proxy = parsed
-        }
-        let made: HTTPClient? = pools.withLock { pools in
-            if let client = pools.clients[pool] { return client }
-            guard !pools.closed else { return nil }
-            var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
-            configuration.timeout = .init(connect: .seconds(10), read: .seconds(30))
-            configuration.httpVersion = .http1Only
-            // An IdP that refuses connections is down now: say so at once rather than retry until
-            // the deadline (the broker has its own backoff for refreshes).
-            configuration.connectionPool.retryConnectionEstablishment = false
-            configuration.proxy = proxy
-            let client = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
-            pools.clients[pool] = client
-            return client
-        }
-        guard let made else { throw .unreachable("shut down") }
-        return made
-    }
-
     /// An IdP's answer: status, the headers that matter, and the body (at most ``maximumBody``).
     struct Answer: Sendable {
         var status: Int
-        var body: ByteBuffer
+        var body: [UInt8]
         var retryAfter: Double?
         var dpopNonce: String?
         var location: String?
@@ -108,53 +98,107 @@ final class IdPHTTP: Sendable {
     }
 
     /// Sends one request and reads its answer; throws ``Failure`` when there is none.
-    func send(_ url: URL, method: HTTPMethod, headers: [(String, String)], body: [UInt8]?, route: IdPRoute,
+    func send(_ url: URL, method: Method, headers: [(String, String)], body: [UInt8]?, route: IdPRoute,
               timeout: Double) async throws(Failure) -> Answer {
-        var request = HTTPClientRequest(url: url.absoluteString)
-        request.method = method
-        for (name, value) in headers { request.headers.add(name: name, value: value) }
-        if let body { request.body = .bytes(body) }
-        if let caFile = route.caFile {
-            var tls = TLSConfiguration.makeClientConfiguration()
-            tls.trustRoots = .file(caFile)
-            request.tlsConfiguration = tls
+        let pool = pool(for: route, to: url)
+        var proxy = ""
+        if let text = pool.proxy {
+            guard let parsed = ProxySettings.parse(text) else { throw .unreachable("the proxy URL cannot be used") }
+            proxy = parsed
         }
-        let client = try self.client(pool(for: route, to: url))
-        let milliseconds = Int64(min(max(timeout, 0.001), 86400) * 1000)
-        let deadline = ContinuousClock.now + .milliseconds(milliseconds)
-        do {
-            let response = try await client.execute(request, timeout: .milliseconds(milliseconds))
-            // AsyncHTTPClient's deadline ends with the response head: the body gets one of its own,
-            // the rest of the same time, so that an IdP dribbling its answer cannot hold a login
-            // or a refresh past the timeout.
-            let body = try await Self.collect(response.body, until: deadline)
-            return Answer(status: Int(response.status.code), body: body,
-                          retryAfter: response.headers.first(name: "Retry-After").flatMap(Self.retryAfter),
-                          dpopNonce: response.headers.first(name: "DPoP-Nonce"),
-                          location: response.headers.first(name: "Location"))
-        } catch let error as HTTPClientError where error == .deadlineExceeded || error == .readTimeout || error == .connectTimeout {
-            throw .timedOut
-        } catch let error as NIOTooManyBytesError {
-            _ = error
-            throw .tooLarge
-        } catch is CancellationError {
-            throw .unreachable("cancelled")
-        } catch {
-            throw .unreachable(String(describing: type(of: error)))
+        let flag = Flag()
+        let handle: Handle? = state.withLock { state in
+            guard !state.closed else { return nil }
+            state.running[ObjectIdentifier(flag)] = flag
+            return state.idle[pool]?.popLast() ?? Handle()
+        }
+        guard let handle else { throw .unreachable("shut down") }
+        defer { _ = state.withLock { $0.running.removeValue(forKey: ObjectIdentifier(flag)) } }
+        let request = Request(url: url.absoluteString, post: method == .post, headers: headers.map { "\($0.0): \($0.1)" },
+                              body: body, proxy: proxy, caFile: route.caFile,
+                              timeout: min(max(timeout, 0.001), 86400), flag: flag)
+        let outcome = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
+                guard Thread.detach({ continuation.resume(returning: request.perform(on: handle)) }) else {
+                    return continuation.resume(returning: Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: false))
+                }
+            }
+        } onCancel: {
+            flag.cancel()
+        }
+        state.withLock { state in
+            if !state.closed, outcome.code == CURLE_OK, state.idle[pool, default: []].count < Self.idleHandles {
+                state.idle[pool, default: []].append(handle)
+            }
+        }
+        if outcome.tooLarge { throw .tooLarge }
+        switch outcome.code {
+        case CURLE_OK:
+            guard let answer = outcome.answer else { throw .unreachable("no answer") }
+            return answer
+        case CURLE_OPERATION_TIMEDOUT: throw .timedOut
+        case CURLE_ABORTED_BY_CALLBACK: throw .unreachable("cancelled")
+        default: throw .unreachable(String(cString: curl_easy_strerror(outcome.code)))
         }
     }
 
-    /// A response body, at most ``maximumBody`` bytes, read before `deadline` (else `deadlineExceeded`).
-    static func collect(_ body: HTTPClientResponse.Body, until deadline: ContinuousClock.Instant) async throws -> ByteBuffer {
-        try await withThrowingTaskGroup(of: ByteBuffer?.self) { group in
-            group.addTask { try await body.collect(upTo: Self.maximumBody) }
-            group.addTask {
-                try await Task.sleep(until: deadline, clock: .continuous)
-                return nil
+    /// A libcurl easy handle: the connections it opened stay open with it, for the next request.
+    private final class Handle: @unchecked Sendable {
+        let easy: UnsafeMutableRawPointer?
+        init() { easy = curl_easy_init() }
+        deinit { curl_easy_cleanup(easy) }
+    }
+
+    /// Set to end a request: read by libcurl's progress callback on the request's thread.
+    private final class Flag: @unchecked Sendable {
+        let value = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        init() { value.initialize(to: 0) }
+        deinit { value.deallocate() }
+        func cancel() { msso_http_cancel(value) }
+    }
+
+    private struct Outcome: Sendable {
+        var code: CURLcode
+        var answer: Answer?
+        var tooLarge: Bool
+    }
+
+    private struct Request: Sendable {
+        var url: String
+        var post: Bool
+        var headers: [String]
+        var body: [UInt8]?
+        var proxy: String
+        var caFile: String?
+        var timeout: Double
+        var flag: Flag
+
+        /// Runs the request on the calling thread (it blocks until the answer is in, or the deadline).
+        func perform(on handle: Handle) -> Outcome {
+            guard let easy = handle.easy else { return Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: false) }
+            var answer = msso_http_answer()
+            answer.cap = IdPHTTP.maximumBody
+            defer { msso_http_answer_free(&answer) }
+            let milliseconds = Int(timeout * 1000)
+            let connecting = min(milliseconds, Int(IdPHTTP.connectTimeout * 1000))
+            let lines = headers.map { strdup($0) }
+            defer { lines.forEach { free($0) } }
+            let pointers = lines.map { UnsafePointer($0) }
+            let code = (body ?? []).withUnsafeBufferPointer { bytes in
+                msso_http_perform(easy, url, post ? 1 : 0, pointers, pointers.count, bytes.baseAddress, bytes.count,
+                                  proxy, caFile, milliseconds, connecting, flag.value, &answer)
             }
-            defer { group.cancelAll() }
-            guard let first = try await group.next(), let buffer = first else { throw HTTPClientError.deadlineExceeded }
-            return buffer
+            guard code == CURLE_OK else { return Outcome(code: code, answer: nil, tooLarge: answer.too_large != 0) }
+            func text(_ field: UnsafePointer<CChar>) -> String? {
+                let value = String(cString: field)
+                return value.isEmpty ? nil : value
+            }
+            let kept = withUnsafePointer(to: answer.retry_after) { $0.withMemoryRebound(to: CChar.self, capacity: 64) { text($0) } }
+            let nonce = withUnsafePointer(to: answer.dpop_nonce) { $0.withMemoryRebound(to: CChar.self, capacity: 512) { text($0) } }
+            let location = withUnsafePointer(to: answer.location) { $0.withMemoryRebound(to: CChar.self, capacity: 2048) { text($0) } }
+            let received = answer.body.map { Array(UnsafeBufferPointer(start: $0, count: answer.length)) } ?? []
+            return Outcome(code: code, answer: Answer(status: answer.status, body: received, retryAfter: kept.flatMap(IdPHTTP.retryAfter),
+                                                      dpopNonce: nonce, location: location), tooLarge: false)
         }
     }
 
@@ -206,17 +250,25 @@ struct ProxySettings: Sendable {
         }.filter { !$0.isEmpty }
     }
 
-    /// `http://[user:password@]host:port` or `socks5://host:port`.
-    static func parse(_ text: String) -> HTTPClient.Configuration.Proxy? {
+    /// `http://[user:password@]host:port` (an `https` scheme: the same plain CONNECT proxy) or
+    /// `socks5://host:port`, as the URL libcurl is given: the port 1080 when none is named; over
+    /// SOCKS the proxy resolves the IdP's name (`socks5h`), as it would have to where only it can.
+    static func parse(_ text: String) -> String? {
         let withScheme = text.contains("://") ? text : "http://" + text
-        guard let url = URL(string: withScheme), let host = url.host, !host.isEmpty else { return nil }
-        switch url.scheme?.lowercased() {
-        case "socks5", "socks5h": return .socksServer(host: host, port: url.port ?? 1080)
-        case "http", "https":
-            let authorization = url.user.map { HTTPClient.Authorization.basic(username: $0, password: url.password ?? "") }
-            return .server(host: host, port: url.port ?? 1080, authorization: authorization)
+        guard var parts = URLComponents(string: withScheme), let host = parts.host, !host.isEmpty else { return nil }
+        switch parts.scheme?.lowercased() {
+        case "socks5", "socks5h":
+            parts.scheme = "socks5h"
+            parts.user = nil
+            parts.password = nil
+        case "http", "https": parts.scheme = "http"
         default: return nil
         }
+        parts.port = parts.port ?? 1080
+        parts.path = ""
+        parts.query = nil
+        parts.fragment = nil
+        return parts.string
     }
 
     func applies(to url: URL) -> Bool {

@@ -4,8 +4,6 @@ import Logging
 import MSSOCore
 import MSSOProtocol
 import MSSOSigning
-import NIOCore
-import NIOHTTP1
 import Synchronization
 
 /// An OpenID Connect provider: discovery, password grant, device authorization grant (RFC 8628),
@@ -161,10 +159,10 @@ public final class OpenIDProvider: IdentityProvider {
     /// Saying so now spares the user a wait that could only end in a timeout. Any other answer (a
     /// login page, a redirect to one) or none at all is left to the browser.
     private func checkAuthorizationRequest(_ url: URL, group: GroupConfig, redirectURI: String) async throws(BrokerError) {
-        guard let answer = try? await http.send(url, method: .GET, headers: [("Accept", "text/html, application/json")], body: nil,
+        guard let answer = try? await http.send(url, method: .get, headers: [("Accept", "text/html, application/json")], body: nil,
                                                 route: IdPRoute(group), timeout: min(requestTimeout, 5)),
               answer.status == 400 || answer.status == 403 else { return }
-        let page = String(decoding: answer.body.readableBytesView.prefix(65536), as: UTF8.self)
+        let page = String(decoding: answer.body.prefix(65536), as: UTF8.self)
         let said = (try? JSONDecoder().decode(OAuthErrorBody.self, from: Data(page.utf8))).flatMap { OAuthError.shown($0.error_description ?? $0.error) }
             .map { " The identity provider said: \"\($0)\"." } ?? ""
         let idp = "the identity provider of \"\(group.name)\""
@@ -224,12 +222,12 @@ public final class OpenIDProvider: IdentityProvider {
         if !fresh, let known = keySets.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime {
             return (known.keys, false)
         }
-        let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil)
+        let answer = try await send(url, group: group, method: .get, headers: [("Accept", "application/json")], body: nil)
         guard answer.status == 200 else {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" did not give its keys at \(url.absoluteString.prefix(200)) (HTTP \(answer.status)), so its ID token cannot be checked; try again later")
         }
         let keys: JSONWebKeySet
-        do { keys = try JSONWebKeySet(json: Data(answer.body.readableBytesView)) } catch { throw error.brokerError(group: group) }
+        do { keys = try JSONWebKeySet(json: Data(answer.body)) } catch { throw error.brokerError(group: group) }
         keySets.withLock { $0[route] = (keys, now) }
         return (keys, true)
     }
@@ -302,10 +300,10 @@ public final class OpenIDProvider: IdentityProvider {
         if let known = metadataRevocation.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime { return known.endpoint }
         var found: URL?
         for url in IdPEndpoints.metadataURLs(issuer: group.issuer) {
-            let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil, timeout: timeout())
+            let answer = try await send(url, group: group, method: .get, headers: [("Accept", "application/json")], body: nil, timeout: timeout())
             guard answer.status == 200 else { continue }
             // Held to discovery's rules: the same issuer, https (or loopback) endpoints.
-            found = try IdPEndpoints(discovery: Data(answer.body.readableBytesView), group: group, metadata: true).revocation
+            found = try IdPEndpoints(discovery: Data(answer.body), group: group, metadata: true).revocation
             break
         }
         metadataRevocation.withLock { $0[route] = (found, now) }
@@ -402,9 +400,9 @@ public final class OpenIDProvider: IdentityProvider {
             fields.append(("client_id", group.clientID))
         }
         let body = Array(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
-        let answer = try await send(url, group: group, method: .POST, headers: headers, body: body, timeout: timeout)
+        let answer = try await send(url, group: group, method: .post, headers: headers, body: body, timeout: timeout)
         if let nonce = answer.dpopNonce, nonce.utf8.count <= 1024 { dpopNonces.withLock { $0[nonceKey] = nonce } }
-        let data = Data(answer.body.readableBytesView)
+        let data = Data(answer.body)
         switch answer.status {
         case 200: return .answered(data) // RFC 7009: a revocation endpoint answers 200 with an empty body
         case 400..<500 where answer.status != 408 && answer.status != 429:
@@ -420,7 +418,7 @@ public final class OpenIDProvider: IdentityProvider {
     }
 
     /// One exchange, with the IdP's silence or a redirect said in words.
-    private func send(_ url: URL, group: GroupConfig, method: HTTPMethod, headers: [(String, String)], body: [UInt8]?,
+    private func send(_ url: URL, group: GroupConfig, method: IdPHTTP.Method, headers: [(String, String)], body: [UInt8]?,
                       timeout: Double? = nil) async throws(BrokerError) -> IdPHTTP.Answer {
         let limit = timeout ?? requestTimeout
         let answer: IdPHTTP.Answer
@@ -453,11 +451,11 @@ public final class OpenIDProvider: IdentityProvider {
     func fetchDiscovery(_ group: GroupConfig) async throws(BrokerError) -> IdPEndpoints {
         let url = URL(string: group.issuer.hasSuffix("/") ? group.issuer + ".well-known/openid-configuration"
                                                         : group.issuer + "/.well-known/openid-configuration")!
-        let answer = try await send(url, group: group, method: .GET, headers: [("Accept", "application/json")], body: nil)
+        let answer = try await send(url, group: group, method: .get, headers: [("Accept", "application/json")], body: nil)
         guard answer.status == 200 else {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" has no usable OpenID configuration at \(url.absoluteString) (HTTP \(answer.status)); check `issuer` in the config")
         }
-        return try IdPEndpoints(discovery: Data(answer.body.readableBytesView), group: group)
+        return try IdPEndpoints(discovery: Data(answer.body), group: group)
     }
 
     // MARK: Helpers

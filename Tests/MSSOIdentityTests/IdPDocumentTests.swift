@@ -132,6 +132,16 @@ final class IdPDocumentTests: XCTestCase {
         XCTAssertFalse(ProxySettings(environment: [:]).applies(to: URL(string: "https://a.example/")!))
     }
 
+    func testAProxyIsGivenToLibcurlAsTheURLItMeans() {
+        XCTAssertEqual(ProxySettings.parse("proxy.corp:3128"), "http://proxy.corp:3128")
+        XCTAssertEqual(ProxySettings.parse("proxy.corp"), "http://proxy.corp:1080", "no port: 1080")
+        XCTAssertEqual(ProxySettings.parse("https://u%40corp:p%3Aw@proxy.corp:8443/ignored?x"), "http://u%40corp:p%3Aw@proxy.corp:8443",
+                       "a plain CONNECT proxy, its credentials as written, nothing after the port")
+        XCTAssertEqual(ProxySettings.parse("socks5://user:pw@[::1]:9050"), "socks5h://[::1]:9050", "the proxy resolves the IdP's name")
+        XCTAssertNil(ProxySettings.parse("ftp://proxy.corp:21"))
+        XCTAssertNil(ProxySettings.parse("http://"))
+    }
+
     func testFormEncoding() {
         XCTAssertEqual(OpenIDProvider.formEncode("a b&c=d/é~"), "a+b%26c%3Dd%2F%C3%A9%7E")
     }
