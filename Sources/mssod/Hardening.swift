@@ -11,6 +11,9 @@ enum Hardening {
         _ = cmsso_set_name(command.isEmpty ? "mssod" : command)
     }
 
+    static let tlsVariables = ["SSLKEYLOGFILE", "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_MODULES",
+                               "OPENSSL_ENGINES", "CURL_CA_BUNDLE", "CURL_SSL_BACKEND"]
+
     static func apply() {
         // The Swift runtime's crash backtracer prints registers and stack bytes to stderr, which
         // could carry token bytes into the journal, and its settings can name a program to run.
@@ -20,6 +23,11 @@ enum Hardening {
             execv("/proc/self/exe", CommandLine.unsafeArgv)
             unsetenv("SWIFT_BACKTRACE") // exec failed: carry on rather than refuse to start
         }
+        // Read by libcurl and the OpenSSL under it: a file to write TLS secrets to, trust anchors,
+        // a configuration that loads code. Requests to identity providers carry refresh tokens,
+        // passwords and client secrets, and an administrator's group trusts only its `ca_file` or
+        // the system's store: the environment reaches none of their TLS.
+        for name in Self.tlsVariables { unsetenv(name) }
         // Files we create (the socket above all) are the user's alone.
         umask(0o077)
         // No core dumps: a dump would carry tokens to disk.

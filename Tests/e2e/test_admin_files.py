@@ -286,6 +286,44 @@ def test_a_users_group_with_an_admins_issuer_a_hostile_ca_and_proxy_cannot_diver
         broker.stop()
 
 
+def test_the_environment_reaches_none_of_an_identity_providers_tls(desktop, idp, network_idp):
+    """libcurl and the OpenSSL under it read variables the user's environment (and so malware of
+    the user's) can set for mssod: SSLKEYLOGFILE writes every TLS secret to a file (with a proxy
+    on the way, the refresh token and the client secret are then read off the wire), SSL_CERT_FILE
+    and SSL_CERT_DIR add trust anchors. mssod clears them as it starts: an administrator's group
+    still logs in over its own `ca_file` and no secret is logged; a group that trusts the system's
+    store does not trust the CA the environment names."""
+    front, _, admin_ca, _ = network_idp
+    keys = desktop.home / "tls-keys.log"
+    anchors = desktop.home / "anchors"
+    anchors.mkdir()
+    (anchors / "corp-ca.pem").write_bytes(admin_ca.read_bytes())
+    desktop.chown(anchors, recursive=True)
+    broker = Broker(desktop, idp, groups={ADMIN_GROUP: {}}, start=False,
+                    environment={"SSLKEYLOGFILE": str(keys), "SSL_CERT_FILE": str(anchors / "corp-ca.pem"),
+                                 "SSL_CERT_DIR": str(anchors)})
+    try:
+        ca_file = broker.admin_dir / "corp-ca.pem"
+        ca_file.write_bytes(admin_ca.read_bytes())
+        broker.write_config({ADMIN_GROUP: {"issuer": front.issuer, "ca_file": str(ca_file)},
+                             USER_GROUP: {"issuer": front.issuer}}, idp)
+        broker.register("both", [BIN / "msso"], [ADMIN_GROUP, USER_GROUP])
+        broker.start()
+
+        corp = broker.login(group=ADMIN_GROUP)
+        assert corp.returncode == 0, corp.stderr
+        assert "POST /api/oidc/token" in front.requests.snapshot(), "the login went over TLS to the IdP"
+        assert not keys.exists(), f"TLS secrets written to {keys}: {keys.read_text()[:200]}"
+
+        system = broker.login(group=USER_GROUP)
+        assert system.returncode != 0 and "could not be reached" in system.stderr, \
+            f"a group on the system's store trusted the environment's CA: {system.stdout + system.stderr}"
+        assert broker.msso("check", "--group", USER_GROUP).returncode != 0
+        assert not keys.exists()
+    finally:
+        broker.stop()
+
+
 def test_msso_config_replaces_only_the_users_file_so_the_admins_policy_stands(desktop, idp):
     """`MSSO_CONFIG=<the user's file>` in mssod's environment used to replace the administrator's
     config.toml too, dropping `[policy] user_apps = false`: the user's own registration then got
