@@ -18,12 +18,18 @@ typedef struct {
     size_t length;
     size_t capacity;
     size_t cap;
-    /// The body (or its announced length) went over `cap`: the transfer was stopped there.
+    /// 1: the body (or its announced length) went over `cap`; 2: the headers went over
+    /// MSSO_HTTP_HEADER_CAP. The transfer was stopped there.
     int too_large;
+    /// The response headers' bytes so far: capped too (libcurl 7.88 has no total of its own).
+    size_t header_bytes;
     char retry_after[64];
-    char dpop_nonce[512];
+    char dpop_nonce[1025]; /* OpenIDProvider takes a nonce of up to 1,024 bytes */
     char location[2048];
 } msso_http_answer;
+
+/// The most a response's headers may hold, all lines together.
+#define MSSO_HTTP_HEADER_CAP (64 * 1024)
 
 static inline void msso_http_answer_free(msso_http_answer *answer) {
     free(answer->body);
@@ -68,6 +74,11 @@ static void msso_http_keep(const char *line, size_t length, const char *name, ch
 static size_t msso_http_header(char *line, size_t size, size_t count, void *context) {
     msso_http_answer *answer = context;
     size_t length = size * count;
+    answer->header_bytes += length;
+    if (answer->header_bytes > MSSO_HTTP_HEADER_CAP) {
+        answer->too_large = 2;
+        return 0; /* CURLE_WRITE_ERROR */
+    }
     if (length >= 5 && strncmp(line, "HTTP/", 5) == 0) {
         /* A new response (after a 1xx): forget the last one's headers. */
         answer->retry_after[0] = answer->dpop_nonce[0] = answer->location[0] = 0;
@@ -100,7 +111,7 @@ static inline CURLcode msso_http_perform(CURL *easy, const char *url, int post, 
         if (!more) { curl_slist_free_all(list); return CURLE_OUT_OF_MEMORY; }
         list = more;
     }
-    /* Not curl's default for a POST: an Expect: 100-continue that waits for the IdP's go-ahead. */
+    /* Never wait for an IdP's 100-continue (libcurl asks for one before a large body). */
     struct curl_slist *more = curl_slist_append(list, "Expect:");
     if (!more) { curl_slist_free_all(list); return CURLE_OUT_OF_MEMORY; }
     list = more;
@@ -122,6 +133,13 @@ static inline CURLcode msso_http_perform(CURL *easy, const char *url, int post, 
     MSSO_SET(CURLOPT_TIMEOUT_MS, timeout_ms);
     MSSO_SET(CURLOPT_CONNECTTIMEOUT_MS, connect_timeout_ms);
     MSSO_SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)answer->cap);
+    /* A name lookup the IdP's own DNS drags out is not waited for when the deadline (or a
+       cancel) ends the transfer: the resolver's thread is left to finish alone. */
+    MSSO_SET(CURLOPT_QUICK_EXIT, 1L);
+    /* Kept connections are reused by the CA file's path, not its contents: none older than 5
+       minutes, and no TLS session resumed (a resumed session would skip the certificate). */
+    MSSO_SET(CURLOPT_MAXLIFETIME_CONN, 300L);
+    MSSO_SET(CURLOPT_SSL_SESSIONID_CACHE, 0L);
     MSSO_SET(CURLOPT_HTTPHEADER, list);
     if (post) {
         MSSO_SET(CURLOPT_POST, 1L);
@@ -139,7 +157,7 @@ static inline CURLcode msso_http_perform(CURL *easy, const char *url, int post, 
     CURLcode done = set == CURLE_OK ? curl_easy_perform(easy) : set;
     if (done == CURLE_FILESIZE_EXCEEDED) answer->too_large = 1;
     curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &answer->status);
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, (struct curl_slist *)NULL);
+    curl_easy_reset(easy); /* no pointer into this call's memory stays with a kept handle */
     curl_slist_free_all(list);
     return done;
 }

@@ -75,7 +75,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
         let notifier = DesktopNotifier(bus: bus, broker: broker, logger: logger, browser: display && access(CMSSO_BROWSER_OPENER, X_OK) == 0)
         // A GMainLoop owns the thread it runs on: one of its own, for the notifier's life.
-        let started = Thread.detach {
+        let started = DetachedThread.start {
             msso_listen_for_actions(notifier.bus, { id, action, context in
                 guard let action, let context else { return }
                 Unmanaged<DesktopNotifier>.fromOpaque(context).takeUnretainedValue().invoked(id, String(cString: action))

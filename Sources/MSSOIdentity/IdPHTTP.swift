@@ -20,7 +20,9 @@ import Synchronization
 ///
 /// libcurl's easy interface blocks: each request runs on a thread of its own, and the waiting task
 /// is resumed when it ends. Cancelling the task (or ``shutdown()``) ends the transfer within about
-/// a second (libcurl's progress callback).
+/// a second (libcurl's progress callback), a name lookup under way included (left to finish alone).
+/// Needs libcurl 7.87 or later (Debian 12 has 7.88); an older one refuses an option, and every
+/// request then fails as "could not be reached".
 final class IdPHTTP: Sendable {
     /// The proxy of the daemon's environment: for user groups only.
     private let environmentProxy: ProxySettings
@@ -43,6 +45,8 @@ final class IdPHTTP: Sendable {
 
     /// The most an IdP answer may hold.
     static let maximumBody = 256 * 1024
+    /// The most its headers may hold, all lines together.
+    static let maximumHeaders = Int(MSSO_HTTP_HEADER_CAP)
     /// Idle handles kept a pool: as many requests to one IdP at once as then find a connection open.
     static let idleHandles = 4
     /// How long a connection may take to open, at most (within the request's own deadline).
@@ -94,7 +98,10 @@ final class IdPHTTP: Sendable {
     enum Failure: Error {
         case timedOut
         case unreachable(String)
+        /// Its body over ``maximumBody``.
         case tooLarge
+        /// Its headers over ``maximumHeaders``.
+        case headersTooLarge
     }
 
     /// Sends one request and reads its answer; throws ``Failure`` when there is none.
@@ -119,8 +126,8 @@ final class IdPHTTP: Sendable {
                               timeout: min(max(timeout, 0.001), 86400), flag: flag)
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
-                guard Thread.detach({ continuation.resume(returning: request.perform(on: handle)) }) else {
-                    return continuation.resume(returning: Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: false))
+                guard DetachedThread.start({ continuation.resume(returning: request.perform(on: handle)) }) else {
+                    return continuation.resume(returning: Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: 0))
                 }
             }
         } onCancel: {
@@ -131,7 +138,8 @@ final class IdPHTTP: Sendable {
                 state.idle[pool, default: []].append(handle)
             }
         }
-        if outcome.tooLarge { throw .tooLarge }
+        if outcome.tooLarge == 1 { throw .tooLarge }
+        if outcome.tooLarge == 2 { throw .headersTooLarge }
         switch outcome.code {
         case CURLE_OK:
             guard let answer = outcome.answer else { throw .unreachable("no answer") }
@@ -160,7 +168,8 @@ final class IdPHTTP: Sendable {
     private struct Outcome: Sendable {
         var code: CURLcode
         var answer: Answer?
-        var tooLarge: Bool
+        /// As `msso_http_answer.too_large` says.
+        var tooLarge: Int32
     }
 
     private struct Request: Sendable {
@@ -175,7 +184,7 @@ final class IdPHTTP: Sendable {
 
         /// Runs the request on the calling thread (it blocks until the answer is in, or the deadline).
         func perform(on handle: Handle) -> Outcome {
-            guard let easy = handle.easy else { return Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: false) }
+            guard let easy = handle.easy else { return Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: 0) }
             var answer = msso_http_answer()
             answer.cap = IdPHTTP.maximumBody
             defer { msso_http_answer_free(&answer) }
@@ -188,17 +197,17 @@ final class IdPHTTP: Sendable {
                 msso_http_perform(easy, url, post ? 1 : 0, pointers, pointers.count, bytes.baseAddress, bytes.count,
                                   proxy, caFile, milliseconds, connecting, flag.value, &answer)
             }
-            guard code == CURLE_OK else { return Outcome(code: code, answer: nil, tooLarge: answer.too_large != 0) }
+            guard code == CURLE_OK else { return Outcome(code: code, answer: nil, tooLarge: answer.too_large) }
             func text(_ field: UnsafePointer<CChar>) -> String? {
                 let value = String(cString: field)
                 return value.isEmpty ? nil : value
             }
             let kept = withUnsafePointer(to: answer.retry_after) { $0.withMemoryRebound(to: CChar.self, capacity: 64) { text($0) } }
-            let nonce = withUnsafePointer(to: answer.dpop_nonce) { $0.withMemoryRebound(to: CChar.self, capacity: 512) { text($0) } }
+            let nonce = withUnsafePointer(to: answer.dpop_nonce) { $0.withMemoryRebound(to: CChar.self, capacity: 1025) { text($0) } }
             let location = withUnsafePointer(to: answer.location) { $0.withMemoryRebound(to: CChar.self, capacity: 2048) { text($0) } }
             let received = answer.body.map { Array(UnsafeBufferPointer(start: $0, count: answer.length)) } ?? []
             return Outcome(code: code, answer: Answer(status: answer.status, body: received, retryAfter: kept.flatMap(IdPHTTP.retryAfter),
-                                                      dpopNonce: nonce, location: location), tooLarge: false)
+                                                      dpopNonce: nonce, location: location), tooLarge: 0)
         }
     }
 

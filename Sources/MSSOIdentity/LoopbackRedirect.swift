@@ -75,7 +75,7 @@ final class LoopbackRedirect: Sendable {
             throw refused
         }
         let redirect = LoopbackRedirect(port: Int(UInt16(bigEndian: local.sin_port)), listener: listener, wake: wake)
-        guard Thread.detach({ redirect.serve(path: path, state: state) }) else {
+        guard DetachedThread.start({ redirect.serve(path: path, state: state) }) else {
             Glibc.close(listener) // and `wake` with `redirect`
             throw BrokerError(.idpUnavailable, "cannot start a thread to wait for the browser's redirect: the system is out of threads; try again")
         }
@@ -87,7 +87,8 @@ final class LoopbackRedirect: Sendable {
 
     /// The redirect's query, or nil when the browser did not come back in time or the waiting
     /// task was cancelled (its caller has gone). Either way the listener and its connections are
-    /// closed when it returns: the login has its answer, or will have none.
+    /// closed when it returns: the login has its answer, or will have none. One waiter only; a
+    /// listener started is ended by this or by ``close()`` (its thread holds it until then).
     func wait(timeout: Double) async -> [String: String]? {
         let timer = Task { [self] in
             try? await Task.sleep(nanoseconds: UInt64(min(max(timeout, 0), 86400) * 1_000_000_000))
@@ -151,11 +152,15 @@ final class LoopbackRedirect: Sendable {
     /// The listening thread: accepts, reads and answers until the login ends, then closes all.
     private func serve(path: String, state: String) {
         var connections: [Connection] = []
+        /// Out of descriptors: the listener is left out of the poll until then (it would stay readable).
+        var acceptAgain = 0.0
         while !shared.withLock({ $0.ended }) {
             let now = Self.monotonic()
-            var descriptors = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            let listening: Int16 = now >= acceptAgain ? Int16(POLLIN) : 0
+            var descriptors = [pollfd(fd: listener, events: listening, revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
             descriptors += connections.map { pollfd(fd: $0.descriptor, events: Int16(POLLIN), revents: 0) }
-            let soonest = connections.map(\.deadline).min().map { max(0, Int32(($0 - now) * 1000) + 1) } ?? -1
+            let soonest = (connections.map(\.deadline) + (listening == 0 ? [acceptAgain] : [])).min()
+                .map { max(0, Int32(($0 - now) * 1000) + 1) } ?? -1
             guard poll(&descriptors, nfds_t(descriptors.count), soonest) >= 0 || errno == EINTR else { break }
             var index = connections.count - 1
             while index >= 0 {
@@ -171,7 +176,7 @@ final class LoopbackRedirect: Sendable {
             }
             // Each judged before the next is accepted; a few a round, so that reads are not starved.
             var round = 0
-            while descriptors[0].revents != 0, round < 64, let accepted = accept(open: connections.count) {
+            while descriptors[0].revents != 0, round < 64, let accepted = accept(open: connections.count, pause: &acceptAgain) {
                 round += 1
                 guard accepted >= 0 else { continue }
                 connections.append(Connection(descriptor: accepted, deadline: Self.monotonic() + Self.connectionTimeout))
@@ -192,9 +197,12 @@ final class LoopbackRedirect: Sendable {
 
     /// One connection accepted; -1 when it was closed at once (another user's, or over the cap);
     /// nil when none was waiting.
-    private func accept(open: Int) -> Int32? {
+    private func accept(open: Int, pause: inout Double) -> Int32? {
         let accepted = cmsso_accept(listener)
-        guard accepted >= 0 else { return nil }
+        guard accepted >= 0 else {
+            if errno == EMFILE || errno == ENFILE { pause = Self.monotonic() + 0.1 }
+            return nil
+        }
         var remote = sockaddr_in(), local = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let peer = withUnsafeMutablePointer(to: &remote) {
@@ -230,8 +238,9 @@ final class LoopbackRedirect: Sendable {
         let count = Glibc.read(connection.descriptor, &chunk, min(chunk.count, Self.maximumRequest - connection.request.count))
         if count < 0, errno == EAGAIN || errno == EINTR { return true }
         guard count > 0 else { return false }
+        let scanned = max(0, connection.request.count - 3) // a blank line may straddle two reads
         connection.request += chunk[..<count]
-        guard let end = Self.headEnd(connection.request) else {
+        guard let end = Self.headEnd(connection.request, from: scanned) else {
             if connection.request.count >= Self.maximumRequest {
                 respond(connection.descriptor, "431 Request Header Fields Too Large", "The request was too large.")
                 return false
@@ -243,10 +252,10 @@ final class LoopbackRedirect: Sendable {
         return true
     }
 
-    /// Where the blank line that ends a request's head starts, once it is in.
-    static func headEnd(_ bytes: [UInt8]) -> Int? {
-        guard bytes.count >= 4 else { return nil }
-        for index in 0...(bytes.count - 4) where bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
+    /// Where the blank line that ends a request's head starts, once it is in (searched from `start`).
+    static func headEnd(_ bytes: [UInt8], from start: Int = 0) -> Int? {
+        guard bytes.count >= start + 4 else { return nil }
+        for index in start...(bytes.count - 4) where bytes[index] == 13 && bytes[index + 1] == 10 && bytes[index + 2] == 13 && bytes[index + 3] == 10 {
             return index
         }
         return nil

@@ -428,6 +428,8 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) did not answer within \(Int(limit)) s; check your network and try again")
         } catch .tooLarge {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent an answer over \(IdPHTTP.maximumBody / 1024) KiB at \(url.path.prefix(200)); refusing it")
+        } catch .headersTooLarge {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent headers over \(IdPHTTP.maximumHeaders / 1024) KiB at \(url.path.prefix(200)); refusing it")
         } catch {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) could not be reached; check your network and try again")
         }

@@ -226,7 +226,7 @@ final class Callers: @unchecked Sendable {
         waiting[pid] = [then]
         workers += 1
         let (rules, own, reactor, ownTools) = (self.rules, self.own, self.reactor, self.ownTools)
-        let started = Thread.detach {
+        let started = DetachedThread.start {
             let snapshot = rules.current
             let generation = snapshot.generation
             let resolved = Self.identify(pid: pid, pidfd: pidfd, own: own, entitlements: snapshot.entitlements, ownTools: ownTools)

@@ -44,7 +44,7 @@ final class Reactor: @unchecked Sendable {
 
     /// Starts the loop on a thread of its own.
     func start() {
-        Thread.detach { [self] in
+        DetachedThread.start { [self] in
             threadID.withLock { $0 = pthread_self() }
             run()
         }

@@ -11,7 +11,7 @@ enum Hardening {
         _ = cmsso_set_name(command.isEmpty ? "mssod" : command)
     }
 
-    static let tlsVariables = ["SSLKEYLOGFILE", "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_MODULES",
+    static let tlsVariables = ["SSLKEYLOGFILE", "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_CONF_INCLUDE", "OPENSSL_MODULES",
                                "OPENSSL_ENGINES", "CURL_CA_BUNDLE", "CURL_SSL_BACKEND"]
 
     static func apply() {
@@ -23,10 +23,11 @@ enum Hardening {
             execv("/proc/self/exe", CommandLine.unsafeArgv)
             unsetenv("SWIFT_BACKTRACE") // exec failed: carry on rather than refuse to start
         }
-        // Read by libcurl and the OpenSSL under it: a file to write TLS secrets to, trust anchors,
-        // a configuration that loads code. Requests to identity providers carry refresh tokens,
-        // passwords and client secrets, and an administrator's group trusts only its `ca_file` or
-        // the system's store: the environment reaches none of their TLS.
+        // Read by libcurl (SSLKEYLOGFILE: every TLS secret to a file) and the OpenSSL under it (a
+        // configuration that can load code; trust anchors, which Debian's libcurl does not let it
+        // read; the curl variables only its command reads): none may reach the TLS of a request
+        // that carries a refresh token, a password or a client secret. Gone for a browser mssod
+        // opens too.
         for name in Self.tlsVariables { unsetenv(name) }
         // Files we create (the socket above all) are the user's alone.
         umask(0o077)

@@ -14,8 +14,9 @@ final class Signals: @unchecked Sendable {
         // First the default actions off, then the sources on: resuming a source installs
         // libdispatch's own handler, which a later SIG_IGN would replace.
         for signal in [SIGTERM, SIGINT, SIGHUP] { Glibc.signal(signal, SIG_IGN) }
-        // A peer that closes first is an error to handle (EPIPE), never the daemon's end: OpenSSL,
-        // under libcurl, may write to an identity provider's socket with write(2).
+        // A peer that closes first is an error to handle (EPIPE), never the daemon's end, whatever
+        // a library writes with (libcurl 7.88 sends with MSG_NOSIGNAL, as mssod's own sockets do).
+        // Inherited through exec: whatever mssod starts must reset it (the browser opener does).
         Glibc.signal(SIGPIPE, SIG_IGN)
         for signal in [SIGTERM, SIGINT, SIGHUP] {
             let source = DispatchSource.makeSignalSource(signal: signal, queue: queue)

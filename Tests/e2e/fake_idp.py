@@ -24,6 +24,8 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
 - `token_redirect`: the token endpoint answers every POST with a 307 to this URL (a third origin);
 - `token_body_bytes`: the token endpoint answers 200 with a JSON body this large (e.g. 10 MB),
   announced by Content-Length, or sent chunked (no length known up front) with `token_body_chunked`;
+- `token_header_bytes`: the token endpoint answers 200 with headers this large (e.g. 10 MB: many
+  lines of 8 KB), then a small body;
 - `token_drip`: the token endpoint sends the head of a 200 at once, then its body one byte a
   second (each byte well within any read timeout: only a deadline on the whole answer ends it);
 - `device_interval`: the `interval` of the device authorization answer, replaced by this JSON
@@ -202,6 +204,7 @@ class FakeIdP(_Recording):
         self.token_redirect = None
         self.token_body_bytes = None
         self.token_body_chunked = False
+        self.token_header_bytes = None
         self.token_drip = False
         self.device_interval = None
         self.device_overrides = {}
@@ -252,6 +255,8 @@ class FakeIdP(_Recording):
                 return handler._answer(307, b"", [("Location", self.token_redirect)])
             if self.token_body_bytes:
                 return self._huge(handler, self.token_body_bytes, self.token_body_chunked)
+            if self.token_header_bytes:
+                return self._huge_headers(handler, self.token_header_bytes)
             if self.token_drip:
                 return self._drip(handler)
             if request.grant == "refresh_token":
@@ -373,6 +378,19 @@ class FakeIdP(_Recording):
             write(tail)
             if chunked:
                 handler.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass  # the client hung up early: as it should
+        handler.close_connection = True
+
+    def _huge_headers(self, handler, size):
+        """200 whose headers hold `size` bytes (lines of 8 KB), streamed; then a small body."""
+        body = b'{"access_token": "a", "token_type": "bearer", "expires_in": 3600}'
+        try:
+            handler.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+            line = b"X-Padding: " + b"A" * 8192 + b"\r\n"
+            for _ in range(size // len(line) + 1):
+                handler.wfile.write(line)
+            handler.wfile.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         except OSError:
             pass  # the client hung up early: as it should
         handler.close_connection = True

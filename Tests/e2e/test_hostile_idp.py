@@ -158,6 +158,26 @@ def test_a_huge_token_answer_is_cut_off_and_memory_stays_bounded(broker, fake, c
     assert serving(broker)
 
 
+def test_huge_headers_are_cut_off_and_memory_stays_bounded(broker, fake):
+    """Attack: the token endpoint answers 200 with 10 MB of headers (libcurl 7.88 keeps every
+    header line and has no total of its own). Expected: the login is refused with a sentence saying
+    the headers are too large; mssod reads at most 64 KiB of them, so its peak memory grows by far
+    less than they hold; it keeps serving."""
+    assert broker.login().returncode == 0  # the HTTP client set up, so that what follows measures the headers
+    assert broker.msso("logout").returncode == 0
+    pid = broker.process.pid
+    before = memory(pid)
+    fake.token_header_bytes = 10 * 1024 * 1024
+    done, took = login(broker)
+    after = memory(pid)
+    print(f"10 MB of token answer headers: login exit {done.returncode} in {took:.2f} s: {done.stderr.strip()}; "
+          f"VmHWM {before['VmHWM'] // 1024} -> {after['VmHWM'] // 1024} MiB")
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "sent headers over 64 KiB" in done.stderr and "refusing it" in done.stderr
+    assert after["VmHWM"] - before["VmHWM"] < 8 * 1024, "the daemon kept the 10 MB of headers"
+    assert serving(broker)
+
+
 def test_an_answer_dripped_byte_by_byte_is_given_up_at_the_idp_timeout(desktop, fake):
     """Attack: the token endpoint sends the head of a 200 at once, then the body one byte a
     second (each gap far shorter than any read timeout). Expected: mssod started with
