@@ -52,7 +52,7 @@ let package = Package(
         // protocol module for its JSON strings and trimming, written once).
         .target(name: "MSSOSigning", dependencies: ["MSSOProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         // HTTP to identity providers: the system's libcurl (and through it the system's OpenSSL).
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-gnutls-dev"])]),
         // OpenID Connect / OAuth 2.0 client flows, over libcurl; the browser login's loopback listener.
         .target(name: "MSSOIdentity", dependencies: [
             "CCurl", "MSSOCore", "MSSOSigning", "CMSSOSystem",

@@ -5,8 +5,9 @@ import MSSOCore
 import MSSOProtocol
 import Synchronization
 
-/// HTTP to identity providers, through libcurl: the system's, with the system's TLS library and
-/// trust store, patched with the distribution (ARCHITECTURE.md says why not a Swift stack).
+/// HTTP to identity providers, through libcurl: the system's (Debian's GnuTLS build, the one git
+/// uses), with the system's TLS library and trust store, patched with the distribution
+/// (ARCHITECTURE.md says why not a Swift stack).
 ///
 /// Strict where a broker must be: no redirect is ever followed (a 3xx from an IdP endpoint is an
 /// error, so a client secret or a code can never be carried to a third origin); bodies are read up
@@ -52,13 +53,14 @@ final class IdPHTTP: Sendable {
     /// How long a connection may take to open, at most (within the request's own deadline).
     static let connectTimeout = 10.0
 
+    /// At the first request, not at start: libcurl's set-up initialises OpenSSL (for libssh2),
+    /// about 1.5 MB resident that a broker nobody logs in with never needs.
     private static let initialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
 
     enum Method: Sendable { case get, post }
 
     init(environment: [String: String]) {
         environmentProxy = ProxySettings(environment: environment)
-        _ = Self.initialized
     }
 
     /// Ends every request under way (each within about a second) and closes kept connections.
@@ -107,6 +109,7 @@ final class IdPHTTP: Sendable {
     /// Sends one request and reads its answer; throws ``Failure`` when there is none.
     func send(_ url: URL, method: Method, headers: [(String, String)], body: [UInt8]?, route: IdPRoute,
               timeout: Double) async throws(Failure) -> Answer {
+        guard Self.initialized else { throw .unreachable("libcurl could not be initialised") }
         let pool = pool(for: route, to: url)
         var proxy = ""
         if let text = pool.proxy {

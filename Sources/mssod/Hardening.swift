@@ -11,24 +11,29 @@ enum Hardening {
         _ = cmsso_set_name(command.isEmpty ? "mssod" : command)
     }
 
-    static let tlsVariables = ["SSLKEYLOGFILE", "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_CONF_INCLUDE", "OPENSSL_MODULES",
+    /// Read by libcurl and the TLS libraries under it (GnuTLS for TLS, OpenSSL for libssh2):
+    /// every TLS secret to a file (SSLKEYLOGFILE, GNUTLS_KEYLOGFILE), the ciphers and versions
+    /// allowed, a configuration that can load code, trust anchors (which Debian's libcurl does
+    /// not let them read), curl's own (which only its command reads). None may reach the TLS of
+    /// a request that carries a refresh token, a password or a client secret: mssod starts again
+    /// without them (gone for a browser it opens too).
+    static let tlsVariables = ["SSLKEYLOGFILE", "GNUTLS_KEYLOGFILE", "GNUTLS_SYSTEM_PRIORITY_FILE", "GNUTLS_FORCE_FIPS_MODE",
+                               "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_CONF_INCLUDE", "OPENSSL_MODULES",
                                "OPENSSL_ENGINES", "CURL_CA_BUNDLE", "CURL_SSL_BACKEND"]
 
     static func apply() {
         // The Swift runtime's crash backtracer prints registers and stack bytes to stderr, which
         // could carry token bytes into the journal, and its settings can name a program to run.
         // It reads them at start, so re-exec once with exactly "off", whatever was set.
-        if getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
+        // And without the TLS libraries' variables (`tlsVariables`): GnuTLS initialises itself as
+        // it is loaded, before main.
+        let tls = Self.tlsVariables.contains { getenv($0) != nil }
+        if tls || getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
+            for name in Self.tlsVariables { unsetenv(name) }
             setenv("SWIFT_BACKTRACE", "enable=no", 1)
             execv("/proc/self/exe", CommandLine.unsafeArgv)
             unsetenv("SWIFT_BACKTRACE") // exec failed: carry on rather than refuse to start
         }
-        // Read by libcurl (SSLKEYLOGFILE: every TLS secret to a file) and the OpenSSL under it (a
-        // configuration that can load code; trust anchors, which Debian's libcurl does not let it
-        // read; the curl variables only its command reads): none may reach the TLS of a request
-        // that carries a refresh token, a password or a client secret. Gone for a browser mssod
-        // opens too.
-        for name in Self.tlsVariables { unsetenv(name) }
         // Files we create (the socket above all) are the user's alone.
         umask(0o077)
         // No core dumps: a dump would carry tokens to disk.
