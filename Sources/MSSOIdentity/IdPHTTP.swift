@@ -128,29 +128,20 @@ final class IdPHTTP: Sendable {
                               body: body, proxy: proxy, caFile: route.caFile,
                               timeout: min(max(timeout, 0.001), 86400), flag: flag)
         let outcome = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Outcome, Never>) in
+            await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, Failure>, Never>) in
                 guard DetachedThread.start({ continuation.resume(returning: request.perform(on: handle)) }) else {
-                    return continuation.resume(returning: Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: 0))
+                    return continuation.resume(returning: .failure(.unreachable("no thread for the request")))
                 }
             }
         } onCancel: {
             flag.cancel()
         }
         state.withLock { state in
-            if !state.closed, outcome.code == CURLE_OK, state.idle[pool, default: []].count < Self.idleHandles {
+            if !state.closed, case .success = outcome, state.idle[pool, default: []].count < Self.idleHandles {
                 state.idle[pool, default: []].append(handle)
             }
         }
-        if outcome.tooLarge == 1 { throw .tooLarge }
-        if outcome.tooLarge == 2 { throw .headersTooLarge }
-        switch outcome.code {
-        case CURLE_OK:
-            guard let answer = outcome.answer else { throw .unreachable("no answer") }
-            return answer
-        case CURLE_OPERATION_TIMEDOUT: throw .timedOut
-        case CURLE_ABORTED_BY_CALLBACK: throw .unreachable("cancelled")
-        default: throw .unreachable(String(cString: curl_easy_strerror(outcome.code)))
-        }
+        return try outcome.get()
     }
 
     /// A libcurl easy handle: the connections it opened stay open with it, for the next request.
@@ -168,13 +159,6 @@ final class IdPHTTP: Sendable {
         func cancel() { msso_http_cancel(value) }
     }
 
-    private struct Outcome: Sendable {
-        var code: CURLcode
-        var answer: Answer?
-        /// As `msso_http_answer.too_large` says.
-        var tooLarge: Int32
-    }
-
     private struct Request: Sendable {
         var url: String
         var post: Bool
@@ -186,8 +170,8 @@ final class IdPHTTP: Sendable {
         var flag: Flag
 
         /// Runs the request on the calling thread (it blocks until the answer is in, or the deadline).
-        func perform(on handle: Handle) -> Outcome {
-            guard let easy = handle.easy else { return Outcome(code: CURLE_FAILED_INIT, answer: nil, tooLarge: 0) }
+        func perform(on handle: Handle) -> Result<Answer, Failure> {
+            guard let easy = handle.easy else { return .failure(.unreachable("libcurl could not make a handle")) }
             var answer = msso_http_answer()
             answer.cap = IdPHTTP.maximumBody
             defer { msso_http_answer_free(&answer) }
@@ -200,17 +184,25 @@ final class IdPHTTP: Sendable {
                 msso_http_perform(easy, url, post ? 1 : 0, pointers, pointers.count, bytes.baseAddress, bytes.count,
                                   proxy, caFile, milliseconds, connecting, flag.value, &answer)
             }
-            guard code == CURLE_OK else { return Outcome(code: code, answer: nil, tooLarge: answer.too_large) }
-            func text(_ field: UnsafePointer<CChar>) -> String? {
-                let value = String(cString: field)
+            switch (answer.too_large, code) {
+            case (1, _): return .failure(.tooLarge)
+            case (2, _): return .failure(.headersTooLarge)
+            case (_, CURLE_OK): break
+            case (_, CURLE_OPERATION_TIMEDOUT): return .failure(.timedOut)
+            case (_, CURLE_ABORTED_BY_CALLBACK): return .failure(.unreachable("cancelled"))
+            default: return .failure(.unreachable(String(cString: curl_easy_strerror(code))))
+            }
+            let received = answer.body.map { Array(UnsafeBufferPointer(start: $0, count: answer.length)) } ?? []
+            return .success(Answer(status: answer.status, body: received, retryAfter: Self.text(answer.retry_after).flatMap(IdPHTTP.retryAfter),
+                                   dpopNonce: Self.text(answer.dpop_nonce), location: Self.text(answer.location)))
+        }
+
+        /// A header the shim kept (a C string in a fixed array), nil when it was not sent.
+        private static func text<Field>(_ field: Field) -> String? {
+            withUnsafeBytes(of: field) { bytes in
+                let value = String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
                 return value.isEmpty ? nil : value
             }
-            let kept = withUnsafePointer(to: answer.retry_after) { $0.withMemoryRebound(to: CChar.self, capacity: 64) { text($0) } }
-            let nonce = withUnsafePointer(to: answer.dpop_nonce) { $0.withMemoryRebound(to: CChar.self, capacity: 1025) { text($0) } }
-            let location = withUnsafePointer(to: answer.location) { $0.withMemoryRebound(to: CChar.self, capacity: 2048) { text($0) } }
-            let received = answer.body.map { Array(UnsafeBufferPointer(start: $0, count: answer.length)) } ?? []
-            return Outcome(code: code, answer: Answer(status: answer.status, body: received, retryAfter: kept.flatMap(IdPHTTP.retryAfter),
-                                                      dpopNonce: nonce, location: location), tooLarge: 0)
         }
     }
 

@@ -145,6 +145,7 @@ final class LoopbackRedirect: Sendable {
     /// A connection the listener accepted, until it is answered or its time is up.
     private struct Connection {
         var descriptor: Int32
+        /// When it is closed (monotonic seconds); -1 once answered, or gone.
         var deadline: Double
         var request: [UInt8] = []
     }
@@ -162,17 +163,14 @@ final class LoopbackRedirect: Sendable {
             let soonest = (connections.map(\.deadline) + (listening == 0 ? [acceptAgain] : [])).min()
                 .map { max(0, Int32(($0 - now) * 1000) + 1) } ?? -1
             guard poll(&descriptors, nfds_t(descriptors.count), soonest) >= 0 || errno == EINTR else { break }
-            var index = connections.count - 1
-            while index >= 0 {
-                let ready = descriptors[index + 2].revents != 0
-                if ready, !read(&connections[index], path: path, state: state) || connections[index].deadline < 0 {
-                    Glibc.close(connections[index].descriptor)
-                    connections.remove(at: index)
-                } else if Self.monotonic() >= connections[index].deadline {
+            for index in connections.indices.reversed() {
+                if descriptors[index + 2].revents != 0, !read(&connections[index], path: path, state: state) {
+                    connections[index].deadline = -1
+                }
+                if Self.monotonic() >= connections[index].deadline {
                     Glibc.close(connections[index].descriptor)
                     connections.remove(at: index)
                 }
-                index -= 1
             }
             // Each judged before the next is accepted; a few a round, so that reads are not starved.
             var round = 0
@@ -282,8 +280,8 @@ final class LoopbackRedirect: Sendable {
         let body = "<!doctype html><meta charset=utf-8><title>msso</title><p>\(text)</p>\n"
         let response = "HTTP/1.1 \(status)\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: \(body.utf8.count)\r\n" +
             "Connection: close\r\nCache-Control: no-store\r\nReferrer-Policy: no-referrer\r\n\r\n" + body
-        var bytes = Array(response.utf8)
-        _ = send(descriptor, &bytes, bytes.count, Int32(MSG_NOSIGNAL))
+        let bytes = Array(response.utf8)
+        _ = cmsso_send(descriptor, bytes, bytes.count)
     }
 
     private static func monotonic() -> Double {
