@@ -11,15 +11,26 @@ enum Hardening {
         _ = cmsso_set_name(command.isEmpty ? "mssod" : command)
     }
 
-    /// Read by libcurl and the TLS libraries under it (GnuTLS for TLS, OpenSSL for libssh2):
-    /// every TLS secret to a file (SSLKEYLOGFILE, GNUTLS_KEYLOGFILE), the ciphers and versions
-    /// allowed, a configuration that can load code, trust anchors (which Debian's libcurl does
-    /// not let them read), curl's own (which only its command reads). None may reach the TLS of
-    /// a request that carries a refresh token, a password or a client secret: mssod starts again
-    /// without them (gone for a browser it opens too).
-    static let tlsVariables = ["SSLKEYLOGFILE", "GNUTLS_KEYLOGFILE", "GNUTLS_SYSTEM_PRIORITY_FILE", "GNUTLS_FORCE_FIPS_MODE",
-                               "SSL_CERT_FILE", "SSL_CERT_DIR", "OPENSSL_CONF", "OPENSSL_CONF_INCLUDE", "OPENSSL_MODULES",
-                               "OPENSSL_ENGINES", "CURL_CA_BUNDLE", "CURL_SSL_BACKEND"]
+    /// Read by libcurl and the libraries under it (GnuTLS for TLS, OpenSSL for libssh2, p11-kit):
+    /// every TLS secret to a file (SSLKEYLOGFILE, GNUTLS_KEYLOGFILE) or to stderr
+    /// (GNUTLS_DEBUG_LEVEL logs each connection's keys), the ciphers and versions allowed, a
+    /// configuration that can load code, trust anchors. None may reach the TLS of a request that
+    /// carries a refresh token, a password or a client secret: mssod starts again without them,
+    /// every variable of those libraries' prefixes (gone for a browser it opens too).
+    static let tlsVariables = ["SSLKEYLOGFILE", "SSL_CERT_FILE", "SSL_CERT_DIR"]
+    static let tlsPrefixes = ["GNUTLS_", "OPENSSL_", "P11_KIT_", "CURL_"]
+
+    /// The TLS libraries' variables set in this process's environment.
+    static func tlsVariablesSet() -> [String] {
+        var names: [String] = []
+        var entry = environ
+        while let pointer = entry.pointee {
+            let name = String(decoding: UnsafeBufferPointer(start: pointer, count: strcspn(pointer, "=")).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if tlsVariables.contains(name) || tlsPrefixes.contains(where: name.hasPrefix) { names.append(name) }
+            entry += 1
+        }
+        return names
+    }
 
     static func apply() {
         // The Swift runtime's crash backtracer prints registers and stack bytes to stderr, which
@@ -27,9 +38,9 @@ enum Hardening {
         // It reads them at start, so re-exec once with exactly "off", whatever was set.
         // And without the TLS libraries' variables (`tlsVariables`): GnuTLS initialises itself as
         // it is loaded, before main.
-        let tls = Self.tlsVariables.contains { getenv($0) != nil }
-        if tls || getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
-            for name in Self.tlsVariables { unsetenv(name) }
+        let tls = Self.tlsVariablesSet()
+        if !tls.isEmpty || getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
+            for name in tls { unsetenv(name) }
             setenv("SWIFT_BACKTRACE", "enable=no", 1)
             execv("/proc/self/exe", CommandLine.unsafeArgv)
             unsetenv("SWIFT_BACKTRACE") // exec failed: carry on rather than refuse to start

@@ -287,9 +287,10 @@ def test_a_users_group_with_an_admins_issuer_a_hostile_ca_and_proxy_cannot_diver
 
 
 def test_the_environment_reaches_none_of_an_identity_providers_tls(desktop, idp, network_idp):
-    """libcurl and the OpenSSL under it read variables the user's environment (and so malware of
-    the user's) can set for mssod: SSLKEYLOGFILE writes every TLS secret to a file (with a proxy
-    on the way, the refresh token and the client secret are then read off the wire), SSL_CERT_FILE
+    """libcurl and the TLS libraries under it read variables the user's environment (and so malware
+    of the user's) can set for mssod: SSLKEYLOGFILE writes every TLS secret to a file, and
+    GNUTLS_DEBUG_LEVEL logs each connection's keys to stderr (with a proxy or a capture on the
+    way, the password, the refresh token and the client secret are then read off the wire), SSL_CERT_FILE
     and SSL_CERT_DIR add trust anchors. mssod clears them as it starts: an administrator's group
     still logs in over its own `ca_file` and no secret is logged; a group that trusts the system's
     store does not trust the CA the environment names."""
@@ -301,7 +302,7 @@ def test_the_environment_reaches_none_of_an_identity_providers_tls(desktop, idp,
     desktop.chown(anchors, recursive=True)
     broker = Broker(desktop, idp, groups={ADMIN_GROUP: {}}, start=False,
                     environment={"SSLKEYLOGFILE": str(keys), "SSL_CERT_FILE": str(anchors / "corp-ca.pem"),
-                                 "SSL_CERT_DIR": str(anchors)})
+                                 "SSL_CERT_DIR": str(anchors), "GNUTLS_DEBUG_LEVEL": "99"})
     try:
         ca_file = broker.admin_dir / "corp-ca.pem"
         ca_file.write_bytes(admin_ca.read_bytes())
@@ -314,6 +315,8 @@ def test_the_environment_reaches_none_of_an_identity_providers_tls(desktop, idp,
         assert corp.returncode == 0, corp.stderr
         assert "POST /api/oidc/token" in front.requests.snapshot(), "the login went over TLS to the IdP"
         assert not keys.exists(), f"TLS secrets written to {keys}: {keys.read_text()[:200]}"
+        # (GnuTLS announces its logging as it is loaded, before mssod starts again without it.)
+        assert "WRITE KEY" not in broker.log.read_text(), "GnuTLS's debug log (each connection's keys) in mssod's stderr"
 
         system = broker.login(group=USER_GROUP)
         assert system.returncode != 0 and "could not be reached" in system.stderr, \
