@@ -47,6 +47,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     /// Calls a closed connection cancels: logins waiting for the user.
     private var cancelOnClose: [UInt32: Task<Void, Never>] = [:]
     private var interest: UInt32 = CMSSO_READABLE
+    /// Its last read took all it was allowed: it waits behind quieter peers (``Reactor``).
+    private(set) var busy = false
     private(set) var closed = false
 
     typealias Decoded = InboundFrames.Decoded
@@ -81,6 +83,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         let count = server.scratch.withUnsafeMutableBytes { cmsso_receive(fd, $0.baseAddress, min(room, $0.count), &credentials) }
         if count == -Int(EAGAIN) || count == -Int(EINTR) { return }
         guard count > 0 else { return close() } // end of stream, or an error
+        busy = count == room
         var sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid, pidfd: credentials.pidfd)
         guard server.policy.admits(uid: sender.uid) else {
             // The socket was handed to another user's process: that process is refused.

@@ -7,6 +7,14 @@ import Synchronization
 protocol ReactorHandler: AnyObject {
     /// Called on the reactor's thread with the ready events (`CMSSO_READABLE`, …).
     func ready(_ events: UInt32)
+    /// Whether its last turn took all it was allowed (a peer sending as fast as it can): such a
+    /// handler waits its turn behind everyone who is not, so that a thousand busy peers cost a
+    /// quiet one a few turns, not a round of them all.
+    var busy: Bool { get }
+}
+
+extension ReactorHandler {
+    var busy: Bool { false }
 }
 
 /// One thread waiting on epoll: the broker's socket, its connections and its file watches are
@@ -27,6 +35,9 @@ final class Reactor: @unchecked Sendable {
     private var urgent: Set<UInt64> = []
     private var nextToken: UInt64 = 1
     private var tickers: [() -> Void] = []
+    /// Busy handlers that are ready, in the order they are served (each once per pass).
+    private var backlog: [(token: UInt64, events: UInt32)] = []
+    private var inBacklog: Set<UInt64> = []
     private var running = true
     private let threadID = Mutex<pthread_t?>(nil)
 
@@ -98,25 +109,38 @@ final class Reactor: @unchecked Sendable {
         tickers.append(body)
     }
 
+    /// Busy handlers served between two looks at epoll: a quiet peer waits behind at most this
+    /// many, however many there are.
+    static let busyPerLook = 8
+
+    /// Each look at epoll serves, in this order: urgent handlers, work handed in, every handler
+    /// that is not busy, then the next few busy ones (the rest wait in the backlog, in turn).
     private func run() {
         var events = [cmsso_event](repeating: cmsso_event(), count: 256)
         var nextTick = cmsso_monotonic_ns() + Self.tickNanoseconds
         while running {
             let now = cmsso_monotonic_ns()
-            let wait = now >= nextTick ? 0 : Int32((nextTick - now) / 1_000_000) + 1
+            let wait = !backlog.isEmpty || now >= nextTick ? 0 : Int32((nextTick - now) / 1_000_000) + 1
             let count = Int(events.withUnsafeMutableBufferPointer { cmsso_epoll_wait(epoll, $0.baseAddress, 256, wait) })
             if count > 0 {
                 if !urgent.isEmpty {
                     for event in events[..<count] where urgent.contains(event.token) { handlers[event.token]?.ready(event.events) }
                 }
-                for event in events[..<count] {
-                    if event.token == 0 {
-                        runQueued()
-                    } else if !urgent.contains(event.token) {
-                        handlers[event.token]?.ready(event.events) // nil: removed earlier in this round
+                if events[..<count].contains(where: { $0.token == 0 }) { runQueued() }
+                for event in events[..<count] where event.token != 0 && !urgent.contains(event.token) {
+                    guard let handler = handlers[event.token] else { continue } // removed earlier in this round
+                    if !handler.busy {
+                        handler.ready(event.events)
+                    } else if inBacklog.insert(event.token).inserted {
+                        backlog.append((event.token, event.events))
                     }
                 }
             }
+            for (token, events) in backlog.prefix(Self.busyPerLook) {
+                inBacklog.remove(token)
+                handlers[token]?.ready(events) // epoll reports it again if it still has more
+            }
+            backlog.removeFirst(min(Self.busyPerLook, backlog.count))
             if cmsso_monotonic_ns() >= nextTick {
                 for ticker in tickers { ticker() }
                 nextTick = cmsso_monotonic_ns() + Self.tickNanoseconds
