@@ -73,7 +73,15 @@ order: setup
 fuzz: setup build
 	$(MSSO_TEST_VENV)/bin/python scripts/fuzz
 
-release:
+# mssod-idp, the process that makes mssod's requests to identity providers: plain C over the
+# system's libcurl, with Debian's hardening flags, beside mssod (the debug build's is SwiftPM's).
+IDP_FLAGS = -std=c11 -Wall -Wextra -Werror -O2 -g0 -D_FORTIFY_SOURCE=2 -fstack-protector-strong \
+	-fstack-clash-protection -fcf-protection -fPIE -pie -Wl,-z,relro,-z,now
+$(RELEASE)/daemon/release/mssod-idp: Sources/mssod-idp/main.c
+	@mkdir -p $(@D)
+	$(CC) $(IDP_FLAGS) -o $@ $< -lcurl-gnutls
+
+release: $(RELEASE)/daemon/release/mssod-idp
 	$(if $(DAEMON_CXX),mkdir -p $(STATIC_CXX) && echo 'INPUT($(CXX_ARCHIVE))' > $(STATIC_CXX)/libstdc++.so)
 	@# SwiftPM does not see the link-order files change: relink when they are newer than mssod.
 	@for input in bench/mssod.order bench/mssod.ld; do \
@@ -97,13 +105,15 @@ docs: release generator
 		mssod=$(RELEASE)/daemon/release/mssod msso=$(RELEASE)/clients/release/msso \
 		msso-logout=$(RELEASE)/clients/release/msso-logout
 
-# mssod, msso, msso-logout and git-credential-msso, the PAM module, libmsso (the C library, its
+# mssod (and mssod-idp), msso, msso-logout and git-credential-msso, the PAM module, libmsso (the C library, its
 # headers and pkg-config file, in $(PREFIX)/lib and $(PREFIX)/include), the systemd user units
 # (`systemctl --user enable --now msso.socket` then makes the broker start at the first connection
 # of a session), man pages and bash, zsh and fish completions.
 install: setup release docs
-	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod \
-		$(addprefix $(RELEASE)/clients/release/,$(CLIENTS))
+	install -D -m 0755 -t $(DESTDIR)$(PREFIX)/bin $(addprefix $(RELEASE)/clients/release/,$(CLIENTS))
+	@# The two that hold secrets, execute-only: the kernel makes them non-dumpable at exec (docs/SECURITY.md).
+	install -D -m 0711 -t $(DESTDIR)$(PREFIX)/bin $(RELEASE)/daemon/release/mssod
+	install -D -m 0711 -t $(DESTDIR)$(PREFIX)/libexec/msso $(RELEASE)/daemon/release/mssod-idp
 	$(MAKE) -C pam install PREFIX=$(PREFIX)
 	$(MAKE) -C clients/c install PREFIX=$(PREFIX)
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user

@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "MSSOClient", targets: ["MSSOClient"]),
         .library(name: "MSSOClientFoundation", targets: ["MSSOClientFoundation"]),
         .executable(name: "mssod", targets: ["mssod"]),
+        .executable(name: "mssod-idp", targets: ["mssod-idp"]),
         .executable(name: "msso", targets: ["msso"]),
         .executable(name: "msso-logout", targets: ["msso-logout"]),
         .executable(name: "git-credential-msso", targets: ["git-credential-msso"]),
@@ -51,11 +52,9 @@ let package = Package(
         // Request signing: RFC 9421 message signatures, RFC 9449 DPoP proofs. Pure functions (the
         // protocol module for its JSON strings and trimming, written once).
         .target(name: "MSSOSigning", dependencies: ["MSSOProtocol", .product(name: "Crypto", package: "swift-crypto")]),
-        // HTTP to identity providers: the system's libcurl (and through it the system's OpenSSL).
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-gnutls-dev"])]),
-        // OpenID Connect / OAuth 2.0 client flows, over libcurl; the browser login's loopback listener.
+        // OpenID Connect / OAuth 2.0 client flows, over mssod-idp; the browser login's loopback listener.
         .target(name: "MSSOIdentity", dependencies: [
-            "CCurl", "MSSOCore", "MSSOSigning", "CMSSOSystem",
+            "MSSOCore", "MSSOSigning", "CMSSOSystem",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
             // RSA: private_key_jwt client assertions (RS256) and ID token signatures (RS/PS).
@@ -74,6 +73,9 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        // HTTP to identity providers, one request a process: C over the system's libcurl
+        // (Debian's libcurl4-gnutls-dev), so that mssod maps neither it nor its TLS libraries.
+        .executableTarget(name: "mssod-idp", linkerSettings: [.linkedLibrary("curl-gnutls")]),
         .executableTarget(name: "msso", dependencies: [
             "MSSOClient", "CMSSOSystem",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -333,6 +333,39 @@ int cmsso_one_heap(void) {
 
 extern char **environ;
 
+int cmsso_spawn_alone(const char *path, int *input, int *output) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0) return -errno;
+    if (pipe2(out, O_CLOEXEC) != 0) { int failed = errno; close(in[0]); close(in[1]); return -failed; }
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int failed = posix_spawn_file_actions_init(&actions);
+    if (!failed && (failed = posix_spawnattr_init(&attributes))) posix_spawn_file_actions_destroy(&actions);
+    if (failed) { close(in[0]); close(in[1]); close(out[0]); close(out[1]); return -failed; }
+    sigset_t all, none;
+    sigfillset(&all);
+    sigemptyset(&none);
+    failed = posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    if (!failed) failed = posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    if (!failed) failed = posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
+    if (!failed) failed = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    if (!failed) failed = posix_spawnattr_setsigdefault(&attributes, &all);
+    if (!failed) failed = posix_spawnattr_setsigmask(&attributes, &none);
+    if (!failed) failed = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    pid_t pid = 0;
+    char *argv[] = { (char *)path, NULL };
+    char *envp[] = { NULL };
+    if (!failed) failed = posix_spawn(&pid, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    close(in[0]);
+    close(out[1]);
+    if (failed) { close(in[1]); close(out[0]); return -failed; }
+    *input = in[1];
+    *output = out[0];
+    return pid;
+}
+
 int cmsso_open_in_browser(const char *opener, const char *url) {
     if (access(opener, X_OK) != 0) return -errno;
     char *argv[] = { (char *)opener, (char *)url, NULL };

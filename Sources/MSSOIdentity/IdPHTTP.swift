@@ -1,90 +1,85 @@
-import CCurl
+import CMSSOSystem
 import FoundationEssentials
 import Glibc
 import MSSOCore
 import MSSOProtocol
 import Synchronization
 
-/// HTTP to identity providers, through libcurl: the system's (Debian's GnuTLS build, the one git
+/// HTTP to identity providers, through the system's libcurl (Debian's GnuTLS build, the one git
 /// uses), with the system's TLS library and trust store, patched with the distribution
-/// (ARCHITECTURE.md says why not a Swift stack).
+/// (ARCHITECTURE.md says why not a Swift stack), in a process of its own: `mssod-idp`, started
+/// for each request with an empty environment (its source says why). mssod never maps libcurl
+/// and its TLS libraries, and what an IdP sends is parsed apart from every group's tokens.
 ///
 /// Strict where a broker must be: no redirect is ever followed (a 3xx from an IdP endpoint is an
 /// error, so a client secret or a code can never be carried to a third origin); bodies are read up
 /// to a cap; every request has a deadline that covers its whole answer; TLS is verified against
 /// the system's trust store, or against the group's own CA file (`ca_file`) alone for a private
 /// IdP. Each request goes the way its group's ``IdPRoute`` says: an administrator's group directly
-/// or through its own `proxy`, never through a proxy of the environment (libcurl is told so, since
-/// it would read one); a user's group through its `proxy`, else as the environment says, as curl
-/// reads it (``ProxySettings``). Connections are kept per proxy and per kind of group, so an
-/// administrator's group never reuses a connection a user's group made.
+/// or through its own `proxy`, never through a proxy of the environment (the helper has none,
+/// and libcurl is told so too); a user's group through its `proxy`, else as mssod's environment
+/// says, as curl reads it (``ProxySettings``). No connection or TLS session outlives its request.
 ///
-/// libcurl's easy interface blocks: each request runs on a thread of its own, and the waiting task
-/// is resumed when it ends. Cancelling the task (or ``shutdown()``) ends the transfer within about
-/// a second (libcurl's progress callback), a name lookup under way included (left to finish alone).
-/// Needs libcurl 7.87 or later (Debian 12 has 7.88); an older one refuses an option, and every
-/// request then fails as "could not be reached".
+/// Each request's helper is waited for on a thread of its own, and the waiting task is resumed
+/// when it ends. Cancelling the task (or ``shutdown()``) kills the helper at once; so does a
+/// helper that overruns its deadline by more than ``grace`` (libcurl keeps the deadline itself).
 final class IdPHTTP: Sendable {
     /// The proxy of the daemon's environment: for user groups only.
     private let environmentProxy: ProxySettings
-    private let state = Mutex(State())
-
-    /// Which connections a request may reuse.
-    struct Pool: Hashable {
-        var admin: Bool
-        /// The proxy's URL, nil for direct connections.
-        var proxy: String?
-    }
-
-    private struct State {
-        /// Handles not in use, each with the connections it keeps open (at most ``idleHandles`` a pool).
-        var idle: [Pool: [Handle]] = [:]
-        /// The cancel flags of the requests under way.
-        var running: [ObjectIdentifier: Flag] = [:]
-        var closed = false
-    }
+    /// The helper's path: beside mssod's own executable (`../libexec/msso/mssod-idp` where the
+    /// package installs it, else in the same directory), nil when it is in neither.
+    let helper: String?
+    /// The cancel flags of the requests under way.
+    private let state = Mutex((running: [ObjectIdentifier: Flag](), closed: false))
 
     /// The most an IdP answer may hold.
     static let maximumBody = 256 * 1024
-    /// The most its headers may hold, all lines together.
-    static let maximumHeaders = Int(MSSO_HTTP_HEADER_CAP)
-    /// Idle handles kept a pool: as many requests to one IdP at once as then find a connection open.
-    static let idleHandles = 4
+    /// The most its headers may hold, all lines together (the helper's cap).
+    static let maximumHeaders = 64 * 1024
     /// How long a connection may take to open, at most (within the request's own deadline).
     static let connectTimeout = 10.0
-
-    /// At the first request, not at start: libcurl's set-up initialises OpenSSL (for libssh2),
-    /// about 1.5 MB resident that a broker nobody logs in with never needs.
-    private static let initialized: Bool = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK
+    /// How long past its deadline a helper may take before it is killed.
+    static let grace = 5.0
 
     enum Method: Sendable { case get, post }
 
-    init(environment: [String: String]) {
+    init(environment: [String: String], executable: String? = IdPHTTP.ownExecutable()) {
         environmentProxy = ProxySettings(environment: environment)
+        helper = executable.flatMap(Self.helper(beside:))
     }
 
-    /// Ends every request under way (each within about a second) and closes kept connections.
+    /// Where the helper is, for mssod at `executable`.
+    static func helper(beside executable: String) -> String? {
+        let directory = executable.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        return [directory + "/../libexec/msso/mssod-idp", directory + "/mssod-idp"].first { access($0, X_OK) == 0 }
+    }
+
+    static func ownExecutable() -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
+        return length > 0 ? String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
+    }
+
+    /// Ends every request under way: their helpers are killed.
     func shutdown() async {
-        let (flags, handles) = state.withLock { state in
+        let flags = state.withLock { state in
             state.closed = true
-            defer { state.idle = [:] }
-            return (Array(state.running.values), state.idle.values.flatMap { $0 })
+            return Array(state.running.values)
         }
         for flag in flags { flag.cancel() }
-        _ = handles // released here: curl_easy_cleanup closes their connections
     }
 
-    /// The pool a request of `route` to `url` goes through. Loopback addresses are always reached
-    /// directly.
-    func pool(for route: IdPRoute, to url: URL) -> Pool {
-        guard let host = url.host?.lowercased(), !Loopback.isHost(host) else { return Pool(admin: route.admin, proxy: nil) }
+    /// The proxy a request of `route` to `url` goes through, nil for none. Loopback addresses are
+    /// always reached directly.
+    func proxy(for route: IdPRoute, to url: URL) -> String? {
+        guard let host = url.host?.lowercased(), !Loopback.isHost(host) else { return nil }
         switch route.proxy {
-        case .direct: return Pool(admin: route.admin, proxy: nil)
-        case .configured(let proxy): return Pool(admin: route.admin, proxy: proxy)
+        case .direct: return nil
+        case .configured(let proxy): return proxy
         case .environment:
             // Never for an administrator's group, whatever a caller made of its route.
-            guard !route.admin, environmentProxy.applies(to: url) else { return Pool(admin: route.admin, proxy: nil) }
-            return Pool(admin: false, proxy: environmentProxy.text)
+            guard !route.admin, environmentProxy.applies(to: url) else { return nil }
+            return environmentProxy.text
         }
     }
 
@@ -109,100 +104,136 @@ final class IdPHTTP: Sendable {
     /// Sends one request and reads its answer; throws ``Failure`` when there is none.
     func send(_ url: URL, method: Method, headers: [(String, String)], body: [UInt8]?, route: IdPRoute,
               timeout: Double) async throws(Failure) -> Answer {
-        guard Self.initialized else { throw .unreachable("libcurl could not be initialised") }
-        let pool = pool(for: route, to: url)
+        guard let helper else { throw .unreachable("mssod-idp, which makes mssod's requests, is not installed beside mssod") }
         var proxy = ""
-        if let text = pool.proxy {
+        if let text = self.proxy(for: route, to: url) {
             guard let parsed = ProxySettings.parse(text) else { throw .unreachable("the proxy URL cannot be used") }
             proxy = parsed
         }
-        let flag = Flag()
-        let handle: Handle? = state.withLock { state in
-            guard !state.closed else { return nil }
+        let timeout = min(max(timeout, 0.001), 86400)
+        let milliseconds = Int(timeout * 1000)
+        var fields: [[UInt8]] = [Array(url.absoluteString.utf8), Array((method == .post ? "POST" : "GET").utf8), Array(proxy.utf8),
+                                 Array((route.caFile ?? "").utf8), Array(String(milliseconds).utf8),
+                                 Array(String(Int(Self.connectTimeout * 1000)).utf8), body ?? []]
+        fields += headers.map { Array("\($0.0): \($0.1)".utf8) }
+        let request = Helper.frame(fields)
+        guard let flag = Flag() else { throw .unreachable("no descriptor left for the request") }
+        let admitted = state.withLock { state in
+            guard !state.closed else { return false }
             state.running[ObjectIdentifier(flag)] = flag
-            return state.idle[pool]?.popLast() ?? Handle()
+            return true
         }
-        guard let handle else { throw .unreachable("shut down") }
+        guard admitted else { throw .unreachable("shut down") }
         defer { _ = state.withLock { $0.running.removeValue(forKey: ObjectIdentifier(flag)) } }
-        let request = Request(url: url.absoluteString, post: method == .post, headers: headers.map { "\($0.0): \($0.1)" },
-                              body: body, proxy: proxy, caFile: route.caFile,
-                              timeout: min(max(timeout, 0.001), 86400), flag: flag)
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, Failure>, Never>) in
-                guard DetachedThread.start({ continuation.resume(returning: request.perform(on: handle)) }) else {
-                    return continuation.resume(returning: .failure(.unreachable("no thread for the request")))
+                let started = DetachedThread.start {
+                    continuation.resume(returning: Helper.run(helper, request, deadline: timeout + Self.grace, cancel: flag))
                 }
+                if !started { continuation.resume(returning: .failure(.unreachable("no thread for the request"))) }
             }
         } onCancel: {
             flag.cancel()
         }
-        state.withLock { state in
-            if !state.closed, case .success = outcome, state.idle[pool, default: []].count < Self.idleHandles {
-                state.idle[pool, default: []].append(handle)
-            }
-        }
         return try outcome.get()
     }
 
-    /// A libcurl easy handle: the connections it opened stay open with it, for the next request.
-    private final class Handle: @unchecked Sendable {
-        let easy: UnsafeMutableRawPointer?
-        init() { easy = curl_easy_init() }
-        deinit { curl_easy_cleanup(easy) }
-    }
-
-    /// Set to end a request: read by libcurl's progress callback on the request's thread.
+    /// Set to end a request: an eventfd its thread waits on beside the helper's answer.
     private final class Flag: @unchecked Sendable {
-        let value = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
-        init() { value.initialize(to: 0) }
-        deinit { value.deallocate() }
-        func cancel() { msso_http_cancel(value) }
+        let fd: Int32
+        init?() {
+            fd = cmsso_eventfd()
+            if fd < 0 { return nil }
+        }
+        deinit { close(fd) }
+        func cancel() { cmsso_eventfd_signal(fd) }
     }
 
-    private struct Request: Sendable {
-        var url: String
-        var post: Bool
-        var headers: [String]
-        var body: [UInt8]?
-        var proxy: String
-        var caFile: String?
-        var timeout: Double
-        var flag: Flag
-
-        /// Runs the request on the calling thread (it blocks until the answer is in, or the deadline).
-        func perform(on handle: Handle) -> Result<Answer, Failure> {
-            guard let easy = handle.easy else { return .failure(.unreachable("libcurl could not make a handle")) }
-            var answer = msso_http_answer()
-            answer.cap = IdPHTTP.maximumBody
-            defer { msso_http_answer_free(&answer) }
-            let milliseconds = Int(timeout * 1000)
-            let connecting = min(milliseconds, Int(IdPHTTP.connectTimeout * 1000))
-            let lines = headers.map { strdup($0) }
-            defer { lines.forEach { free($0) } }
-            let pointers = lines.map { UnsafePointer($0) }
-            let code = (body ?? []).withUnsafeBufferPointer { bytes in
-                msso_http_perform(easy, url, post ? 1 : 0, pointers, pointers.count, bytes.baseAddress, bytes.count,
-                                  proxy, caFile, milliseconds, connecting, flag.value, &answer)
+    /// One run of the helper, on the calling thread (it blocks until the answer is in, the
+    /// deadline passes, or the request is cancelled). Fields both ways: see mssod-idp's source.
+    private enum Helper {
+        static func frame(_ fields: [[UInt8]]) -> [UInt8] {
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(fields.reduce(0) { $0 + 4 + $1.count })
+            for field in fields {
+                let length = UInt32(field.count)
+                bytes += [UInt8(length >> 24), UInt8(length >> 16 & 0xff), UInt8(length >> 8 & 0xff), UInt8(length & 0xff)]
+                bytes += field
             }
-            switch (answer.too_large, code) {
-            case (1, _): return .failure(.tooLarge)
-            case (2, _): return .failure(.headersTooLarge)
-            case (_, CURLE_OK): break
-            case (_, CURLE_OPERATION_TIMEDOUT): return .failure(.timedOut)
-            case (_, CURLE_ABORTED_BY_CALLBACK): return .failure(.unreachable("cancelled"))
-            default: return .failure(.unreachable(String(cString: curl_easy_strerror(code))))
-            }
-            let received = answer.body.map { Array(UnsafeBufferPointer(start: $0, count: answer.length)) } ?? []
-            return .success(Answer(status: answer.status, body: received, retryAfter: Self.text(answer.retry_after).flatMap(IdPHTTP.retryAfter),
-                                   dpopNonce: Self.text(answer.dpop_nonce), location: Self.text(answer.location)))
+            return bytes
         }
 
-        /// A header the shim kept (a C string in a fixed array), nil when it was not sent.
-        private static func text<Field>(_ field: Field) -> String? {
-            withUnsafeBytes(of: field) { bytes in
-                let value = String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
-                return value.isEmpty ? nil : value
+        static func run(_ path: String, _ request: [UInt8], deadline: Double, cancel: Flag) -> Result<Answer, Failure> {
+            var input: Int32 = -1, output: Int32 = -1
+            let pid = cmsso_spawn_alone(path, &input, &output)
+            guard pid > 0 else { return .failure(.unreachable("mssod-idp could not be started: \(String(cString: strerror(-pid)))")) }
+            defer { close(output) }
+            var killed = false
+            defer {
+                if !killed { kill(pid, SIGKILL) } // ended already, or it must not outlive its request
+                var status: Int32 = 0
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
             }
+            // The helper reads its whole request before it does anything, so this cannot wait on
+            // it; if it ends early (a request it refuses), its answer, read below, says why.
+            request.withUnsafeBytes { bytes in
+                var done = 0
+                while done < bytes.count {
+                    let count = Glibc.write(input, bytes.baseAddress! + done, bytes.count - done)
+                    if count < 0 && errno == EINTR { continue }
+                    if count <= 0 { break }
+                    done += count
+                }
+            }
+            close(input)
+
+            var answer: [UInt8] = []
+            let end = cmsso_monotonic_ns() + UInt64(deadline * 1e9)
+            var chunk = [UInt8](repeating: 0, count: 65536)
+            reading: while true {
+                let now = cmsso_monotonic_ns()
+                guard now < end else { killed = kill(pid, SIGKILL) == 0; return .failure(.timedOut) }
+                var waits = [pollfd(fd: output, events: Int16(POLLIN), revents: 0), pollfd(fd: cancel.fd, events: Int16(POLLIN), revents: 0)]
+                let ready = poll(&waits, 2, Int32(min((end - now) / 1_000_000 + 1, 1_000_000)))
+                if ready < 0 && errno != EINTR { return .failure(.unreachable("cannot wait for mssod-idp")) }
+                if waits[1].revents != 0 { killed = kill(pid, SIGKILL) == 0; return .failure(.unreachable("cancelled")) }
+                guard waits[0].revents != 0 else { continue }
+                let count = chunk.withUnsafeMutableBytes { Glibc.read(output, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { break reading }
+                answer += chunk[..<count]
+                // An answer is its body and a few short fields: more is a helper gone wrong.
+                if answer.count > IdPHTTP.maximumBody + 8192 { return .failure(.unreachable("mssod-idp answered more than it may")) }
+            }
+            return parse(answer)
+        }
+
+        static func parse(_ bytes: [UInt8]) -> Result<Answer, Failure> {
+            var fields: [ArraySlice<UInt8>] = []
+            var at = 0
+            while at < bytes.count {
+                guard bytes.count - at >= 4 else { break }
+                let length = Int(bytes[at]) << 24 | Int(bytes[at + 1]) << 16 | Int(bytes[at + 2]) << 8 | Int(bytes[at + 3])
+                guard length <= bytes.count - at - 4 else { break }
+                fields.append(bytes[(at + 4)..<(at + 4 + length)])
+                at += 4 + length
+            }
+            func text(_ index: Int) -> String? {
+                guard index < fields.count, !fields[index].isEmpty else { return nil }
+                return String(decoding: fields[index], as: UTF8.self)
+            }
+            switch text(0) {
+            case "ok" where fields.count == 6:
+                guard let status = text(1).flatMap({ Int($0) }) else { break }
+                return .success(Answer(status: status, body: Array(fields[5]), retryAfter: text(2).flatMap(IdPHTTP.retryAfter),
+                                       dpopNonce: text(3), location: text(4)))
+            case "timeout": return .failure(.timedOut)
+            case "too-large": return .failure(.tooLarge)
+            case "headers-too-large": return .failure(.headersTooLarge)
+            case "error": return .failure(.unreachable(text(1) ?? "mssod-idp failed"))
+            default: break
+            }
+            return .failure(.unreachable("mssod-idp ended without an answer"))
         }
     }
 

@@ -11,36 +11,13 @@ enum Hardening {
         _ = cmsso_set_name(command.isEmpty ? "mssod" : command)
     }
 
-    /// Read by libcurl and the libraries under it (GnuTLS for TLS, OpenSSL for libssh2, p11-kit):
-    /// every TLS secret to a file (SSLKEYLOGFILE, GNUTLS_KEYLOGFILE) or to stderr
-    /// (GNUTLS_DEBUG_LEVEL logs each connection's keys), the ciphers and versions allowed, a
-    /// configuration that can load code, trust anchors. None may reach the TLS of a request that
-    /// carries a refresh token, a password or a client secret: mssod starts again without them,
-    /// every variable of those libraries' prefixes (gone for a browser it opens too).
-    static let tlsVariables = ["SSLKEYLOGFILE", "SSL_CERT_FILE", "SSL_CERT_DIR"]
-    static let tlsPrefixes = ["GNUTLS_", "OPENSSL_", "P11_KIT_", "CURL_"]
-
-    /// The TLS libraries' variables set in this process's environment.
-    static func tlsVariablesSet() -> [String] {
-        var names: [String] = []
-        var entry = environ
-        while let pointer = entry.pointee {
-            let name = String(decoding: UnsafeBufferPointer(start: pointer, count: strcspn(pointer, "=")).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if tlsVariables.contains(name) || tlsPrefixes.contains(where: name.hasPrefix) { names.append(name) }
-            entry += 1
-        }
-        return names
-    }
-
     static func apply() {
         // The Swift runtime's crash backtracer prints registers and stack bytes to stderr, which
         // could carry token bytes into the journal, and its settings can name a program to run.
-        // It reads them at start, so re-exec once with exactly "off", whatever was set.
-        // And without the TLS libraries' variables (`tlsVariables`): GnuTLS initialises itself as
-        // it is loaded, before main.
-        let tls = Self.tlsVariablesSet()
-        if !tls.isEmpty || getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
-            for name in tls { unsetenv(name) }
+        // It reads them at start, so re-exec once with exactly "off", whatever was set. (The TLS
+        // libraries' variables, SSLKEYLOGFILE and GNUTLS_DEBUG_LEVEL among them, never reach an
+        // IdP's TLS: mssod loads no TLS library, and mssod-idp starts with an empty environment.)
+        if getenv("SWIFT_BACKTRACE").map({ String(cString: $0) }) != "enable=no" {
             setenv("SWIFT_BACKTRACE", "enable=no", 1)
             execv("/proc/self/exe", CommandLine.unsafeArgv)
             unsetenv("SWIFT_BACKTRACE") // exec failed: carry on rather than refuse to start

@@ -39,20 +39,20 @@ final class DiscoveryCacheTests: XCTestCase {
         admin.admin = true
         var user = admin
         user.admin = false
-        XCTAssertEqual(http.pool(for: IdPRoute(admin), to: url), IdPHTTP.Pool(admin: true, proxy: nil), "straight to its IdP")
-        XCTAssertEqual(http.pool(for: IdPRoute(user), to: url), IdPHTTP.Pool(admin: false, proxy: "http://127.0.0.1:3128"),
+        XCTAssertEqual(http.proxy(for: IdPRoute(admin), to: url), nil, "straight to its IdP")
+        XCTAssertEqual(http.proxy(for: IdPRoute(user), to: url), "http://127.0.0.1:3128",
                        "a user's group takes https_proxy, as curl does")
         admin.proxy = "http://proxy.corp:3128"
-        XCTAssertEqual(http.pool(for: IdPRoute(admin), to: url), IdPHTTP.Pool(admin: true, proxy: "http://proxy.corp:3128"),
+        XCTAssertEqual(http.proxy(for: IdPRoute(admin), to: url), "http://proxy.corp:3128",
                        "the admin's own proxy")
         user.proxy = "http://proxy.corp:3128"
-        XCTAssertEqual(http.pool(for: IdPRoute(user), to: url), IdPHTTP.Pool(admin: false, proxy: "http://proxy.corp:3128"),
-                       "the same proxy, another pool: no connection is shared with an admin's group")
-        XCTAssertEqual(http.pool(for: IdPRoute(admin), to: URL(string: "http://127.0.0.1:4599/token")!), IdPHTTP.Pool(admin: true, proxy: nil),
+        XCTAssertEqual(http.proxy(for: IdPRoute(user), to: url), "http://proxy.corp:3128",
+                       "the same proxy (no connection outlives its request, so none is shared with an admin's group)")
+        XCTAssertEqual(http.proxy(for: IdPRoute(admin), to: URL(string: "http://127.0.0.1:4599/token")!), nil,
                        "loopback is never proxied")
         var forged = IdPRoute(admin)
         forged.proxy = .environment
-        XCTAssertEqual(http.pool(for: forged, to: url), IdPHTTP.Pool(admin: true, proxy: nil), "never the environment's, for an admin")
+        XCTAssertEqual(http.proxy(for: forged, to: url), nil, "never the environment's, for an admin")
     }
 }
 

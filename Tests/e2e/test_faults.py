@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from faults import frozen, login_bounded, timed
-from harness import BIN, GROUP, ROOT, SECRETS, Broker, Desktop, IdP, RawClient, wait_for
+from harness import BIN, GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, IdP, RawClient, wait_for
 
 URL = "https://api.example.com/items"
 
@@ -348,6 +348,69 @@ def test_hung_idp_login_gives_up_at_the_idp_timeout(desktop, own_idp):
         assert daemon.msso("check").returncode == 0
     finally:
         daemon.stop()
+
+
+def idp_helpers(pid):
+    """mssod's children that are running mssod-idp (its IdP requests), by pid."""
+    children = " ".join(path.read_text() for path in Path(f"/proc/{pid}/task").glob("*/children"))
+    found = []
+    for child in children.split():
+        try:
+            if Path(f"/proc/{child}/exe").resolve().name == "mssod-idp":
+                found.append(int(child))
+        except OSError:
+            pass  # ended meanwhile
+    return found
+
+
+def gone(pid):
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"  # ended, not yet reaped
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("end", ["stop", "kill"])
+def test_an_idp_request_runs_apart_from_mssod_and_ends_with_it(own_idp, end):
+    """mssod makes each request to an IdP in a process of its own (mssod-idp), so that it never
+    maps libcurl and the TLS libraries (about 4.7 MB it would carry all day) and what an IdP sends
+    is parsed apart from every group's tokens. Expected, while a login waits on a hung IdP: the
+    request's process is mssod's child, with an empty environment (nothing of mssod's reaches the
+    IdP's TLS: no key log, no proxy, no trust anchor), non-dumpable; mssod maps no TLS or HTTP
+    library; and when mssod stops (`stop`), or is killed outright (`kill`), the request's process
+    ends too: none is left holding the password."""
+    desktop = Desktop(uid=1001)  # a user's, so that being non-dumpable shows (its /proc files become root's)
+    daemon = Broker(desktop, own_idp, args=["--idp-timeout", "30"])
+    login = None
+    try:
+        with frozen(own_idp.pid()):
+            login = subprocess.Popen([*desktop.prefix, BIN / "msso", "login", "--username", "alice", "--password-stdin"],
+                                     env=daemon.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, text=True)
+            login.stdin.write(PASSWORDS["alice"] + "\n")
+            login.stdin.close()
+            helper = wait_for(lambda: idp_helpers(daemon.process.pid), what="mssod's request to the IdP")[0]
+            assert Path(f"/proc/{helper}/environ").read_bytes() == b"", "an empty environment"
+            assert Path(f"/proc/{helper}/status").read_text().count("\t1001\t") >= 2, "runs as the user"
+            # Non-dumpable (its /proc/PID/mem becomes root's) as it starts, before it reads the request.
+            wait_for(lambda: Path(f"/proc/{helper}/mem").stat().st_uid == 0, timeout=5, what="mssod-idp to be non-dumpable")
+            libraries = {line.split()[-1] for line in Path(f"/proc/{daemon.process.pid}/maps").read_text().splitlines()
+                         if "/" in line}
+            loaded = [path for path in libraries if any(name in Path(path).name for name in
+                                                        ("libcurl", "libgnutls", "libssl", "libcrypto", "libnghttp2", "libp11-kit"))]
+            assert not loaded, loaded
+            if end == "stop":
+                daemon.stop()
+            else:
+                daemon.process.kill()
+                daemon.process.wait()
+            wait_for(lambda: gone(helper), timeout=5, what="the request's process to end with mssod")
+    finally:
+        if login:
+            login.kill()
+            login.wait()
+        daemon.stop()
+        desktop.cleanup()
 
 
 def test_hung_idp_logout_is_bounded_and_a_session_keeps_signing(desktop, own_idp):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import GROUP, PASSWORDS, ROOT, Broker
+from harness import GROUP, PASSWORDS, ROOT, Broker, as_uid
 
 MAN_VERBS = ["login", "extend", "logout", "status", "check", "sign", "token", "exec", "keys", "apps", "audit"]
 # What the package is made of: a newer file here means the .deb is out of date.
@@ -190,7 +190,7 @@ def test_the_package_holds_what_an_administrator_expects(deb, tmp_path):
                                text=True).stdout.strip()
     paths = set(listed_paths(deb))
     expected = [
-        "/usr/bin/mssod", "/usr/bin/msso", "/usr/bin/msso-logout", "/usr/bin/git-credential-msso",
+        "/usr/bin/mssod", "/usr/libexec/msso/mssod-idp", "/usr/bin/msso", "/usr/bin/msso-logout", "/usr/bin/git-credential-msso",
         f"/usr/lib/{multiarch}/security/pam_msso.so", "/usr/share/pam-configs/msso",
         "/usr/lib/systemd/user/msso.socket", "/usr/lib/systemd/user/msso.service",
         "/usr/lib/systemd/user-preset/90-msso.preset", "/usr/share/applications/msso-logout.desktop",
@@ -233,6 +233,46 @@ def test_the_installed_commands_answer(installed):
         done = subprocess.run([f"/usr/bin/{command}", "--help"], capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, (command, done.stderr)
         assert all(word in done.stdout + done.stderr for word in words), (command, done.stdout)
+
+
+DUMPABLE_AT_START = r"""#include <stdio.h>
+#include <sys/prctl.h>
+/* Runs before the program's own code: whether the kernel made the process dumpable at exec. */
+__attribute__((constructor)) static void report(void) {
+    fprintf(stderr, "dumpable at start: %d\n", prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
+}
+"""
+
+
+def test_the_installed_programs_that_hold_secrets_cannot_be_read_by_the_user_from_their_first_instruction(
+        installed, tmp_path):
+    """mssod holds every group's tokens and, at session start, the login password; mssod-idp holds
+    a request's (a password, a client secret, a refresh token). Each makes itself non-dumpable as
+    it starts, but a program of the user could open its /proc/PID/mem before that and read it
+    later: the kernel checks only at the open (shown on this machine: a descriptor opened before
+    PR_SET_DUMPABLE 0 still reads the secret written after it). Installed execute-only (0711,
+    root's), the kernel makes them non-dumpable at exec. Attack: the user runs each with a
+    preloaded library that reports, before the program's first instruction, whether it is
+    dumpable; a readable copy of the same file is, so the mode is what protects them."""
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "report.so", "-x", "c", "-"], input=DUMPABLE_AT_START,
+                   text=True, check=True)
+    tmp_path.chmod(0o755)
+    (tmp_path / "report.so").chmod(0o755)
+
+    def dumpable(path, *argv):
+        done = subprocess.run([*as_uid(1001), "env", f"LD_PRELOAD={tmp_path / 'report.so'}", path, *argv],
+                              input=b"", capture_output=True, timeout=30)
+        found = re.search(rb"dumpable at start: (\d)", done.stderr)
+        assert found, done.stderr
+        return int(found.group(1))
+
+    for program, argv in [(Path("/usr/bin/mssod"), ["--version"]), (Path("/usr/libexec/msso/mssod-idp"), [])]:
+        assert program.stat().st_mode & 0o777 == 0o711 and program.stat().st_uid == 0, program
+        readable = tmp_path / program.name
+        shutil.copy(program, readable)
+        readable.chmod(0o755)
+        assert dumpable(program, *argv) == 0, f"the installed {program.name} is non-dumpable from exec"
+        assert dumpable(readable, *argv) == 1, f"a readable copy of {program.name} is not: the mode is what protects it"
 
 
 def test_man_pages_render(installed):
