@@ -40,6 +40,9 @@ final class IdPHTTP: Sendable {
     static let connectTimeout = 10.0
     /// How long past its deadline a helper may take before it is killed.
     static let grace = 5.0
+    /// Requests under way at once, at most: each is a process (about 1.5 MB of its own), and
+    /// callers can start logins against an IdP that never answers.
+    static let maximumRunning = 16
 
     enum Method: Sendable { case get, post }
 
@@ -99,12 +102,18 @@ final class IdPHTTP: Sendable {
         case tooLarge
         /// Its headers over ``maximumHeaders``.
         case headersTooLarge
+        /// ``maximumRunning`` requests under way already.
+        case busy
+        /// mssod's own part failed (the helper missing, or not started): said in words.
+        case local(String)
     }
 
     /// Sends one request and reads its answer; throws ``Failure`` when there is none.
     func send(_ url: URL, method: Method, headers: [(String, String)], body: [UInt8]?, route: IdPRoute,
               timeout: Double) async throws(Failure) -> Answer {
-        guard let helper else { throw .unreachable("mssod-idp, which makes mssod's requests, is not installed beside mssod") }
+        guard let helper else {
+            throw .local("mssod-idp, the program that makes mssod's requests, is not installed where mssod looks for it (../libexec/msso/ or beside mssod); reinstall msso")
+        }
         var proxy = ""
         if let text = self.proxy(for: route, to: url) {
             guard let parsed = ProxySettings.parse(text) else { throw .unreachable("the proxy URL cannot be used") }
@@ -117,20 +126,21 @@ final class IdPHTTP: Sendable {
                                  Array(String(Int(Self.connectTimeout * 1000)).utf8), body ?? []]
         fields += headers.map { Array("\($0.0): \($0.1)".utf8) }
         let request = Helper.frame(fields)
-        guard let flag = Flag() else { throw .unreachable("no descriptor left for the request") }
-        let admitted = state.withLock { state in
-            guard !state.closed else { return false }
+        guard let flag = Flag() else { throw .local("mssod has no file descriptor left for the request") }
+        let admitted: Failure? = state.withLock { state in
+            guard !state.closed else { return .local("mssod is shutting down") }
+            guard state.running.count < Self.maximumRunning else { return .busy }
             state.running[ObjectIdentifier(flag)] = flag
-            return true
+            return nil
         }
-        guard admitted else { throw .unreachable("shut down") }
+        if let admitted { throw admitted }
         defer { _ = state.withLock { $0.running.removeValue(forKey: ObjectIdentifier(flag)) } }
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, Failure>, Never>) in
                 let started = DetachedThread.start {
                     continuation.resume(returning: Helper.run(helper, request, deadline: timeout + Self.grace, cancel: flag))
                 }
-                if !started { continuation.resume(returning: .failure(.unreachable("no thread for the request"))) }
+                if !started { continuation.resume(returning: .failure(.local("mssod could not start a thread for the request"))) }
             }
         } onCancel: {
             flag.cancel()
@@ -166,7 +176,7 @@ final class IdPHTTP: Sendable {
         static func run(_ path: String, _ request: [UInt8], deadline: Double, cancel: Flag) -> Result<Answer, Failure> {
             var input: Int32 = -1, output: Int32 = -1
             let pid = cmsso_spawn_alone(path, &input, &output)
-            guard pid > 0 else { return .failure(.unreachable("mssod-idp could not be started: \(String(cString: strerror(-pid)))")) }
+            guard pid > 0 else { return .failure(.local("mssod-idp could not be started: \(String(cString: strerror(-pid)))")) }
             defer { close(output) }
             var killed = false
             defer {

@@ -430,6 +430,10 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent an answer over \(IdPHTTP.maximumBody / 1024) KiB at \(url.path.prefix(200)); refusing it")
         } catch .headersTooLarge {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent headers over \(IdPHTTP.maximumHeaders / 1024) KiB at \(url.path.prefix(200)); refusing it")
+        } catch .busy {
+            throw BrokerError(.busy, "mssod is waiting on \(IdPHTTP.maximumRunning) requests to identity providers already, so \"\(group.name)\"'s was not sent; try again in a moment")
+        } catch .local(let what) {
+            throw BrokerError(.internal, "the request to the identity provider of \"\(group.name)\" could not be made: \(what)")
         } catch {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) could not be reached; check your network and try again")
         }

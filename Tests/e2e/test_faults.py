@@ -6,6 +6,7 @@ status and message, how long the error took, that mssod keeps serving, and that 
 deleted. Timings are printed (run with -s to see them).
 """
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -411,6 +412,58 @@ def test_an_idp_request_runs_apart_from_mssod_and_ends_with_it(own_idp, end):
             login.wait()
         daemon.stop()
         desktop.cleanup()
+
+
+def test_logins_against_a_hung_idp_start_at_most_16_requests_and_the_rest_are_told_busy(desktop, own_idp):
+    """Attack: a program starts 24 logins at once against an IdP that never answers. Each request
+    is a process; without a cap, as many processes (and their memory) as callers ask for.
+    Expected: at most 16 requests' processes at once; the logins past them are answered `Busy`
+    with a sentence that says why and what to do; once the IdP answers, a login succeeds."""
+    daemon = Broker(desktop, own_idp, args=["--idp-timeout", "30"])
+    logins = []
+    try:
+        with frozen(own_idp.pid()):
+            for _ in range(24):
+                login = subprocess.Popen([*desktop.prefix, BIN / "msso", "login", "--username", "alice", "--password-stdin"],
+                                         env=daemon.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+                login.stdin.write(PASSWORDS["alice"] + "\n")
+                login.stdin.close()
+                logins.append(login)
+            refused = wait_for(lambda: [each for each in logins if each.poll() is not None], timeout=20,
+                               what="a login refused")
+            helpers = idp_helpers(daemon.process.pid)
+            assert 0 < len(helpers) <= 16, helpers
+            message = refused[0].stderr.read()
+            print(f"24 logins on a hung IdP: {len(helpers)} requests under way; refused: {message.strip()}")
+            assert "16 requests to identity providers already" in message and "try again in a moment" in message, message
+            assert refused[0].returncode != 0
+        assert serving(daemon)
+    finally:
+        for login in logins:
+            login.kill()
+            login.wait()
+        daemon.stop()
+    daemon = Broker(desktop, own_idp)
+    try:
+        assert daemon.login().returncode == 0
+    finally:
+        daemon.stop()
+
+
+def test_a_missing_idp_helper_is_named_with_its_fix(desktop, idp, tmp_path):
+    """mssod alone, without mssod-idp beside it (a copy, a broken install): a login says which
+    program is missing and what to do, not that the network is down; mssod keeps serving."""
+    shutil.copy(BIN / "mssod", tmp_path / "mssod")
+    daemon = Broker(desktop, idp, executable=tmp_path / "mssod")
+    try:
+        login = daemon.login()
+        assert login.returncode != 0
+        assert "mssod-idp" in login.stderr and "is not installed" in login.stderr and "reinstall msso" in login.stderr, login.stderr
+        assert "network" not in login.stderr, login.stderr
+        assert daemon.msso("check").returncode == 2
+    finally:
+        daemon.stop()
 
 
 def test_hung_idp_logout_is_bounded_and_a_session_keeps_signing(desktop, own_idp):
