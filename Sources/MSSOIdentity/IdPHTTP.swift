@@ -53,8 +53,9 @@ final class IdPHTTP: Sendable {
 
     /// Where the helper is, for mssod at `executable`.
     static func helper(beside executable: String) -> String? {
-        let directory = executable.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-        return [directory + "/../libexec/msso/mssod-idp", directory + "/mssod-idp"].first { access($0, X_OK) == 0 }
+        let parts = executable.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+        let directory = parts.joined(separator: "/"), parent = parts.dropLast().joined(separator: "/")
+        return [parent + "/libexec/msso/mssod-idp", directory + "/mssod-idp"].first { access($0, X_OK) == 0 }
     }
 
     static func ownExecutable() -> String? {

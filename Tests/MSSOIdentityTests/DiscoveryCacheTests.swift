@@ -54,6 +54,21 @@ final class DiscoveryCacheTests: XCTestCase {
         forged.proxy = .environment
         XCTAssertEqual(http.proxy(for: forged, to: url), nil, "never the environment's, for an admin")
     }
+
+    func testTheHelperIsFoundWhereThePackageInstallsItElseBesideMssod() throws {
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("msso-helper-\(getpid())").path
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let installed = root + "/usr/libexec/msso/mssod-idp", beside = root + "/usr/bin/mssod-idp"
+        for path in [installed, beside] {
+            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data(), attributes: [.posixPermissions: 0o711]))
+        }
+        XCTAssertEqual(IdPHTTP.helper(beside: root + "/usr/bin/mssod"), installed)
+        try FileManager.default.removeItem(atPath: installed)
+        XCTAssertEqual(IdPHTTP.helper(beside: root + "/usr/bin/mssod"), beside, "a build tree: beside mssod")
+        chmod(beside, 0o644)
+        XCTAssertNil(IdPHTTP.helper(beside: root + "/usr/bin/mssod"), "a file that cannot be run is not the helper")
+    }
 }
 
 /// An HTTP server on 127.0.0.1 that records each request's method and path and answers as an
