@@ -244,8 +244,7 @@ __attribute__((constructor)) static void report(void) {
 """
 
 
-def test_the_installed_programs_that_hold_secrets_cannot_be_read_by_the_user_from_their_first_instruction(
-        installed, tmp_path):
+def test_the_installed_programs_that_hold_secrets_cannot_be_read_by_the_user_from_their_first_instruction(installed):
     """mssod holds every group's tokens and, at session start, the login password; mssod-idp holds
     a request's (a password, a client secret, a refresh token). Each makes itself non-dumpable as
     it starts, but a program of the user could open its /proc/PID/mem before that and read it
@@ -254,10 +253,10 @@ def test_the_installed_programs_that_hold_secrets_cannot_be_read_by_the_user_fro
     root's), the kernel makes them non-dumpable at exec. Attack: the user runs each with a
     preloaded library that reports, before the program's first instruction, whether it is
     dumpable; a readable copy of the same file is, so the mode is what protects them."""
+    tmp_path = Path(tempfile.mkdtemp(prefix="msso-dumpable-"))  # pytest's is root's alone
+    tmp_path.chmod(0o755)
     subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "report.so", "-x", "c", "-"], input=DUMPABLE_AT_START,
                    text=True, check=True)
-    tmp_path.chmod(0o755)
-    (tmp_path / "report.so").chmod(0o755)
 
     def dumpable(path, *argv):
         done = subprocess.run([*as_uid(1001), "env", f"LD_PRELOAD={tmp_path / 'report.so'}", path, *argv],
@@ -266,13 +265,14 @@ def test_the_installed_programs_that_hold_secrets_cannot_be_read_by_the_user_fro
         assert found, done.stderr
         return int(found.group(1))
 
-    for program, argv in [(Path("/usr/bin/mssod"), ["--version"]), (Path("/usr/libexec/msso/mssod-idp"), [])]:
+    for program, argv in [(Path("/usr/bin/mssod"), ["--help"]), (Path("/usr/libexec/msso/mssod-idp"), [])]:
         assert program.stat().st_mode & 0o777 == 0o711 and program.stat().st_uid == 0, program
         readable = tmp_path / program.name
         shutil.copy(program, readable)
         readable.chmod(0o755)
         assert dumpable(program, *argv) == 0, f"the installed {program.name} is non-dumpable from exec"
         assert dumpable(readable, *argv) == 1, f"a readable copy of {program.name} is not: the mode is what protects it"
+    shutil.rmtree(tmp_path)
 
 
 def test_man_pages_render(installed):
