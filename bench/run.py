@@ -272,7 +272,7 @@ def main():
     # tool, the only caller `forward` (msso ssh) answers.
     installed = work / "bin"
     installed.mkdir()
-    for binary in (Path(options.daemon) / "mssod", MSSO):
+    for binary in (Path(options.daemon) / "mssod", Path(options.daemon) / "mssod-idp", MSSO):
         shutil.copy2(binary, installed / binary.name)
     broker = Broker(desktop, idp, groups=groups, args=["--idle-timeout", "3600"], start=False,
                     environment={"MSSO_LOG_LEVEL": "info"}, admin_files=False, executable=installed / "mssod")

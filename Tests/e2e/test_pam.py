@@ -50,8 +50,9 @@ def installed_mssod() -> Path:
         return built
     directory = Path(tempfile.mkdtemp(prefix="msso-bin-")).resolve()
     directory.chmod(0o755)
-    shutil.copy2(built, directory / "mssod")
-    (directory / "mssod").chmod(0o755)
+    for name in ("mssod", "mssod-idp"):  # the helper that makes its IdP requests sits beside it
+        shutil.copy2(built.parent / name, directory / name)
+        (directory / name).chmod(0o755)
     assert root_only(directory / "mssod")
     return directory / "mssod"
 
@@ -926,7 +927,8 @@ def test_in_a_user_namespace_of_the_users_own_mssod_can_be_traced_by_the_user(us
 def test_the_mssod_argument_must_name_a_file_only_root_can_change(tmp_path, desktop, idp, how):
     directory = Path(tempfile.mkdtemp(prefix="msso-bin-")).resolve()
     directory.chmod(0o755)
-    shutil.copy2(installed_mssod(), directory / "mssod")
+    for name in ("mssod", "mssod-idp"):
+        shutil.copy2(installed_mssod().parent / name, directory / name)
     broker = pam_broker(desktop, idp, executable=directory / "mssod")
     try:
         named = directory / "mssod"
@@ -953,7 +955,8 @@ def test_a_broker_started_from_a_file_since_replaced_gets_no_password(tmp_path, 
     mssod any more, until it restarts."""
     directory = Path(tempfile.mkdtemp(prefix="msso-bin-")).resolve()
     directory.chmod(0o755)
-    shutil.copy2(installed_mssod(), directory / "mssod")
+    for name in ("mssod", "mssod-idp"):
+        shutil.copy2(installed_mssod().parent / name, directory / name)
     broker = pam_broker(desktop, idp, executable=directory / "mssod")
     try:
         shutil.copy2(installed_mssod(), directory / "mssod.new")
