@@ -30,6 +30,16 @@ final class BrokerSocket: @unchecked Sendable {
             }
             throw BrokerError(.brokerUnreachable, "the msso broker is not running (nothing answers on \(path)); start it with `systemctl --user start msso.socket` or `mssod`")
         }
+        // The process listening must be this user's (or the caller is root, who may address any
+        // user's broker): a socket another user planted would read the calls, a login's password
+        // and a lock's passphrase among them (PROTOCOL.md, "Connecting").
+        var peer = cmsso_credentials()
+        let known = cmsso_peer_credentials(fd, &peer) == 0
+        if peer.pidfd >= 0 { close(peer.pidfd) }
+        guard known, peer.uid == geteuid() || geteuid() == 0 else {
+            close(fd)
+            throw BrokerError(.brokerUnreachable, "the msso broker at \(path) runs as another user (uid \(known ? String(peer.uid) : "unknown")): not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR")
+        }
         return BrokerSocket(fd: fd, path: path)
     }
 

@@ -436,6 +436,41 @@ def answers(path) -> bool:
             return False
 
 
+class PlantedSocket:
+    """A socket another user (eve, uid 1002) listens on, in a directory everyone may write (where
+    a careless MSSO_SOCKET or XDG_RUNTIME_DIR could point): it answers nothing and records every
+    byte a client sends it. `received()` is what it got so far."""
+
+    SCRIPT = r"""
+import os, socket, sys, threading
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o777); s.listen(16)
+def take(c):
+    with open(sys.argv[2], "ab", buffering=0) as log:
+        while True:
+            data = c.recv(65536)
+            if not data: break
+            log.write(data)
+while True:
+    threading.Thread(target=take, args=(s.accept()[0],), daemon=True).start()
+"""
+
+    def __init__(self, uid=1002):
+        self.dir = Path(tempfile.mkdtemp(prefix="msso-planted-"))
+        self.dir.chmod(0o777)
+        self.path = self.dir / "msso.sock"
+        self.log = self.dir / "received"
+        self.process = subprocess.Popen([*as_uid(uid), "/usr/bin/python3", "-c", self.SCRIPT, self.path, self.log])
+        wait_for(lambda: answers(self.path), what="the planted socket")
+
+    def received(self) -> bytes:
+        return self.log.read_bytes() if self.log.exists() else b""
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def frame(payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 

@@ -25,7 +25,7 @@ import pytest
 import requests
 
 import fake_broker
-from harness import GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, RawClient, answers, free_port, wait_for
+from harness import GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, PlantedSocket, RawClient, answers, as_uid, free_port, wait_for
 from swift_sources import swift_exit_statuses
 from test_browser_login import browser
 
@@ -51,8 +51,8 @@ class Driver:
     """The test driver: one process holding one msso_client; each command one line, each answer
     one line of JSON."""
 
-    def __init__(self, env, connect=True, path=None):
-        self.process = subprocess.Popen([DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    def __init__(self, env, connect=True, path=None, prefix=()):
+        self.process = subprocess.Popen([*prefix, DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.buffer = b""
         if connect:
             answer = self("connect", *([path] if path else []))
@@ -572,20 +572,14 @@ def test_nothing_a_hostile_broker_sends_crashes_the_library(built, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs another uid to listen")
 def test_a_socket_served_by_another_user_is_refused(built):
     """A socket another user planted (where $MSSO_SOCKET points, say) would read the calls, a
-    password login's password among them: the library checks who listens before it says hello."""
-    directory = Path(tempfile.mkdtemp(prefix="msso-planted-"))  # (pytest's tmp_path is root's alone)
-    directory.chmod(0o777)
-    path = directory / "planted.sock"
-    script = "import socket, sys, time\ns = socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])\ns.listen()\ntime.sleep(60)\n"
-    planted = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c", script,
-                                str(path)])
+    password login's password among them: the library checks who listens before it says hello,
+    and refuses a broker of another uid (the program runs as tester, eve listens)."""
+    planted = PlantedSocket()
     try:
-        wait_for(lambda: answers(path), what="the planted socket")
-        program = Driver({}, connect=False)
-        answer = failure(program("connect", path), "BrokerUnreachable", 3)
-        assert "another user (uid 65534)" in answer["message"]
+        program = Driver({}, connect=False, prefix=as_uid(1001))
+        answer = failure(program("connect", planted.path), "BrokerUnreachable", 3)
+        assert "another user (uid 1002)" in answer["message"]
         program.close()
+        assert planted.received() == b"", "nothing was sent"
     finally:
-        planted.kill()
-        planted.wait()
-        shutil.rmtree(directory, ignore_errors=True)
+        planted.close()

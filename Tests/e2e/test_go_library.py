@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from harness import BIN, GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop
+from harness import BIN, GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, PlantedSocket, as_uid
 from registry_server import REPOSITORY, TAG, RegistryServer, digest
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
@@ -268,3 +268,21 @@ def test_the_docker_cli_reads_a_manifest_through_the_helper(profiles, registry, 
     # (docker drops the helper's sentence and goes on without credentials: the registry refuses.)
     assert done.returncode != 0 and "no basic auth credentials" in done.stderr, done.stderr
     assert registry.refused > refused
+
+
+def test_a_socket_another_user_planted_is_refused(built):
+    """Attack: eve listens where the user's MSSO_SOCKET points. Expected: the library asks the
+    kernel who listens (SO_PEERCRED) before it sends a byte and refuses another uid's broker,
+    naming it (the Docker helper, on the library, as tester); eve receives nothing."""
+    planted = PlantedSocket()
+    try:
+        helper = planted.dir / "docker-credential-msso"
+        shutil.copy(built.helper, helper)
+        helper.chmod(0o755)
+        done = subprocess.run([*as_uid(1001), helper, "get"], input="https://registry.example\n", capture_output=True,
+                              text=True, timeout=30, env={"PATH": "/usr/bin:/bin", "MSSO_SOCKET": str(planted.path)})
+        assert done.returncode != 0, done.stdout
+        assert "runs as another user (uid 1002)" in done.stderr + done.stdout, (done.stdout, done.stderr)
+        assert planted.received() == b"", "eve received nothing"
+    finally:
+        planted.close()

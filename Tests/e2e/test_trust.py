@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from faults import copy_secret
-from harness import BIN, GROUP, SECRETS, Broker, Desktop, as_uid, wait_for
+from harness import BIN, GROUP, ROOT, SECRETS, Broker, Desktop, PlantedSocket, as_uid, wait_for
 
 USER = 1000
 # The system's interpreter (the harness's PYTHON may be a private one under /root): attackers and
@@ -1205,3 +1205,39 @@ def test_a_call_written_just_before_an_exec_by_a_process_never_seen_before(bare,
     see docs/SECURITY.md): no token."""
     reply = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN)
     assert not is_token(reply), "the attacker's call was served as the registered program"
+
+
+PYTHON_LOGIN = """
+import sys
+sys.path.insert(0, sys.argv[2])
+import msso
+try:
+    msso.Client(sys.argv[1]).login(username="alice", password="alice-pass")
+except msso.MSSOError as error:
+    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    sys.exit(error.exit_status)
+"""
+
+
+@pytest.mark.parametrize("client", ["msso", "python"])
+def test_a_socket_another_user_planted_gets_no_password(client):
+    """Attack: eve listens on a socket where the user's MSSO_SOCKET points (a directory anyone may
+    write, a shared XDG_RUNTIME_DIR). The user's password login would hand eve the password
+    (an outside attack did it with `msso login` and `msso lock`'s passphrase). Expected: the
+    client asks the kernel who listens (SO_PEERCRED) before it sends a byte, and refuses a
+    broker of another uid, naming it; eve receives nothing. (libmsso: test_c_library.py; the Go
+    library: test_go_library.py.)"""
+    planted = PlantedSocket()
+    try:
+        if client == "msso":
+            argv = [BIN / "msso", "login", "--username", "alice", "--password-stdin"]
+        else:
+            argv = ["/usr/bin/python3", "-c", PYTHON_LOGIN, planted.path, ROOT / "clients" / "python" / "src"]
+        done = subprocess.run([*as_uid(1001), *map(str, argv)], input="alice-pass\n", capture_output=True, text=True,
+                              timeout=30, env={"PATH": "/usr/bin:/bin", "MSSO_SOCKET": str(planted.path), "HOME": "/tmp"})
+        print(done.stderr)
+        assert done.returncode == 3, (done.returncode, done.stderr)
+        assert "runs as another user (uid 1002)" in done.stderr and "not talking to it" in done.stderr, done.stderr
+        assert planted.received() == b"", "eve received nothing"
+    finally:
+        planted.close()

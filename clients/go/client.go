@@ -164,6 +164,10 @@ func dial(ctx context.Context, path, label string, timeout time.Duration) (*conn
 		return nil, Hello{}, unreachable("the msso broker is not running (nothing answers on %s); start it with "+
 			"`systemctl --user start msso.socket` or `mssod`", path)
 	}
+	if err := checkPeer(sock.(*net.UnixConn), path); err != nil {
+		sock.Close()
+		return nil, Hello{}, err
+	}
 	cn := &conn{sock: sock.(*net.UnixConn), pending: map[uint32]*pending{}, subs: map[*Subscription]bool{},
 		done: make(chan struct{})}
 	go cn.read()
@@ -461,4 +465,27 @@ func (cn *conn) detach(s *Subscription) {
 		delete(cn.subs, s)
 	}
 	cn.mu.Unlock()
+}
+
+// checkPeer refuses a broker whose process runs as another user (unless we are root, who may
+// address any user's broker): a socket another user planted would read the calls, a login's
+// password among them.
+func checkPeer(sock *net.UnixConn, path string) error {
+	raw, err := sock.SyscallConn()
+	var peer *syscall.Ucred
+	if err == nil {
+		controlErr := raw.Control(func(fd uintptr) {
+			peer, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+		})
+		if err == nil {
+			err = controlErr
+		}
+	}
+	if err != nil {
+		return unreachable("the msso broker at %s runs as another user (uid unknown): not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR", path)
+	}
+	if int(peer.Uid) != os.Geteuid() && os.Geteuid() != 0 {
+		return unreachable("the msso broker at %s runs as another user (uid %d): not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR", path, peer.Uid)
+	}
+	return nil
 }

@@ -829,11 +829,12 @@ static int open_connection(msso_client *c, msso_error *err) {
             set_error(err, MSSO_E_BROKER_UNREACHABLE, "cannot reach the msso broker at %s: %s", c->path, strerror(error));
         return -1;
     }
-    /* The process behind the socket must be this user's: a socket another user planted would
-     * read the calls (a password login's password among them). */
-    struct ucred peer;
+    /* The process behind the socket must be this user's (or the caller is root, who may address
+     * any user's broker): a socket another user planted would read the calls (a password login's
+     * password among them). */
+    struct ucred peer = {0};
     socklen_t size = sizeof peer;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || peer.uid != geteuid()) {
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || (peer.uid != geteuid() && geteuid() != 0)) {
         close(fd);
         set_error(err, MSSO_E_BROKER_UNREACHABLE, "the msso broker at %s runs as another user (uid %u): not talking to it",
                   c->path, (unsigned)peer.uid);

@@ -6,11 +6,13 @@ import base64
 import hashlib
 import json
 import os
+import socket
+import struct
 import sys
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterable, Literal, Mapping, NotRequired, TypedDict
 
-from .errors import Internal, MSSOError, error_for
+from .errors import BrokerUnreachable, Internal, MSSOError, error_for
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 65536           # payload cap, both directions
@@ -31,6 +33,19 @@ def default_socket_path() -> str:
     if os.environ.get("XDG_RUNTIME_DIR"):
         return os.path.join(os.environ["XDG_RUNTIME_DIR"], "msso", "broker.sock")
     return f"/run/user/{os.getuid()}/msso/broker.sock"
+
+
+def check_peer(sock: socket.socket, path: str) -> None:
+    """The process listening must be this user's (or we are root, who may address any user's
+    broker): a socket another user planted would read the calls, a login's password among them."""
+    try:
+        _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    except OSError:
+        uid = None
+    if uid is None or (uid != os.geteuid() and os.geteuid() != 0):
+        sock.close()
+        raise BrokerUnreachable(f"the msso broker at {path} runs as another user (uid {'unknown' if uid is None else uid}): "
+                                "not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR")
 
 
 def default_label() -> str:

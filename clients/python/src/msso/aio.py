@@ -250,6 +250,11 @@ class Client:
         except OSError:
             raise BrokerUnreachable(f"the msso broker is not running (nothing answers on {self.socket_path}); "
                                     "start it with `systemctl --user start msso.socket` or `mssod`") from None
+        try:
+            _wire.check_peer(writer.get_extra_info("socket"), self.socket_path)
+        except BrokerUnreachable:
+            writer.close()
+            raise
         task = asyncio.create_task(self._read(reader, writer))
         try:
             hello = await self._call(writer, "hello", {"version": _wire.PROTOCOL_VERSION, "client": self.label},

@@ -434,6 +434,7 @@ class Client:
             except OSError:
                 raise BrokerUnreachable(f"the msso broker is not running (nothing answers on {self.socket_path}); "
                                         "start it with `systemctl --user start msso.socket` or `mssod`") from None
+            _wire.check_peer(sock, self.socket_path)
             serial = self._next_serial()
             frames = _wire.Frames()
             try:
