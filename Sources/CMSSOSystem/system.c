@@ -337,33 +337,39 @@ int cmsso_spawn_alone(const char *path, int *input, int *output) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0) return -errno;
     if (pipe2(out, O_CLOEXEC) != 0) { int failed = errno; close(in[0]); close(in[1]); return -failed; }
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attributes;
-    int failed = posix_spawn_file_actions_init(&actions);
-    if (!failed && (failed = posix_spawnattr_init(&attributes))) posix_spawn_file_actions_destroy(&actions);
-    if (failed) { close(in[0]); close(in[1]); close(out[0]); close(out[1]); return -failed; }
-    sigset_t all, none;
-    sigfillset(&all);
-    sigemptyset(&none);
-    failed = posix_spawn_file_actions_adddup2(&actions, in[0], 0);
-    if (!failed) failed = posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    if (!failed) failed = posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);
-    if (!failed) failed = posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-    if (!failed) failed = posix_spawnattr_setsigdefault(&attributes, &all);
-    if (!failed) failed = posix_spawnattr_setsigmask(&attributes, &none);
-    if (!failed) failed = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    pid_t pid = 0;
     char *argv[] = { (char *)path, NULL };
     char *envp[] = { NULL };
-    if (!failed) failed = posix_spawn(&pid, path, &actions, &attributes, argv, envp);
-    posix_spawnattr_destroy(&attributes);
-    posix_spawn_file_actions_destroy(&actions);
+    pid_t parent = getpid();
+    /* Forked rather than posix_spawn'd, for PR_SET_PDEATHSIG before the exec: the program dies
+     * with the thread that started it (which waits for it), even stopped before its own first
+     * instruction. Every signal is blocked across the fork, so no handler of ours runs in the
+     * child; between fork and exec only async-signal-safe calls (_Fork: no atfork handlers). */
+    sigset_t all, before;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &before);
+    pid_t child = _Fork();
+    if (child == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) _exit(127);
+        struct sigaction standard = { .sa_handler = SIG_DFL };
+        for (int sig = 1; sig < _NSIG; sig++) sigaction(sig, &standard, NULL);
+        if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
+        int null = open("/dev/null", O_WRONLY);
+        if (null < 0 || dup2(null, 2) < 0) _exit(127);
+        syscall(SYS_close_range, 3U, ~0U, 0U);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execve(path, argv, envp);
+        _exit(127);
+    }
+    int forked = child < 0 ? errno : 0;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     close(in[0]);
     close(out[1]);
-    if (failed) { close(in[1]); close(out[0]); return -failed; }
+    if (child < 0) { close(in[1]); close(out[0]); return -forked; }
     *input = in[1];
     *output = out[0];
-    return pid;
+    return child;
 }
 
 int cmsso_open_in_browser(const char *opener, const char *url) {

@@ -30,7 +30,7 @@ final class IdPHTTP: Sendable {
     /// package installs it, else in the same directory), nil when it is in neither.
     let helper: String?
     /// The cancel flags of the requests under way.
-    private let state = Mutex((running: [ObjectIdentifier: Flag](), closed: false))
+    private let state = Mutex((running: [ObjectIdentifier: (flag: Flag, route: IdPRoute)](), closed: false))
 
     /// The most an IdP answer may hold.
     static let maximumBody = 256 * 1024
@@ -41,8 +41,13 @@ final class IdPHTTP: Sendable {
     /// How long past its deadline a helper may take before it is killed.
     static let grace = 5.0
     /// Requests under way at once, at most: each is a process (about 1.5 MB of its own), and
-    /// callers can start logins against an IdP that never answers.
+    /// callers can start logins against an IdP that never answers. Each lasts at most its
+    /// deadline and ``grace``.
     static let maximumRunning = 16
+    /// To one route (``IdPRoute``), at most: an IdP that never answers holds no more than this.
+    static let maximumPerRoute = 4
+    /// For the user's groups together, at most: the rest is kept for the administrator's.
+    static let maximumForUserGroups = 12
 
     enum Method: Sendable { case get, post }
 
@@ -68,7 +73,7 @@ final class IdPHTTP: Sendable {
     func shutdown() async {
         let flags = state.withLock { state in
             state.closed = true
-            return Array(state.running.values)
+            return state.running.values.map(\.flag)
         }
         for flag in flags { flag.cancel() }
     }
@@ -103,8 +108,8 @@ final class IdPHTTP: Sendable {
         case tooLarge
         /// Its headers over ``maximumHeaders``.
         case headersTooLarge
-        /// ``maximumRunning`` requests under way already.
-        case busy
+        /// As many requests under way as this one may join (``maximumPerRoute`` and the others): said in words.
+        case busy(String)
         /// mssod's own part failed (the helper missing, or not started): said in words.
         case local(String)
     }
@@ -130,8 +135,17 @@ final class IdPHTTP: Sendable {
         guard let flag = Flag() else { throw .local("mssod has no file descriptor left for the request") }
         let admitted: Failure? = state.withLock { state in
             guard !state.closed else { return .local("mssod is shutting down") }
-            guard state.running.count < Self.maximumRunning else { return .busy }
-            state.running[ObjectIdentifier(flag)] = flag
+            let running = state.running.values
+            if running.count(where: { $0.route == route }) >= Self.maximumPerRoute {
+                return .busy("\(Self.maximumPerRoute) requests to this identity provider are under way and it has not answered them yet")
+            }
+            if !route.admin, running.count(where: { !$0.route.admin }) >= Self.maximumForUserGroups {
+                return .busy("\(Self.maximumForUserGroups) requests for the user's groups are under way already")
+            }
+            if running.count >= Self.maximumRunning {
+                return .busy("\(Self.maximumRunning) requests to identity providers are under way already")
+            }
+            state.running[ObjectIdentifier(flag)] = (flag, route)
             return nil
         }
         if let admitted { throw admitted }
@@ -179,42 +193,55 @@ final class IdPHTTP: Sendable {
             let pid = cmsso_spawn_alone(path, &input, &output)
             guard pid > 0 else { return .failure(.local("mssod-idp could not be started: \(String(cString: strerror(-pid)))")) }
             defer { close(output) }
-            var killed = false
+            var status: Int32 = 0
+            var ended = false
             defer {
-                if !killed { kill(pid, SIGKILL) } // ended already, or it must not outlive its request
-                var status: Int32 = 0
-                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-            }
-            // The helper reads its whole request before it does anything, so this cannot wait on
-            // it; if it ends early (a request it refuses), its answer, read below, says why.
-            request.withUnsafeBytes { bytes in
-                var done = 0
-                while done < bytes.count {
-                    let count = Glibc.write(input, bytes.baseAddress! + done, bytes.count - done)
-                    if count < 0 && errno == EINTR { continue }
-                    if count <= 0 { break }
-                    done += count
+                if input >= 0 { close(input) }
+                if !ended {
+                    kill(pid, SIGKILL) // it must not outlive its request (stopped, it dies all the same)
+                    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
                 }
             }
-            close(input)
-
+            // Written as the helper reads, under the same deadline: a helper that stops reading
+            // (stopped, say) holds nothing but its own request.
+            _ = fcntl(input, F_SETFL, fcntl(input, F_GETFL) | O_NONBLOCK)
+            var written = 0
             var answer: [UInt8] = []
             let end = cmsso_monotonic_ns() + UInt64(deadline * 1e9)
             var chunk = [UInt8](repeating: 0, count: 65536)
-            reading: while true {
+            while true {
                 let now = cmsso_monotonic_ns()
-                guard now < end else { killed = kill(pid, SIGKILL) == 0; return .failure(.timedOut) }
-                var waits = [pollfd(fd: output, events: Int16(POLLIN), revents: 0), pollfd(fd: cancel.fd, events: Int16(POLLIN), revents: 0)]
-                let ready = poll(&waits, 2, Int32(min((end - now) / 1_000_000 + 1, 1_000_000)))
-                if ready < 0 && errno != EINTR { return .failure(.unreachable("cannot wait for mssod-idp")) }
-                if waits[1].revents != 0 { killed = kill(pid, SIGKILL) == 0; return .failure(.unreachable("cancelled")) }
+                // libcurl keeps the request's own deadline: past it and the grace, the helper is
+                // stuck (or was stopped), not the IdP slow.
+                guard now < end else { return .failure(.local("mssod-idp did not answer within \(Int(deadline)) s (stopped, or stuck); it was killed")) }
+                var waits = [pollfd(fd: output, events: Int16(POLLIN), revents: 0), pollfd(fd: cancel.fd, events: Int16(POLLIN), revents: 0),
+                             pollfd(fd: input, events: Int16(POLLOUT), revents: 0)]
+                let ready = poll(&waits, input >= 0 ? 3 : 2, Int32(min((end - now) / 1_000_000 + 1, 1_000_000)))
+                if ready < 0 && errno != EINTR { return .failure(.local("mssod cannot wait for mssod-idp")) }
+                if waits[1].revents != 0 { return .failure(.unreachable("cancelled")) }
+                if input >= 0, waits[2].revents != 0 {
+                    let count = request.withUnsafeBytes { Glibc.write(input, $0.baseAddress! + written, $0.count - written) }
+                    if count > 0 { written += count }
+                    // All of it written, or the helper gone (its answer, read below, says why).
+                    if written == request.count || (count < 0 && errno != EAGAIN && errno != EINTR) {
+                        close(input)
+                        input = -1
+                    }
+                }
                 guard waits[0].revents != 0 else { continue }
                 let count = chunk.withUnsafeMutableBytes { Glibc.read(output, $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
-                if count <= 0 { break reading }
+                if count < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+                if count <= 0 { break }
                 answer += chunk[..<count]
                 // An answer is its body and a few short fields: more is a helper gone wrong.
-                if answer.count > IdPHTTP.maximumBody + 8192 { return .failure(.unreachable("mssod-idp answered more than it may")) }
+                if answer.count > IdPHTTP.maximumBody + 8192 { return .failure(.local("mssod-idp answered more than it may")) }
+            }
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+            ended = true
+            if answer.isEmpty {
+                // No answer at all: say what ended it, not that the network is down.
+                if status & 0x7f != 0 { return .failure(.local("mssod-idp was killed (signal \(status & 0x7f)) before it answered")) }
+                if (status >> 8) & 0xff == 127 { return .failure(.local("mssod-idp could not be started")) }
             }
             return parse(answer)
         }
@@ -244,7 +271,7 @@ final class IdPHTTP: Sendable {
             case "error": return .failure(.unreachable(text(1) ?? "mssod-idp failed"))
             default: break
             }
-            return .failure(.unreachable("mssod-idp ended without an answer"))
+            return .failure(.local("mssod-idp ended without an answer"))
         }
     }
 

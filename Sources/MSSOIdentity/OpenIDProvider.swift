@@ -430,8 +430,8 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent an answer over \(IdPHTTP.maximumBody / 1024) KiB at \(url.path.prefix(200)); refusing it")
         } catch .headersTooLarge {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent headers over \(IdPHTTP.maximumHeaders / 1024) KiB at \(url.path.prefix(200)); refusing it")
-        } catch .busy {
-            throw BrokerError(.busy, "mssod is waiting on \(IdPHTTP.maximumRunning) requests to identity providers already, so \"\(group.name)\"'s was not sent; try again in a moment")
+        } catch .busy(let why) {
+            throw BrokerError(.busy, "the request to the identity provider of \"\(group.name)\" was not sent: \(why); try again within \(Int(limit + IdPHTTP.grace)) s, when they have ended")
         } catch .local(let what) {
             throw BrokerError(.internal, "the request to the identity provider of \"\(group.name)\" could not be made: \(what)")
         } catch {

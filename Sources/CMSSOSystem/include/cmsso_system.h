@@ -135,7 +135,9 @@ int cmsso_open_in_browser(const char *opener, const char *url);
 /// Starts `path` with no argument but its name, an empty environment, a pipe as its standard
 /// input (our end in *input) and one as its standard output (ours in *output, both close-on-exec),
 /// /dev/null as its standard error, no other descriptor of ours, every signal at its default and
-/// none blocked. Returns its pid, or -errno (then no descriptor is left open).
+/// none blocked, and SIGKILL when the calling thread ends (PR_SET_PDEATHSIG, set before the
+/// exec). Exit status 127: it could not be started. Returns its pid, or -errno (then no
+/// descriptor is left open).
 int cmsso_spawn_alone(const char *path, int *input, int *output);
 
 /// malloc_trim(0): gives freed heap memory back to the system after a flood.
