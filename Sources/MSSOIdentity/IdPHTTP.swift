@@ -102,8 +102,12 @@ final class IdPHTTP: Sendable {
     }
 
     enum Failure: Error {
-        case timedOut
+        /// No whole answer within the deadline; `answering`: its status line had come.
+        case timedOut(answering: Bool)
+        /// Not reached, in libcurl's words.
         case unreachable(String)
+        /// Its TLS failed (an untrusted or mismatched certificate, most often), in libcurl's words.
+        case untrusted(String)
         /// Its body over ``maximumBody``.
         case tooLarge
         /// Its headers over ``maximumHeaders``.
@@ -265,7 +269,8 @@ final class IdPHTTP: Sendable {
                 guard let status = text(1).flatMap({ Int($0) }) else { break }
                 return .success(Answer(status: status, body: Array(fields[5]), retryAfter: text(2).flatMap(IdPHTTP.retryAfter),
                                        dpopNonce: text(3), location: text(4)))
-            case "timeout": return .failure(.timedOut)
+            case "timeout": return .failure(.timedOut(answering: text(1).flatMap { Int($0) }.map { $0 > 0 } ?? false))
+            case "tls": return .failure(.untrusted(text(1) ?? "TLS failed"))
             case "too-large": return .failure(.tooLarge)
             case "headers-too-large": return .failure(.headersTooLarge)
             case "error": return .failure(.unreachable(text(1) ?? "mssod-idp failed"))

@@ -67,7 +67,7 @@ public final class OpenIDProvider: IdentityProvider {
         ]) {
         case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil, typed: username)
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
-        case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.status == 403):
+        case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.bare && error.status == 403):
             throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
         case .failure(let error): throw Self.refusal(error, group: group, doing: "log in")
         }
@@ -316,6 +316,9 @@ public final class OpenIDProvider: IdentityProvider {
         var status: Int
         /// The OAuth error code (RFC 6749 §5.2), empty when the IdP sent none.
         var code: String
+        /// Its body was empty (glewlwyd's refusal of a user), rather than a page of something
+        /// else (a firewall's or a proxy's).
+        var bare = false
         /// The provider's own words (`error_description`), control characters replaced and cut
         /// to ``maximumDescription`` bytes: shown to the user beside msso's sentence.
         var description: String? = nil
@@ -409,7 +412,8 @@ public final class OpenIDProvider: IdentityProvider {
             let body = try? JSONDecoder().decode(OAuthErrorBody.self, from: data)
             let code = body?.error ?? ""
             let plausible = code.utf8.count <= 64 && code.utf8.allSatisfy { (97...122).contains($0) || $0 == UInt8(ascii: "_") }
-            return .refused(OAuthError(status: answer.status, code: plausible ? code : "", description: OAuthError.shown(body?.error_description)))
+            return .refused(OAuthError(status: answer.status, code: plausible ? code : "", bare: answer.body.allSatisfy { [9, 10, 13, 32].contains($0) },
+                                       description: OAuthError.shown(body?.error_description)))
         default:
             let later = answer.retryAfter.map { " (it asks to wait \(Int(min($0, 86400))) s)" } ?? ""
             return .unavailable(BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered HTTP \(answer.status)\(later) at \(url.path.prefix(200))"),
@@ -424,8 +428,13 @@ public final class OpenIDProvider: IdentityProvider {
         let answer: IdPHTTP.Answer
         do {
             answer = try await http.send(url, method: method, headers: headers, body: body, route: IdPRoute(group), timeout: limit)
-        } catch .timedOut {
+        } catch .timedOut(let answering) {
+            if answering {
+                throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) began to answer but did not finish within \(Int(limit)) s (it is slow or overloaded)")
+            }
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) did not answer within \(Int(limit)) s; check your network and try again")
+        } catch .untrusted(let why) {
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) could not be trusted: \(TerminalText.safe(String(why.prefix(200)))); if it uses a private CA, name it with `ca_file`; if a proxy on the way intercepts TLS, that proxy is the cause")
         } catch .tooLarge {
             throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" sent an answer over \(IdPHTTP.maximumBody / 1024) KiB at \(url.path.prefix(200)); refusing it")
         } catch .headersTooLarge {
@@ -435,7 +444,9 @@ public final class OpenIDProvider: IdentityProvider {
         } catch .local(let what) {
             throw BrokerError(.internal, "the request to the identity provider of \"\(group.name)\" could not be made: \(what)")
         } catch {
-            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) could not be reached; check your network and try again")
+            // .unreachable, the one left
+            let why = if case .unreachable(let words) = error { " (\(TerminalText.safe(String(words.prefix(200)))))" } else { "" }
+            throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) could not be reached\(why); check your network and try again")
         }
         if (300..<400).contains(answer.status) {
             let target = answer.location.flatMap { URL(string: $0, relativeTo: url)?.origin } ?? "elsewhere"

@@ -13,8 +13,9 @@
 // Both directions are a list of fields, each a 4-byte big-endian length and that many bytes:
 //   request: url, method ("GET" or "POST"), proxy ("": none), CA file ("": the system's store),
 //            timeout in ms, connect timeout in ms, body, then each header line "Name: value"
-//   answer:  outcome ("ok", "timeout", "too-large", "headers-too-large", or "error" and a
-//            sentence), status, Retry-After, DPoP-Nonce, Location, body
+//   answer:  outcome ("ok", "timeout", "too-large", "headers-too-large", or "tls" or "error"
+//            and libcurl's sentence), status (for "timeout" too: "0" when none came), Retry-After,
+//            DPoP-Nonce, Location, body
 // The rules each request follows are in perform() below.
 #define _GNU_SOURCE
 #include <curl/curl.h>
@@ -258,9 +259,16 @@ int main(void) {
 
     if (answer.too_large == 1) put_text("too-large");
     else if (answer.too_large == 2) put_text("headers-too-large");
-    else if (done == CURLE_OPERATION_TIMEDOUT) put_text("timeout");
-    else if (done != CURLE_OK) {
-        put_text("error");
+    else if (done == CURLE_OPERATION_TIMEDOUT) {
+        char status[24];
+        snprintf(status, sizeof status, "%ld", answer.status); /* whether it had begun to answer */
+        put_text("timeout");
+        put_text(status);
+    } else if (done != CURLE_OK) {
+        /* The IdP's certificate (or TLS) failed: not the network's fault, and said apart. */
+        int tls = done == CURLE_PEER_FAILED_VERIFICATION || done == CURLE_SSL_CONNECT_ERROR ||
+                  done == CURLE_SSL_CACERT_BADFILE || done == CURLE_SSL_CERTPROBLEM || done == CURLE_SSL_ISSUER_ERROR;
+        put_text(tls ? "tls" : "error");
         put_text(curl_easy_strerror(done));
     } else {
         char status[24];

@@ -35,7 +35,8 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
 - `device_poll_error`: device-code polls of the token endpoint get HTTP 400 with this OAuth error
   (`"expired_token"`) instead of glewlwyd's answer;
 - `password_error`: `(status, body)`: password-grant requests get this OAuth error answer (e.g.
-  `(400, {"error": "unauthorized_client", "error_description": "…"})`) instead of glewlwyd's;
+  `(400, {"error": "unauthorized_client", "error_description": "…"})`, or a string: an HTML page)
+  instead of glewlwyd's;
 - `fail_refresh(kind, count, retry_after=None)`: the next `count` refresh-grant requests get
   `kind`: "429", "503", "408" (with `Retry-After` when given), "hang" (no answer until
   `release()` or the test ends; the connection is then closed without a response), or "drip"
@@ -270,6 +271,8 @@ class FakeIdP(_Recording):
                 return handler._json(400, {"error": self.device_poll_error})
             if request.grant == "password" and self.password_error:
                 status, answer = self.password_error
+                if isinstance(answer, str):  # a page, as a firewall or a proxy sends one
+                    return handler._answer(status, answer.encode(), [("Content-Type", "text/html")])
                 return handler._json(status, answer)
         if path.endswith("/device_authorization") and request.method == "POST" and (self.device_interval is not None
                                                                                     or self.device_overrides):
