@@ -77,17 +77,16 @@ fuzz: setup build
 # system's libcurl, with Debian's hardening flags, beside mssod (the debug build's is SwiftPM's).
 IDP_FLAGS = -std=c11 -Wall -Wextra -Werror -O2 -g0 -D_FORTIFY_SOURCE=2 -fstack-protector-strong \
 	-fstack-clash-protection -fcf-protection -fPIE -pie -Wl,-z,relro,-z,now
-$(RELEASE)/daemon/release/mssod-idp: Sources/mssod-idp/main.c
-	@mkdir -p $(@D)
-	$(CC) $(IDP_FLAGS) -o $@ $< -lcurl-gnutls
 
-release: $(RELEASE)/daemon/release/mssod-idp
+release:
 	$(if $(DAEMON_CXX),mkdir -p $(STATIC_CXX) && echo 'INPUT($(CXX_ARCHIVE))' > $(STATIC_CXX)/libstdc++.so)
 	@# SwiftPM does not see the link-order files change: relink when they are newer than mssod.
 	@for input in bench/mssod.order bench/mssod.ld; do \
 		[ ! $$input -nt $(RELEASE)/daemon/release/mssod ] || rm -f $(RELEASE)/daemon/release/mssod; \
 	done
 	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(NO_DWARF) $(DAEMON_LINK) $(DAEMON_CXX) --product mssod
+	@# After SwiftPM, whose release directory is a link it makes (a directory made before is replaced).
+	$(CC) $(IDP_FLAGS) -o $(RELEASE)/daemon/release/mssod-idp Sources/mssod-idp/main.c -lcurl-gnutls
 	for product in $(CLIENTS); do \
 		swift build -c release --scratch-path $(RELEASE)/clients $(NO_DWARF) -Xswiftc -static-executable --product $$product || exit 1; \
 	done

@@ -352,10 +352,14 @@ int cmsso_spawn_alone(const char *path, int *input, int *output) {
         if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) _exit(127);
         struct sigaction standard = { .sa_handler = SIG_DFL };
         for (int sig = 1; sig < _NSIG; sig++) sigaction(sig, &standard, NULL);
-        if (dup2(in[0], 0) < 0 || dup2(out[1], 1) < 0) _exit(127);
+        /* (A pipe end already at 0 or 1, when mssod was started without them, only loses its
+         * close-on-exec: dup2 onto itself would leave it set.) */
+        if ((in[0] == 0 ? fcntl(0, F_SETFD, 0) : dup2(in[0], 0)) < 0) _exit(127);
+        if ((out[1] == 1 ? fcntl(1, F_SETFD, 0) : dup2(out[1], 1)) < 0) _exit(127);
         int null = open("/dev/null", O_WRONLY);
-        if (null < 0 || dup2(null, 2) < 0) _exit(127);
-        syscall(SYS_close_range, 3U, ~0U, 0U);
+        if (null < 0 || (null != 2 && dup2(null, 2) < 0)) _exit(127);
+        /* No other descriptor of ours, or no helper (a kernel before 5.9, a seccomp filter). */
+        if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) _exit(127);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);

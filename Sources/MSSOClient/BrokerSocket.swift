@@ -35,7 +35,7 @@ final class BrokerSocket: @unchecked Sendable {
         // and a lock's passphrase among them (PROTOCOL.md, "Connecting").
         var peer = cmsso_credentials()
         let known = cmsso_peer_credentials(fd, &peer) == 0
-        if peer.pidfd >= 0 { close(peer.pidfd) }
+        if known, peer.pidfd >= 0 { close(peer.pidfd) }
         guard known, peer.uid == geteuid() || geteuid() == 0 else {
             close(fd)
             throw BrokerError(.brokerUnreachable, "the msso broker at \(path) runs as another user (uid \(known ? String(peer.uid) : "unknown")): not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR")

@@ -145,7 +145,7 @@ public struct GroupConfig: Equatable, Sendable {
 /// Everything that decides where a group's requests to its identity provider go and whom they
 /// trust: the issuer (whose discovery document names every endpoint), the trust anchors
 /// (`ca_file`), the proxy, and whether the administrator defined the group. It is the key of every
-/// per-provider cache (discovery documents, DPoP nonces) and picks the connection pool, so that
+/// per-provider cache (discovery documents, DPoP nonces) and of the cap on requests to one IdP, so that
 /// nothing a user's group fetched, through whatever proxy and trusting whatever CA, is ever used
 /// for an administrator's group that names the same issuer.
 ///

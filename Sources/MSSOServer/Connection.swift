@@ -69,7 +69,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     func ready(_ events: UInt32) {
         if events & CMSSO_WRITABLE != 0 { flush() }
-        if events & CMSSO_READABLE != 0, !closed {
+        // (Reported while reading was still wanted: a busy connection's events wait in the
+        // reactor's backlog, and the reply budget may have paused it since.)
+        if events & CMSSO_READABLE != 0, interest & CMSSO_READABLE != 0, !closed {
             receive()
         } else if events & (CMSSO_ERROR | CMSSO_HANGUP) != 0 {
             close()
@@ -83,7 +85,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         let count = server.scratch.withUnsafeMutableBytes { cmsso_receive(fd, $0.baseAddress, min(room, $0.count), &credentials) }
         if count == -Int(EAGAIN) || count == -Int(EINTR) { return }
         guard count > 0 else { return close() } // end of stream, or an error
-        busy = count == room
+        busy = count == room && room <= InboundFrames.fairShare // (not the rest of one long frame)
         var sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid, pidfd: credentials.pidfd)
         guard server.policy.admits(uid: sender.uid) else {
             // The socket was handed to another user's process: that process is refused.

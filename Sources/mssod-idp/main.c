@@ -266,8 +266,8 @@ int main(void) {
         put_text(status);
     } else if (done != CURLE_OK) {
         /* The IdP's certificate (or TLS) failed: not the network's fault, and said apart. */
-        int tls = done == CURLE_PEER_FAILED_VERIFICATION || done == CURLE_SSL_CONNECT_ERROR ||
-                  done == CURLE_SSL_CACERT_BADFILE || done == CURLE_SSL_CERTPROBLEM || done == CURLE_SSL_ISSUER_ERROR;
+        int tls = done == CURLE_PEER_FAILED_VERIFICATION || done == CURLE_SSL_CACERT_BADFILE ||
+                  done == CURLE_SSL_CERTPROBLEM || done == CURLE_SSL_ISSUER_ERROR;
         put_text(tls ? "tls" : "error");
         put_text(curl_easy_strerror(done));
     } else {

@@ -15,8 +15,9 @@ final class Signals: @unchecked Sendable {
         // libdispatch's own handler, which a later SIG_IGN would replace.
         for signal in [SIGTERM, SIGINT, SIGHUP] { Glibc.signal(signal, SIG_IGN) }
         // A peer that closes first is an error to handle (EPIPE), never the daemon's end, whatever
-        // a library writes with (libcurl 7.88 sends with MSG_NOSIGNAL, as mssod's own sockets do).
-        // Inherited through exec: whatever mssod starts must reset it (the browser opener does).
+        // a library writes with (mssod's own sockets send with MSG_NOSIGNAL; a helper's pipe does
+        // not). Inherited through exec: whatever mssod starts must reset it (the browser opener
+        // and mssod-idp's spawn do).
         Glibc.signal(SIGPIPE, SIG_IGN)
         for signal in [SIGTERM, SIGINT, SIGHUP] {
             let source = DispatchSource.makeSignalSource(signal: signal, queue: queue)

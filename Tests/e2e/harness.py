@@ -450,6 +450,8 @@ def take(c):
             data = c.recv(65536)
             if not data: break
             log.write(data)
+    with open(sys.argv[2] + ".ended", "a") as ended:
+        ended.write("1\n")
 while True:
     threading.Thread(target=take, args=(s.accept()[0],), daemon=True).start()
 """
@@ -463,6 +465,9 @@ while True:
         wait_for(lambda: answers(self.path), what="the planted socket")
 
     def received(self) -> bytes:
+        """What the client sent, once it has closed its connection (all of it logged by then)."""
+        ended = Path(str(self.log) + ".ended")
+        wait_for(lambda: ended.exists() and ended.read_text(), timeout=5, what="the client to close its connection")
         return self.log.read_bytes() if self.log.exists() else b""
 
     def close(self):

@@ -1208,18 +1208,24 @@ def test_a_call_written_just_before_an_exec_by_a_process_never_seen_before(bare,
 
 
 PYTHON_LOGIN = """
-import sys
+import asyncio, sys
 sys.path.insert(0, sys.argv[2])
-import msso
+import msso, msso.aio
+async def log_in():
+    async with msso.aio.Client(sys.argv[1]) as client:
+        await client.login(username="alice", password="alice-pass")
 try:
-    msso.Client(sys.argv[1]).login(username="alice", password="alice-pass")
+    if sys.argv[3] == "asyncio":
+        asyncio.run(log_in())
+    else:
+        msso.Client(sys.argv[1]).login(username="alice", password="alice-pass")
 except msso.MSSOError as error:
     print(f"{type(error).__name__}: {error}", file=sys.stderr)
     sys.exit(error.exit_status)
 """
 
 
-@pytest.mark.parametrize("client", ["msso", "python"])
+@pytest.mark.parametrize("client", ["msso", "python", "python-asyncio"])
 def test_a_socket_another_user_planted_gets_no_password(client):
     """Attack: eve listens on a socket where the user's MSSO_SOCKET points (a directory anyone may
     write, a shared XDG_RUNTIME_DIR). The user's password login would hand eve the password
@@ -1232,7 +1238,8 @@ def test_a_socket_another_user_planted_gets_no_password(client):
         if client == "msso":
             argv = [BIN / "msso", "login", "--username", "alice", "--password-stdin"]
         else:
-            argv = ["/usr/bin/python3", "-c", PYTHON_LOGIN, planted.path, ROOT / "clients" / "python" / "src"]
+            argv = ["/usr/bin/python3", "-c", PYTHON_LOGIN, planted.path, ROOT / "clients" / "python" / "src",
+                    "asyncio" if client.endswith("asyncio") else "blocking"]
         done = subprocess.run([*as_uid(1001), *map(str, argv)], input="alice-pass\n", capture_output=True, text=True,
                               timeout=30, env={"PATH": "/usr/bin:/bin", "MSSO_SOCKET": str(planted.path), "HOME": "/tmp"})
         print(done.stderr)

@@ -39,11 +39,10 @@ def check_peer(sock: socket.socket, path: str) -> None:
     """The process listening must be this user's (or we are root, who may address any user's
     broker): a socket another user planted would read the calls, a login's password among them."""
     try:
-        _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        _, uid, _ = struct.unpack("iII", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII")))
     except OSError:
         uid = None
     if uid is None or (uid != os.geteuid() and os.geteuid() != 0):
-        sock.close()
         raise BrokerUnreachable(f"the msso broker at {path} runs as another user (uid {'unknown' if uid is None else uid}): "
                                 "not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR")
 
