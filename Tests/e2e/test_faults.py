@@ -395,7 +395,9 @@ def test_an_idp_request_runs_apart_from_mssod_and_ends_with_it(own_idp, end):
             helper = wait_for(lambda: idp_helpers(daemon.process.pid), what="mssod's request to the IdP")[0]
             assert Path(f"/proc/{helper}/environ").read_bytes() == b"", "an empty environment"
             assert Path(f"/proc/{helper}/status").read_text().count("\t1001\t") >= 2, "runs as the user"
-            # Non-dumpable (its /proc/PID/mem becomes root's) as it starts, before it reads the request.
+            # Non-dumpable (its /proc/PID/mem becomes root's). That it was so before it read the
+            # request is not seen here (the build's helper is readable: test_package.py shows the
+            # installed one non-dumpable from exec).
             wait_for(lambda: Path(f"/proc/{helper}/mem").stat().st_uid == 0, timeout=5, what="mssod-idp to be non-dumpable")
             libraries = {line.split()[-1] for line in Path(f"/proc/{daemon.process.pid}/maps").read_text().splitlines()
                          if "/" in line}
