@@ -333,6 +333,16 @@ int cmsso_one_heap(void) {
 
 extern char **environ;
 
+/* In a child between fork and exec (async-signal-safe): every handler back to its default and
+ * nothing blocked, as posix_spawn would give the program it starts. */
+static void child_signals_as_new(void) {
+    struct sigaction standard = { .sa_handler = SIG_DFL };
+    for (int sig = 1; sig < _NSIG; sig++) sigaction(sig, &standard, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 int cmsso_spawn_alone(const char *path, int *input, int *output) {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC) != 0) return -errno;
@@ -350,8 +360,6 @@ int cmsso_spawn_alone(const char *path, int *input, int *output) {
     pid_t child = _Fork();
     if (child == 0) {
         if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) _exit(127);
-        struct sigaction standard = { .sa_handler = SIG_DFL };
-        for (int sig = 1; sig < _NSIG; sig++) sigaction(sig, &standard, NULL);
         /* (A pipe end already at 0 or 1, when mssod was started without them, only loses its
          * close-on-exec: dup2 onto itself would leave it set.) */
         if ((in[0] == 0 ? fcntl(0, F_SETFD, 0) : dup2(in[0], 0)) < 0) _exit(127);
@@ -360,9 +368,7 @@ int cmsso_spawn_alone(const char *path, int *input, int *output) {
         if (null < 0 || (null != 2 && dup2(null, 2) < 0)) _exit(127);
         /* No other descriptor of ours, or no helper (a kernel before 5.9, a seccomp filter). */
         if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) _exit(127);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        child_signals_as_new(); /* last: blocked until the descriptors are set */
         execve(path, argv, envp);
         _exit(127);
     }
@@ -396,11 +402,7 @@ int cmsso_open_in_browser(const char *opener, const char *url) {
         close(report[0]);
         pid_t opened = _Fork();
         if (opened == 0) {
-            struct sigaction standard = { .sa_handler = SIG_DFL };
-            for (int sig = 1; sig < _NSIG; sig++) sigaction(sig, &standard, NULL);
-            sigset_t none;
-            sigemptyset(&none);
-            sigprocmask(SIG_SETMASK, &none, NULL);
+            child_signals_as_new();
             int null = open("/dev/null", O_WRONLY);
             if (null >= 0) { dup2(null, 1); dup2(null, 2); if (null > 2) close(null); }
             execve(opener, argv, environ);

@@ -51,22 +51,16 @@ final class IdPHTTP: Sendable {
 
     enum Method: Sendable { case get, post }
 
-    init(environment: [String: String], executable: String? = IdPHTTP.ownExecutable()) {
+    init(environment: [String: String],
+         executable: String? = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) {
         environmentProxy = ProxySettings(environment: environment)
         helper = executable.flatMap(Self.helper(beside:))
     }
 
     /// Where the helper is, for mssod at `executable`.
     static func helper(beside executable: String) -> String? {
-        let parts = executable.split(separator: "/", omittingEmptySubsequences: false).dropLast()
-        let directory = parts.joined(separator: "/"), parent = parts.dropLast().joined(separator: "/")
-        return [parent + "/libexec/msso/mssod-idp", directory + "/mssod-idp"].first { access($0, X_OK) == 0 }
-    }
-
-    static func ownExecutable() -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let length = readlink("/proc/self/exe", &buffer, buffer.count - 1)
-        return length > 0 ? String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self) : nil
+        let directory = AdminFiles.parent(of: executable), prefix = AdminFiles.parent(of: directory)
+        return [(prefix == "/" ? "" : prefix) + "/libexec/msso/mssod-idp", directory + "/mssod-idp"].first { access($0, X_OK) == 0 }
     }
 
     /// Ends every request under way: their helpers are killed.

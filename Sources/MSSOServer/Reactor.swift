@@ -109,8 +109,8 @@ final class Reactor: @unchecked Sendable {
         tickers.append(body)
     }
 
-    /// Busy handlers served between two looks at epoll: a quiet peer waits behind at most this
-    /// many, however many there are.
+    /// Busy handlers served between two looks at epoll: what a quiet peer waits behind per look,
+    /// rather than a turn of every busy one.
     static let busyPerLook = 8
 
     /// Each look at epoll serves, in this order: urgent handlers, work handed in, every handler

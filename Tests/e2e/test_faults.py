@@ -353,14 +353,18 @@ def test_hung_idp_login_gives_up_at_the_idp_timeout(desktop, own_idp):
         daemon.stop()
 
 
+def children(pid):
+    """mssod's child processes, by pid."""
+    return [int(child) for path in Path(f"/proc/{pid}/task").glob("*/children") for child in path.read_text().split()]
+
+
 def idp_helpers(pid):
     """mssod's children that are running mssod-idp (its IdP requests), by pid."""
-    children = " ".join(path.read_text() for path in Path(f"/proc/{pid}/task").glob("*/children"))
     found = []
-    for child in children.split():
+    for child in children(pid):
         try:
             if Path(f"/proc/{child}/exe").resolve().name == "mssod-idp":
-                found.append(int(child))
+                found.append(child)
         except OSError:
             pass  # ended meanwhile
     return found
@@ -487,7 +491,8 @@ def test_a_helper_stopped_before_it_reads_is_killed_at_the_deadline_and_dies_wit
                                  text=True)
         login.stdin.write("x" * 65_300 + "\n")
         login.stdin.close()
-        helper = wait_for(lambda: idp_helpers_or_scripts(daemon.process.pid), what="the request's process")[0]
+        # (The script standing in for mssod-idp runs as /bin/sh: any child.)
+        helper = wait_for(lambda: children(daemon.process.pid), what="the request's process")[0]
         started = time.monotonic()
         login.wait(timeout=20)
         took = time.monotonic() - started
@@ -503,7 +508,7 @@ def test_a_helper_stopped_before_it_reads_is_killed_at_the_deadline_and_dies_wit
                                  stderr=subprocess.DEVNULL, text=True)
         login.stdin.write("x" * 65_300 + "\n")
         login.stdin.close()
-        helper = wait_for(lambda: idp_helpers_or_scripts(daemon.process.pid), what="the request's process")[0]
+        helper = wait_for(lambda: children(daemon.process.pid), what="the request's process")[0]
         daemon.process.kill()
         daemon.process.wait()
         wait_for(lambda: gone(helper), timeout=5, what="the stopped helper to die with mssod")
@@ -511,11 +516,6 @@ def test_a_helper_stopped_before_it_reads_is_killed_at_the_deadline_and_dies_wit
         login.wait()
     finally:
         daemon.stop()
-
-
-def idp_helpers_or_scripts(pid):
-    """mssod's children (the script standing in for mssod-idp runs as /bin/sh)."""
-    return [int(child) for path in Path(f"/proc/{pid}/task").glob("*/children") for child in path.read_text().split()]
 
 
 def test_a_missing_idp_helper_is_named_with_its_fix(desktop, idp, tmp_path):
