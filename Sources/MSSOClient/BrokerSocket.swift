@@ -36,11 +36,22 @@ final class BrokerSocket: @unchecked Sendable {
         var peer = cmsso_credentials()
         let known = cmsso_peer_credentials(fd, &peer) == 0
         if known, peer.pidfd >= 0 { close(peer.pidfd) }
-        guard known, peer.uid == geteuid() || geteuid() == 0 else {
+        guard known, peer.uid == geteuid() || (geteuid() == 0 && Self.initialUserNamespace) else {
             close(fd)
             throw BrokerError(.brokerUnreachable, "the msso broker at \(path) runs as another user (uid \(known ? String(peer.uid) : "unknown")): not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR")
         }
         return BrokerSocket(fd: fd, path: path)
+    }
+
+    /// Whether this process is in the machine's own user namespace (its uid map the identity of
+    /// every uid): root's exemption above is the real root's, not that of a user who made a
+    /// namespace of their own (`unshare -r`), where every other user is 65534.
+    static var initialUserNamespace: Bool {
+        var buffer = [CChar](repeating: 0, count: 256)
+        let count = cmsso_read_small_file("/proc/self/uid_map", &buffer, buffer.count)
+        guard count > 0 else { return false }
+        let map = String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return map.split(whereSeparator: { $0 == " " || $0 == "\n" }) == ["0", "0", "4294967295"]
     }
 
     /// Writes a whole frame before `deadline` (monotonic nanoseconds; nil: no deadline).

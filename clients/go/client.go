@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -484,8 +485,19 @@ func checkPeer(sock *net.UnixConn, path string) error {
 	if err != nil {
 		return unreachable("the msso broker at %s runs as another user (uid unknown): not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR", path)
 	}
-	if int(peer.Uid) != os.Geteuid() && os.Geteuid() != 0 {
+	if int(peer.Uid) != os.Geteuid() && !(os.Geteuid() == 0 && initialUserNamespace()) {
 		return unreachable("the msso broker at %s runs as another user (uid %d): not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR", path, peer.Uid)
 	}
 	return nil
+}
+
+// initialUserNamespace says whether this process is in the machine's own user namespace: root's
+// exemption is the real root's, not that of a user in a namespace of their own (`unshare -r`).
+func initialUserNamespace() bool {
+	uidMap, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	fields := strings.Fields(string(uidMap))
+	return len(fields) == 3 && fields[0] == "0" && fields[1] == "0" && fields[2] == "4294967295"
 }

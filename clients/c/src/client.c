@@ -787,6 +787,21 @@ static const char *program_label(void) {
     const char *name = program_invocation_short_name;
     return name && *name && strlen(name) < 64 && json_valid_utf8(name, strlen(name)) ? name : "libmsso";
 }
+/* Whether this process is in the machine's own user namespace: root's exemption is the real
+ * root's, not that of a user in a namespace of their own (`unshare -r`). */
+static int initial_user_namespace(void) {
+    char map[128] = {0};
+    FILE *file = fopen("/proc/self/uid_map", "re");
+    if (!file) return 0;
+    size_t count = fread(map, 1, sizeof map - 1, file);
+    fclose(file);
+    unsigned long inside, outside, length;
+    int fields = 0;
+    if (count > 0 && sscanf(map, " %lu %lu %lu %n", &inside, &outside, &length, &fields) == 3)
+        return inside == 0 && outside == 0 && length == 4294967295UL && map[fields] == 0;
+    return 0;
+}
+
 
 /* Connects and says hello. */
 static int open_connection(msso_client *c, msso_error *err) {
@@ -834,7 +849,8 @@ static int open_connection(msso_client *c, msso_error *err) {
      * password among them). */
     struct ucred peer = {0};
     socklen_t size = sizeof peer;
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || (peer.uid != geteuid() && geteuid() != 0)) {
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 ||
+        (peer.uid != geteuid() && !(geteuid() == 0 && initial_user_namespace()))) {
         close(fd);
         set_error(err, MSSO_E_BROKER_UNREACHABLE, "the msso broker at %s runs as another user (uid %u): not talking to it",
                   c->path, (unsigned)peer.uid);

@@ -35,6 +35,16 @@ def default_socket_path() -> str:
     return f"/run/user/{os.getuid()}/msso/broker.sock"
 
 
+def _initial_user_namespace() -> bool:
+    """Whether this process is in the machine's own user namespace: root's exemption is the real
+    root's, not that of a user in a namespace of their own (`unshare -r`)."""
+    try:
+        with open("/proc/self/uid_map") as uid_map:
+            return uid_map.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return False
+
+
 def check_peer(sock: socket.socket, path: str) -> None:
     """The process listening must be this user's (or we are root, who may address any user's
     broker): a socket another user planted would read the calls, a login's password among them."""
@@ -42,7 +52,7 @@ def check_peer(sock: socket.socket, path: str) -> None:
         _, uid, _ = struct.unpack("iII", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII")))
     except OSError:
         uid = None
-    if uid is None or (uid != os.geteuid() and os.geteuid() != 0):
+    if uid is None or (uid != os.geteuid() and not (os.geteuid() == 0 and _initial_user_namespace())):
         raise BrokerUnreachable(f"the msso broker at {path} runs as another user (uid {'unknown' if uid is None else uid}): "
                                 "not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR")
 
