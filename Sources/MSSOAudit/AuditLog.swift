@@ -1,5 +1,4 @@
 import CSQLite
-import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
@@ -21,7 +20,8 @@ import Synchronization
 /// be written is logged and kept for the next flush, never dropped silently.
 public final class AuditLog: AuditTrail {
     private let database: Database
-    private let queue = DispatchQueue(label: "msso.audit")
+    /// Where the database is written and read, one job at a time.
+    private let lane = Workers.Lane()
     private let state = Mutex(State())
     private let maxRows: Int
     private let maxAge: Double
@@ -126,7 +126,7 @@ public final class AuditLog: AuditTrail {
             return !state.flushScheduled
         }
         if schedule {
-            queue.asyncAfter(deadline: .now() + flushInterval) { [weak self] in self?.write() }
+            lane.after(flushInterval) { [weak self] in self?.write() }
         }
     }
 
@@ -144,13 +144,13 @@ public final class AuditLog: AuditTrail {
             for counter in state.counters.values { Self.summarize(counter, into: &state.pending) }
             state.counters = [:]
         }
-        queue.sync { write() }
+        lane.sync { self.write() }
     }
 
     /// Rows, newest last, optionally of one group and since a time.
     public func query(group: String? = nil, since: Double? = nil, limit: Int = 1000) throws -> [AuditEntry] {
         flush()
-        return try queue.sync {
+        return try lane.sync { [self] in
             var conditions: [String] = []
             if group != nil { conditions.append("grp = ?1") }
             if since != nil { conditions.append("time >= ?2") }
@@ -177,7 +177,7 @@ public final class AuditLog: AuditTrail {
         }
     }
 
-    // MARK: Writing (on `queue` only)
+    // MARK: Writing (on `lane` only)
 
     private func write() {
         let batch = state.withLock { state -> [AuditEntry] in
@@ -210,7 +210,7 @@ public final class AuditLog: AuditTrail {
             }
             logger.error("audit rows not written yet; retrying in 1 s", metadata: ["rows": "\(batch.count)", "error": "\(error)",
                                                                                    "lost": "\(lost)"])
-            if reschedule { queue.asyncAfter(deadline: .now() + 1) { [weak self] in self?.write() } }
+            if reschedule { lane.after(1) { [weak self] in self?.write() } }
         }
     }
 
@@ -232,7 +232,7 @@ public struct AuditError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// The SQLite connection: statements and one transaction per batch. Used from one queue.
+/// The SQLite connection: statements and one transaction per batch. Used from one lane.
 private final class Database: @unchecked Sendable {
     let handle: OpaquePointer
 

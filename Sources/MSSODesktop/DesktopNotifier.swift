@@ -1,6 +1,5 @@
 import CDesktopBus
 import CMSSOSystem
-import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
@@ -24,7 +23,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     private let logger: Logger
     private let browser: Bool
     /// Confines `shown` and `loggingIn`, and runs the (blocking, bounded) bus calls.
-    private let queue = DispatchQueue(label: "msso.notifications")
+    private let lane = Workers.Lane()
     private var shown: [String: (id: UInt32, action: Action)] = [:]
     private var loggingIn: Set<String> = []
     /// Confirmations shown, by notification id, waiting for the user's answer.
@@ -37,9 +36,6 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
 
     /// How long a bus call may take: a hung notification server must not hold anything up.
     static let callTimeout: Int32 = 2000
-    /// Where the connect's timeout fires: a serial queue gets a thread when it has work, where
-    /// Dispatch's shared pool may have none free.
-    private static let connecting = DispatchQueue(label: "msso.notifications.connect")
 
     private init(bus: OpaquePointer, broker: Broker, logger: Logger, browser: Bool) {
         self.bus = bus
@@ -53,7 +49,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     public static func start(broker: Broker, logger: Logger, environment: [String: String]) async -> DesktopNotifier? {
         // Within the calls' timeout: mssod waits for this before it waits for a SIGTERM.
         let cancellable = g_cancellable_new()
-        let connected = Deadline.run(within: Double(callTimeout) / 1000, on: connecting, interrupt: { g_cancellable_cancel(cancellable) }) {
+        let connected = Deadline.run(within: Double(callTimeout) / 1000, interrupt: { g_cancellable_cancel(cancellable) }) {
             msso_bus_session(cancellable)
         }
         g_object_unref(cancellable)
@@ -74,8 +70,8 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         }
         let display = environment["DISPLAY"] != nil || environment["WAYLAND_DISPLAY"] != nil
         let notifier = DesktopNotifier(bus: bus, broker: broker, logger: logger, browser: display && access(CMSSO_BROWSER_OPENER, X_OK) == 0)
-        // A GMainLoop owns the thread it runs on: one of its own, for the notifier's life.
-        let started = DetachedThread.start {
+        // A GMainLoop owns the thread it runs on: a pool thread, for the notifier's life.
+        let started = Workers.shared.run {
             msso_listen_for_actions(notifier.bus, { id, action, context in
                 guard let action, let context else { return }
                 Unmanaged<DesktopNotifier>.fromOpaque(context).takeUnretainedValue().invoked(id, String(cString: action))
@@ -95,7 +91,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     public func ask(_ request: ConfirmationRequest) async -> ConfirmationAnswer {
         let (summary, body) = Self.question(request)
         return await withCheckedContinuation { continuation in
-            queue.async { [self] in
+            lane.async { [self] in
                 let keys = ["allow", "Allow once", "allow-hour", "Allow for 1 hour", "deny", "Deny"]
                 var pointers = keys.map { strdup($0) } + [nil]
                 defer { pointers.forEach { free($0) } }
@@ -109,7 +105,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
                     return
                 }
                 questions[id] = continuation
-                queue.asyncAfter(deadline: .now() + Self.confirmationTimeout) { [self] in
+                lane.after(Self.confirmationTimeout) { [self] in
                     guard let waiting = questions.removeValue(forKey: id) else { return }
                     msso_notify_close(bus, id, Self.callTimeout)
                     waiting.resume(returning: .deny)
@@ -153,7 +149,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         case .expired:
             show(group, summary: "Log in again", body: "Your SSO session for \(group) has ended.", action: .login, label: "Log in")
         case .extended, .loggedIn, .loggedOut:
-            queue.async { [self] in
+            lane.async { [self] in
                 guard let current = shown.removeValue(forKey: group) else { return }
                 msso_notify_close(bus, current.id, Self.callTimeout)
             }
@@ -167,7 +163,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     /// Shows the group's notification, replacing the one it has. `action` is offered as a button
     /// and as the default (a click on the notification).
     private func show(_ group: String, summary: String, body: String, action: Action?, label: String = "") {
-        queue.async { [self] in
+        lane.async { [self] in
             let replaces = shown[group]?.id ?? 0
             let keys = action.map { [$0.rawValue, label, "default", label] } ?? []
             var pointers = keys.map { strdup($0) } + [nil]
@@ -207,7 +203,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     /// The server says the user chose `action` on notification `id`, or closed it (`key` "") (on
     /// the listener's thread).
     private func invoked(_ id: UInt32, _ key: String) {
-        queue.async { [self] in
+        lane.async { [self] in
             if let question = questions.removeValue(forKey: id) {
                 let answer: ConfirmationAnswer = switch key {
                 case "allow": .allowOnce
@@ -227,7 +223,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
                 guard loggingIn.insert(group).inserted else { return }
                 Task {
                     await self.login(group)
-                    self.queue.async { self.loggingIn.remove(group) }
+                    self.lane.async { self.loggingIn.remove(group) }
                 }
             case nil:
                 return

@@ -20,7 +20,7 @@ import Synchronization
 /// and libcurl is told so too); a user's group through its `proxy`, else as mssod's environment
 /// says, as curl reads it (``ProxySettings``). No connection or TLS session outlives its request.
 ///
-/// Each request's helper is waited for on a thread of its own, and the waiting task is resumed
+/// Each request's helper is waited for on a thread of the pool (`Workers`), and the waiting task is resumed
 /// when it ends. Cancelling the task (or ``shutdown()``) kills the helper at once; so does a
 /// helper that overruns its deadline by more than ``grace`` (libcurl keeps the deadline itself).
 final class IdPHTTP: Sendable {
@@ -150,7 +150,7 @@ final class IdPHTTP: Sendable {
         defer { _ = state.withLock { $0.running.removeValue(forKey: ObjectIdentifier(flag)) } }
         let outcome = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Result<Answer, Failure>, Never>) in
-                let started = DetachedThread.start {
+                let started = Workers.shared.run {
                     continuation.resume(returning: Helper.run(helper, request, deadline: timeout + Self.grace, cancel: flag))
                 }
                 if !started { continuation.resume(returning: .failure(.local("mssod could not start a thread for the request"))) }

@@ -17,7 +17,7 @@ import Synchronization
 /// when the login ends (its answer, a refusal, its timeout, its caller gone) the listener and
 /// every connection it accepted close.
 ///
-/// One thread of its own polls the listener and its connections: it accepts one connection at a
+/// One pool thread polls the listener and its connections: it accepts one connection at a
 /// time and judges it before the next, so another user's flood holds a handful of descriptors,
 /// not as many as the accept outruns.
 final class LoopbackRedirect: Sendable {
@@ -75,7 +75,7 @@ final class LoopbackRedirect: Sendable {
             throw refused
         }
         let redirect = LoopbackRedirect(port: Int(UInt16(bigEndian: local.sin_port)), listener: listener, wake: wake)
-        guard DetachedThread.start({ redirect.serve(path: path, state: state) }) else {
+        guard Workers.shared.run({ redirect.serve(path: path, state: state) }) else {
             Glibc.close(listener) // and `wake` with `redirect`
             throw BrokerError(.idpUnavailable, "cannot start a thread to wait for the browser's redirect: the system is out of threads; try again")
         }

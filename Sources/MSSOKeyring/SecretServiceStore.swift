@@ -1,5 +1,4 @@
 import CLibSecret
-import Dispatch
 import FoundationEssentials
 import Synchronization
 import MSSOCore
@@ -8,15 +7,11 @@ import MSSOProtocol
 /// Credentials in the desktop keyring, through libsecret (freedesktop Secret Service).
 ///
 /// One item per access group, schema `org.msso.Credential`, attributes `group` and `issuer`;
-/// the whole ``Credential`` is the secret payload. Calls run one at a time on a private queue
-/// (libsecret's sync calls block) and each is cancelled after ``timeout``.
+/// the whole ``Credential`` is the secret payload. Calls run one at a time on a lane of the
+/// pool (libsecret's sync calls block) and each is cancelled after ``timeout``.
 public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sendable {
     private let timeout: Double
-    private let queue = DispatchQueue(label: "msso.keyring")
-    /// The timeouts' own queue: a serial queue gets a thread whenever it has work, where the global
-    /// pool (which Swift's tasks share on Linux, about one thread per CPU) may have none free, and
-    /// a timeout that waits for a free thread bounds nothing.
-    private let timeouts = DispatchQueue(label: "msso.keyring.timeouts")
+    private let lane = Workers.Lane()
     /// When a call last timed out. Calls that were already waiting then fail at once instead of
     /// each waiting out a hung Secret Service in turn; a call that arrives later tries again.
     private let lastTimeout = Mutex(Date.distantPast)
@@ -75,13 +70,13 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         try check(result, message, doing: "store the \(what) of \"\(group)\"")
     }
 
-    /// Runs one shim call on the keyring queue with a cancellable that fires after `timeout`.
+    /// Runs one shim call on the keyring's lane with a cancellable that fires after `timeout`.
     func call(
         _ body: @escaping @Sendable (UnsafeMutablePointer<GCancellable>?, inout UnsafeMutablePointer<CChar>?) -> (msso_secret_result, String?)
     ) async -> (msso_secret_result, String?, String?) {
         let queued = Date()
         return await withCheckedContinuation { continuation in
-            queue.async { [self] in
+            lane.async { [self] in
                 guard lastTimeout.withLock({ $0 < queued }) else {
                     return continuation.resume(returning: (MSSO_SECRET_TIMEOUT, nil, nil))
                 }
@@ -105,7 +100,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
     ) -> (msso_secret_result, String?, String?) {
         let cancellable = g_cancellable_new()
         var message: UnsafeMutablePointer<CChar>?
-        let (result, secret) = Deadline.run(within: timeout, on: timeouts, interrupt: { g_cancellable_cancel(cancellable) }) {
+        let (result, secret) = Deadline.run(within: timeout, interrupt: { g_cancellable_cancel(cancellable) }) {
             body(cancellable, &message)
         }
         g_object_unref(cancellable)

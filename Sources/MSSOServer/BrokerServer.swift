@@ -299,7 +299,7 @@ public final class BrokerServer: @unchecked Sendable {
         }
         reloading = true
         let (rules, reactor) = (self.rules, self.reactor)
-        let started = DetachedThread.start { [self] in
+        let started = Workers.shared.run { [self] in
             rules.reloadRegistrations()
             reactor.execute { [self] in reloaded() }
         }

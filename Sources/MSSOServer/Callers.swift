@@ -102,7 +102,7 @@ struct ProcessFacts: Equatable {
 /// user's own tools) names counts only for the very file the daemon finds at that path: a process
 /// can run a file of another mount namespace that the kernel still names by one of our paths. Finding out who a new process is
 /// reads files (its executable, to hash it for a pinned registration; a sandbox's
-/// `/.flatpak-info`), so it runs on a thread of its own, never on the reactor.
+/// `/.flatpak-info`), so it runs on a thread of the pool (`Workers`), never on the reactor.
 final class Callers: @unchecked Sendable {
     private let reactor: Reactor
     private let rules: Rules
@@ -226,7 +226,7 @@ final class Callers: @unchecked Sendable {
         waiting[pid] = [then]
         workers += 1
         let (rules, own, reactor, ownTools) = (self.rules, self.own, self.reactor, self.ownTools)
-        let started = DetachedThread.start {
+        let started = Workers.shared.run {
             let snapshot = rules.current
             let generation = snapshot.generation
             let resolved = Self.identify(pid: pid, pidfd: pidfd, own: own, entitlements: snapshot.entitlements, ownTools: ownTools)

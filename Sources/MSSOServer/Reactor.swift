@@ -53,9 +53,9 @@ final class Reactor: @unchecked Sendable {
         }
     }
 
-    /// Starts the loop on a thread of its own.
+    /// Starts the loop on a pool thread, its own for the daemon's life.
     func start() {
-        DetachedThread.start { [self] in
+        Workers.shared.run { [self] in
             threadID.withLock { $0 = pthread_self() }
             run()
         }

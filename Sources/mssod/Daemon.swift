@@ -1,6 +1,5 @@
 import ArgumentParser
 import CMSSOSystem
-import Dispatch
 import FoundationEssentials
 import Glibc
 import Logging
@@ -61,12 +60,12 @@ struct Daemon: AsyncParsableCommand {
     /// unwinds it through the binary's unwind tables, about 600 KB of them kept resident for
     /// nothing. The main thread waits instead; nothing in mssod runs on the main actor.
     static func main() {
+        Signals.blockInEveryThread()
         Hardening.name()
         // One malloc heap for all threads, set before any other starts: the reactor does nearly
         // all the allocating, and a thread that runs now and then (a reload of the registrations,
         // an identification) would otherwise leave a heap of its own resident, about 1.3 MB.
         _ = cmsso_one_heap()
-        let finished = DispatchSemaphore(value: 0)
         Task.detached {
             do {
                 var command = try parseAsRoot()
@@ -78,10 +77,9 @@ struct Daemon: AsyncParsableCommand {
             } catch {
                 exit(withError: error)
             }
-            finished.signal()
+            Glibc.exit(0)
         }
-        finished.wait()
-        Glibc.exit(0)
+        while true { pause() } // until the task above ends the process (signals are taken by `Signals`)
     }
 
     mutating func run() async throws {

@@ -1,33 +1,50 @@
-import Dispatch
 import Glibc
+import MSSOCore
 import Synchronization
 
-/// SIGTERM/SIGINT (shutdown) and SIGHUP (reload), handled from before the socket exists: a
-/// signal that arrives between "listening" and "handling signals" must not be lost.
+/// SIGTERM/SIGINT (shutdown) and SIGHUP (reload), blocked in every thread from mssod's first
+/// instruction on (``blockInEveryThread()``, before any thread exists, so every thread inherits it)
+/// and taken by one pool thread with `sigwaitinfo`: a signal that arrives before the daemon is
+/// ready stays pending, never lost, and no handler runs in the middle of another thread's work.
 final class Signals: @unchecked Sendable {
-    private let queue = DispatchQueue(label: "mssod.signals")
-    private var sources: [DispatchSourceSignal] = []
+    private static let handled = [SIGTERM, SIGINT, SIGHUP]
     private let state = Mutex<(terminated: Bool, waiter: CheckedContinuation<Void, Never>?)>((false, nil))
 
-    /// Starts handling now; `reload` runs on each SIGHUP.
-    init(reload: @escaping @Sendable () async -> Void) {
-        // First the default actions off, then the sources on: resuming a source installs
-        // libdispatch's own handler, which a later SIG_IGN would replace.
-        for signal in [SIGTERM, SIGINT, SIGHUP] { Glibc.signal(signal, SIG_IGN) }
+    /// First thing in `main`.
+    static func blockInEveryThread() {
+        var set = Self.set
+        pthread_sigmask(SIG_BLOCK, &set, nil)
         // A peer that closes first is an error to handle (EPIPE), never the daemon's end, whatever
         // a library writes with (mssod's own sockets send with MSG_NOSIGNAL; a helper's pipe does
-        // not). Inherited through exec: whatever mssod starts must reset it (the browser opener
-        // and mssod-idp's spawn do).
+        // not). Inherited through exec, like the mask: whatever mssod starts must reset every
+        // signal (the browser opener and mssod-idp's spawn do).
         Glibc.signal(SIGPIPE, SIG_IGN)
-        for signal in [SIGTERM, SIGINT, SIGHUP] {
-            let source = DispatchSource.makeSignalSource(signal: signal, queue: queue)
-            if signal == SIGHUP {
-                source.setEventHandler { Task { await reload() } }
-            } else {
-                source.setEventHandler { [weak self] in self?.terminate() }
+    }
+
+    private static var set: sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for signal in handled { sigaddset(&set, signal) }
+        return set
+    }
+
+    /// Starts taking them; `reload` runs on each SIGHUP. Without a thread to take them (none to
+    /// be had as mssod starts) they are let through: a SIGTERM then ends mssod at once.
+    init(reload: @escaping @Sendable () async -> Void) {
+        let started = Workers.shared.run { [self] in
+            var set = Self.set
+            while true {
+                let signal = sigwaitinfo(&set, nil)
+                if signal == SIGHUP {
+                    Task { await reload() }
+                } else if signal == SIGTERM || signal == SIGINT {
+                    terminate()
+                }
             }
-            source.resume()
-            sources.append(source)
+        }
+        if !started {
+            var set = Self.set
+            pthread_sigmask(SIG_UNBLOCK, &set, nil)
         }
     }
 
@@ -41,7 +58,6 @@ final class Signals: @unchecked Sendable {
             }
             if done { continuation.resume() }
         }
-        sources.forEach { $0.cancel() }
     }
 
     private func terminate() {

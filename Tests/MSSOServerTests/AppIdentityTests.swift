@@ -86,7 +86,7 @@ final class AppIdentityTests: XCTestCase {
 
     func testTheSmallFileReaderStopsAtItsCap() throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("big-\(getpid())").path
-        FileManager.default.createFile(atPath: path, contents: nil)
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: nil))
         defer { unlink(path) }
         XCTAssertEqual(truncate(path, 300 << 20), 0, "a sparse 300 MB file")
         XCTAssertNil(Callers.readSmall(path, capacity: 64 * 1024), "refused, not read whole")

@@ -1,0 +1,280 @@
+import Glibc
+
+/// mssod's one pool of threads for blocking work, beside the reactor and the broker actor:
+/// identifying a new process, re-reading the registrations, the keyring's calls, the audit log's
+/// writes, the notifier's bus calls and main loop, a request to an identity provider, a browser
+/// login's listener, signals, and the timers that bound them.
+///
+/// A job never waits for another to end: an idle thread takes it, or a new thread is started.
+/// That is the difference from Dispatch's pool on Linux, which runs about one thread per CPU and
+/// adds one only after it notices a blocked one, so one caller whose FUSE root stalls would hold
+/// everyone's next job for that long. Each kind of job keeps its own cap (8 identifications, 16
+/// requests to identity providers, ...), so the threads stay few; a finished thread waits for the
+/// next job, up to ``idleKept`` of them (a thread's start costs more than most jobs).
+/// Work that must run in order, one job at a time (the keyring's calls, the audit log's writes,
+/// the notifier's state), goes through a ``Lane``.
+public final class Workers: @unchecked Sendable {
+    public static let shared = Workers()
+
+    /// Threads that wait for work when there is none.
+    static let idleKept = 4
+    /// Threads at most: past the sum of every kind's cap, so reached only if one leaks.
+    static let maximumThreads = 96
+
+    private let condition = Condition()
+    // Guarded by `condition`:
+    private var jobs: [() -> Void] = []
+    private var idle = 0
+    private var threads = 0
+    private let timersChanged = Condition()
+    // Guarded by `timersChanged`:
+    private var timers: [Timer] = []
+    private var timerThread = false
+    private var firing: Timer?
+
+    init() {}
+
+    /// Threads of the pool now, and of those idle (tests).
+    public var counts: (threads: Int, idle: Int) { condition.locked { (threads, idle) } }
+
+    /// Runs `job` on a thread of the pool, now. False when no thread could be had (the system
+    /// is out of threads, or the pool is at its ceiling): nothing runs, the caller says so.
+    @discardableResult
+    public func run(_ job: @escaping () -> Void) -> Bool {
+        let start = condition.locked { () -> Bool? in
+            if idle > jobs.count {
+                jobs.append(job)
+                condition.signal()
+                return false
+            }
+            guard threads < Self.maximumThreads else { return nil }
+            threads += 1
+            return true
+        }
+        guard let start else { return false }
+        guard start else { return true }
+        if Self.startThread({ self.serve(first: job) }) { return true }
+        condition.locked { threads -= 1 }
+        return false
+    }
+
+    private func serve(first: @escaping () -> Void) {
+        var job = first
+        while true {
+            job()
+            let next = condition.locked { () -> (() -> Void)? in
+                if jobs.isEmpty {
+                    guard idle < Self.idleKept else { return nil }
+                    idle += 1
+                    while jobs.isEmpty { condition.wait() }
+                    idle -= 1
+                }
+                return jobs.removeFirst()
+            }
+            guard let next else { break }
+            job = next
+        }
+        condition.locked { threads -= 1 }
+    }
+
+    /// A new detached thread running `body` (without Foundation's `Thread`); false when the
+    /// system would make none.
+    private static func startThread(_ body: @escaping () -> Void) -> Bool {
+        final class Body {
+            let run: () -> Void
+            init(_ run: @escaping () -> Void) { self.run = run }
+        }
+        let box = Unmanaged.passRetained(Body(body)).toOpaque()
+        var thread = pthread_t()
+        let status = pthread_create(&thread, nil, { argument in
+            Unmanaged<Body>.fromOpaque(argument!).takeRetainedValue().run()
+            return nil
+        }, box)
+        guard status == 0 else {
+            Unmanaged<Body>.fromOpaque(box).release()
+            return false
+        }
+        pthread_detach(thread)
+        return true
+    }
+
+    // MARK: Timers
+
+    /// A job to run at a time, unless cancelled first.
+    public final class Timer: @unchecked Sendable {
+        fileprivate let due: UInt64
+        fileprivate let job: () -> Void
+        fileprivate init(due: UInt64, job: @escaping () -> Void) { (self.due, self.job) = (due, job) }
+    }
+
+    /// Runs `job` after `seconds` on the pool's timer thread; keep it short (cancel something,
+    /// hand work to a lane). Nil when no thread could be had for the timers.
+    @discardableResult
+    public func after(_ seconds: Double, _ job: @escaping () -> Void) -> Timer? {
+        let timer = Timer(due: Condition.now() &+ UInt64(max(0, seconds) * 1e9), job: job)
+        let startThread = timersChanged.locked { () -> Bool in
+            timers.append(timer)
+            timersChanged.broadcast()
+            defer { timerThread = true }
+            return !timerThread
+        }
+        if startThread, !run({ self.serveTimers() }) {
+            timersChanged.locked {
+                timerThread = false
+                timers.removeAll { $0 === timer }
+            }
+            return nil
+        }
+        return timer
+    }
+
+    /// Cancels `timer`. When this returns its job has run or never will (it may be running now,
+    /// on the timer thread: this waits for its end), so what the job touches may be released.
+    public func cancel(_ timer: Timer) {
+        timersChanged.locked {
+            timers.removeAll { $0 === timer }
+            while firing === timer { timersChanged.wait() }
+        }
+    }
+
+    /// The timer thread: one pool thread, for the process's life once a timer was set.
+    private func serveTimers() {
+        timersChanged.locked {
+            while true {
+                guard let next = timers.min(by: { $0.due < $1.due }) else {
+                    timersChanged.wait()
+                    continue
+                }
+                guard next.due <= Condition.now() else {
+                    timersChanged.wait(untilMonotonic: next.due)
+                    continue
+                }
+                timers.removeAll { $0 === next }
+                firing = next
+                timersChanged.unlocked(next.job)
+                firing = nil
+                timersChanged.broadcast()
+            }
+        }
+    }
+
+    // MARK: Lanes
+
+    /// Jobs run one at a time, in the order given, each on whichever pool thread is free: for a
+    /// C library that wants its calls one at a time, or state only its jobs touch.
+    public final class Lane: @unchecked Sendable {
+        private let workers: Workers
+        private let condition = Condition()
+        private var jobs: [() -> Void] = []
+        private var draining = false
+
+        public init(on workers: Workers = .shared) {
+            self.workers = workers
+        }
+
+        /// Runs `job` after the lane's earlier jobs.
+        public func async(_ job: @escaping () -> Void) {
+            let start = condition.locked { () -> Bool in
+                jobs.append(job)
+                defer { draining = true }
+                return !draining
+            }
+            // With no thread to be had, the caller's own runs the lane rather than lose its work
+            // (a keyring write whose caller waits for ever).
+            if start, !workers.run({ self.drain() }) { drain() }
+        }
+
+        /// Runs `job` after the lane's earlier jobs, and waits for it. Never from the lane's own job.
+        public func sync<T, E: Error>(_ job: @escaping () throws(E) -> T) throws(E) -> T {
+            let done = Condition()
+            var result: Result<T, E>?
+            // Dropped before the caller goes on: what `job` holds (an object that flushes from
+            // its deinit) must not outlive the call on the lane's thread.
+            var job: (() throws(E) -> T)? = job
+            async {
+                let outcome: Result<T, E>
+                do throws(E) { outcome = .success(try job!()) } catch { outcome = .failure(error) }
+                job = nil
+                done.locked {
+                    result = outcome
+                    done.signal()
+                }
+            }
+            return try done.locked { () -> Result<T, E> in
+                while result == nil { done.wait() }
+                return result!
+            }.get()
+        }
+
+        /// Runs `job` on the lane after `seconds`.
+        public func after(_ seconds: Double, _ job: @escaping () -> Void) {
+            if workers.after(seconds, { self.async(job) }) == nil { async(job) }
+        }
+
+        private func drain() {
+            while let job = condition.locked({ () -> (() -> Void)? in
+                if jobs.isEmpty {
+                    draining = false
+                    return nil
+                }
+                return jobs.removeFirst()
+            }) {
+                job()
+            }
+        }
+    }
+}
+
+/// A mutex and its condition variable, on the monotonic clock.
+final class Condition: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let variable = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(variable, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_cond_destroy(variable)
+        pthread_mutex_destroy(mutex)
+        variable.deallocate()
+        mutex.deallocate()
+    }
+
+    func locked<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+
+    /// Runs `body` with the lock let go (inside ``locked(_:)``).
+    func unlocked(_ body: () -> Void) {
+        pthread_mutex_unlock(mutex)
+        defer { pthread_mutex_lock(mutex) }
+        body()
+    }
+
+    /// Inside ``locked(_:)``: lets go of the lock until signalled (or woken for nothing: check again).
+    func wait() { pthread_cond_wait(variable, mutex) }
+
+    /// The same, until the monotonic clock reads `deadline` (ns) at the latest.
+    func wait(untilMonotonic deadline: UInt64) {
+        var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        pthread_cond_timedwait(variable, mutex, &time)
+    }
+
+    func signal() { pthread_cond_signal(variable) }
+
+    /// The monotonic clock, in ns.
+    static func now() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+    func broadcast() { pthread_cond_broadcast(variable) }
+}

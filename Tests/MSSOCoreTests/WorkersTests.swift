@@ -1,0 +1,137 @@
+import Dispatch
+@testable import MSSOCore
+import Synchronization
+import XCTest
+
+final class WorkersTests: XCTestCase {
+    /// A gate jobs wait at until it opens.
+    final class Gate: @unchecked Sendable {
+        private let semaphore = DispatchSemaphore(value: 0)
+        func wait() { semaphore.wait() }
+        func open(_ count: Int = 1) { for _ in 0..<count { semaphore.signal() } }
+        /// Waits for one opening, at most `seconds`.
+        func waitResult(seconds: Double) -> Outcome {
+            semaphore.wait(timeout: .now() + seconds) == .success ? .success : .timedOut
+        }
+    }
+
+    func waitUntil(_ what: String, _ condition: () -> Bool) {
+        let deadline = Date().addingTimeInterval(10)
+        while !condition() {
+            XCTAssertLessThan(Date(), deadline, "never: \(what)")
+            if Date() >= deadline { return }
+            usleep(1000)
+        }
+    }
+
+    func testAJobThatNeverEndsHoldsNoOtherJob() {
+        let workers = Workers()
+        let stalled = Gate(), ran = Gate()
+        XCTAssertTrue(workers.run { stalled.wait() })
+        XCTAssertTrue(workers.run { ran.open() })
+        XCTAssertEqual(ran.waitResult(seconds: 10), .success, "the second job waited for the first")
+        stalled.open()
+    }
+
+    func testFinishedThreadsAreReusedAndAtMostFourWait() {
+        let workers = Workers()
+        let gate = Gate()
+        let done = Mutex(0)
+        for _ in 0..<10 { XCTAssertTrue(workers.run { gate.wait(); done.withLock { $0 += 1 } }) }
+        XCTAssertEqual(workers.counts.threads, 10)
+        gate.open(10)
+        waitUntil("ten jobs done and six threads gone") { done.withLock { $0 } == 10 && workers.counts.threads == Workers.idleKept }
+        XCTAssertEqual(workers.counts.idle, Workers.idleKept)
+        // An idle thread takes the next job: no thread is started.
+        let ran = Gate()
+        workers.run { ran.open() }
+        XCTAssertEqual(ran.waitResult(seconds: 10), .success)
+        XCTAssertEqual(workers.counts.threads, Workers.idleKept)
+    }
+
+    func testThePoolRefusesPastItsCeilingAndRecovers() {
+        let workers = Workers()
+        let gate = Gate()
+        for _ in 0..<Workers.maximumThreads { XCTAssertTrue(workers.run { gate.wait() }) }
+        XCTAssertFalse(workers.run {}, "a job past the ceiling was taken")
+        gate.open(Workers.maximumThreads)
+        waitUntil("the threads back to the kept ones") { workers.counts.threads == Workers.idleKept }
+        let ran = Gate()
+        XCTAssertTrue(workers.run { ran.open() })
+        XCTAssertEqual(ran.waitResult(seconds: 10), .success)
+    }
+
+    func testALaneRunsItsJobsOneAtATimeInOrder() {
+        let lane = Workers.Lane(on: Workers())
+        let seen = Mutex<(order: [Int], running: Int, most: Int)>(([], 0, 0))
+        for index in 0..<200 {
+            lane.async {
+                seen.withLock { $0.running += 1; $0.most = max($0.most, $0.running) }
+                usleep(index % 10 == 0 ? 200 : 0)
+                seen.withLock { $0.order.append(index); $0.running -= 1 }
+            }
+        }
+        let last = lane.sync { seen.withLock { $0.order.count } }
+        XCTAssertEqual(last, 200, "sync ran before the jobs given before it")
+        XCTAssertEqual(seen.withLock { $0.order }, Array(0..<200))
+        XCTAssertEqual(seen.withLock { $0.most }, 1)
+    }
+
+    func testSyncReturnsTheValueAndThrowsTheError() {
+        struct Failed: Error {}
+        let lane = Workers.Lane(on: Workers())
+        XCTAssertEqual(lane.sync { 42 }, 42)
+        XCTAssertThrowsError(try lane.sync { () throws(Failed) -> Int in throw Failed() }) { XCTAssertTrue($0 is Failed) }
+    }
+
+    func testATimerFiresAndACancelledOneNever() {
+        let workers = Workers()
+        let fired = Gate()
+        let cancelled = Mutex(false)
+        let later = workers.after(0.2) { cancelled.withLock { $0 = true } }
+        XCTAssertNotNil(workers.after(0.05) { fired.open() })
+        workers.cancel(later!)
+        XCTAssertEqual(fired.waitResult(seconds: 10), .success)
+        // The earlier timer has fired, the later one was due after it; give it its time and more.
+        let after = Gate()
+        workers.after(0.3) { after.open() }
+        XCTAssertEqual(after.waitResult(seconds: 10), .success)
+        XCTAssertFalse(cancelled.withLock { $0 }, "a cancelled timer ran")
+    }
+
+    func testCancellingATimerThatIsFiringWaitsForItsEnd() {
+        let workers = Workers()
+        let started = Gate(), finish = Gate()
+        let finished = Mutex(false)
+        let timer = workers.after(0) {
+            started.open()
+            finish.wait()
+            finished.withLock { $0 = true }
+        }!
+        XCTAssertEqual(started.waitResult(seconds: 10), .success)
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.1) { finish.open() }
+        workers.cancel(timer)
+        XCTAssertTrue(finished.withLock { $0 }, "cancel returned while the timer's job still ran")
+    }
+
+    func testADeadlineInterruptsABodyThatOverrunsAndNotOneThatDidNot() {
+        let interrupted = Mutex(0)
+        let released = Gate()
+        let value = Deadline.run(within: 0.05, interrupt: { interrupted.withLock { $0 += 1 }; released.open() }) { () -> Int in
+            released.wait() // until the interrupt lets it go, as a cancelled GLib call returns
+            return 1
+        }
+        XCTAssertEqual(value, 1)
+        XCTAssertEqual(interrupted.withLock { $0 }, 1)
+        XCTAssertEqual(Deadline.run(within: 0.05, interrupt: { interrupted.withLock { $0 += 1 } }) { 2 }, 2)
+        // Timers fire in the order they are due: once a later one has, the cancelled one never will.
+        let later = Gate()
+        Workers.shared.after(0.1) { later.open() }
+        XCTAssertEqual(later.waitResult(seconds: 10), .success)
+        XCTAssertEqual(interrupted.withLock { $0 }, 1, "a deadline whose body ended in time interrupted it")
+    }
+}
+
+extension WorkersTests.Gate {
+    enum Outcome { case success, timedOut }
+}
