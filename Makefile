@@ -32,7 +32,7 @@ CXX_ARCHIVE := $(shell clang -print-file-name=libstdc++.a 2>/dev/null)
 STATIC_CXX = $(RELEASE)/static-c++
 DAEMON_CXX = $(if $(filter /%,$(CXX_ARCHIVE)),-Xswiftc -L$(abspath $(STATIC_CXX)))
 
-.PHONY: demo test setup build unit e2e bench order fuzz release generator docs install deb clean
+.PHONY: demo test setup build unit e2e bench order fuzz release release-daemon release-clients generator docs install deb clean
 
 demo: setup build
 	./examples/demo.sh
@@ -48,13 +48,19 @@ test: setup
 setup:
 	./scripts/setup
 
+# The tests' debug build, without what only an editor or an interactive debugger reads: the index
+# that SwiftPM's debug builds write (about 15 % of each compile) and DWARF beyond line tables (a
+# crash's or gdb's backtrace still names each file and line). `swift test` is given the same, or it
+# would build everything again; so would a plain `swift build` after it, which keeps both.
+DEBUG_FLAGS = --disable-index-store -Xswiftc -gline-tables-only
+
 build:
-	swift build
+	swift build $(DEBUG_FLAGS)
 	$(MAKE) -C pam
 	$(MAKE) -C clients/c tests
 
 unit:
-	swift test
+	swift test $(DEBUG_FLAGS)
 
 # The 20 slowest tests are listed at the end: where the suite's time goes.
 e2e:
@@ -78,7 +84,12 @@ fuzz: setup build
 IDP_FLAGS = -std=c11 -Wall -Wextra -Werror -O2 -g0 -D_FORTIFY_SOURCE=2 -fstack-protector-strong \
 	-fstack-clash-protection -fcf-protection -fPIE -pie -Wl,-z,relro,-z,now
 
-release:
+# The daemon and the commands are built in scratch paths of their own, so `make -j2 release` (as
+# `make test` runs it behind the tests) builds both at once: one's single-threaded steps (a module's
+# whole-module compile, a static link) leave the other CPU to the other.
+release: release-daemon release-clients
+
+release-daemon:
 	$(if $(DAEMON_CXX),mkdir -p $(STATIC_CXX) && echo 'INPUT($(CXX_ARCHIVE))' > $(STATIC_CXX)/libstdc++.so)
 	@# SwiftPM does not see the link-order files change: relink when they are newer than mssod.
 	@for input in bench/mssod.order bench/mssod.ld; do \
@@ -87,15 +98,16 @@ release:
 	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(NO_DWARF) $(DAEMON_LINK) $(DAEMON_CXX) --product mssod
 	@# After SwiftPM, whose release directory is a link it makes (a directory made before is replaced).
 	$(CC) $(IDP_FLAGS) -o $(RELEASE)/daemon/release/mssod-idp Sources/mssod-idp/main.c -lcurl-gnutls
-	for product in $(CLIENTS); do \
+
+# The commands, and swift-argument-parser's generate-manual (their man pages and completions)
+# built beside them with the same flags (so nothing is built twice).
+GENERATOR = $(RELEASE)/clients/release/generate-manual
+release-clients:
+	for product in $(CLIENTS) generate-manual; do \
 		swift build -c release --scratch-path $(RELEASE)/clients $(NO_DWARF) -Xswiftc -static-executable --product $$product || exit 1; \
 	done
 
-# swift-argument-parser's generate-manual, built beside the commands with the same flags (so
-# nothing else is rebuilt).
-GENERATOR = $(RELEASE)/clients/release/generate-manual
-generator:
-	swift build -c release --scratch-path $(RELEASE)/clients $(NO_DWARF) -Xswiftc -static-executable --product generate-manual
+generator: release-clients
 
 # Man pages and completions for PREFIX, in $(RELEASE)/docs/share (see scripts/docs).
 docs: release generator
