@@ -5,6 +5,7 @@
 #include "sha256.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -31,6 +33,9 @@
 /* Room for the biggest frame plus what one read may bring after it. */
 #define IN_CAPACITY (MSSO_MAX_FRAME + 4 + 4096)
 #define OUT_CAPACITY (MSSO_MAX_FRAME + 4)
+/* SO_RCVTIMEO's timer may fire late: by two ticks (rounded up to ticks, 20 ms at 100 Hz), and a
+ * long one by up to an eighth more (the kernel's timer wheel is coarser for later timers). */
+#define TICKS_MS 20
 
 typedef struct queued {
     struct queued *next;
@@ -42,6 +47,7 @@ struct msso_client {
     int events; /* msso_events_fd's epoll descriptor (the socket and `wake`), -1 until asked for */
     int wake;   /* an eventfd, readable while events are queued */
     pid_t pid;  /* the process that opened `fd`: a forked child opens its own */
+    long wait_ms; /* the socket's SO_RCVTIMEO (-1: none, it waits for ever) */
     char *path;
     int timeout_ms;
     uint32_t serial; /* the last one used; counted up, 0 skipped */
@@ -134,6 +140,41 @@ static void daemon_error(msso_error *err, const json_doc *doc, uint32_t name, ui
         cut_at_character(err->message);
         free(text);
     }
+}
+
+/* -- the process ------------------------------------------------------------------------------ */
+
+/* getpid() is a system call (glibc keeps no copy), and every call asks whether the process forked.
+ * Its answer is kept in a page the kernel zeroes in a forked child (MADV_WIPEONFORK, however the
+ * child was made): a child finds 0 and asks again. Without that page (Linux before 4.14),
+ * getpid() each time. The page is mapped once, by whichever thread gets there first, and stays
+ * (unmapped at exit it could fault a thread still in a call). */
+static pid_t no_page;
+static pid_t *pid_page;
+
+static pid_t *own_pid_page(void) {
+    pid_t *page = __atomic_load_n(&pid_page, __ATOMIC_ACQUIRE);
+    if (page) return page;
+    page = &no_page;
+#ifdef MADV_WIPEONFORK
+    void *mapped = mmap(NULL, sizeof(pid_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped != MAP_FAILED && madvise(mapped, sizeof(pid_t), MADV_WIPEONFORK) == 0) page = mapped;
+    else if (mapped != MAP_FAILED) munmap(mapped, sizeof(pid_t));
+#endif
+    pid_t *expected = NULL;
+    if (!__atomic_compare_exchange_n(&pid_page, &expected, page, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        if (page != &no_page) munmap(page, sizeof(pid_t)); /* another thread's came first */
+        page = expected;
+    }
+    return page;
+}
+
+static pid_t own_pid(void) {
+    pid_t *page = own_pid_page();
+    if (page == &no_page) return getpid();
+    pid_t pid = __atomic_load_n(page, __ATOMIC_RELAXED);
+    if (pid == 0) __atomic_store_n(page, pid = getpid(), __ATOMIC_RELAXED);
+    return pid;
 }
 
 /* -- time and the socket --------------------------------------------------------------------- */
@@ -233,7 +274,7 @@ static void protocol_error(msso_client *c, msso_error *err, const char *what) {
 /* The process forked: this child must not write on its parent's connection (their frames would
  * interleave), nor touch the parent's epoll set, which it shares. It drops its copies. */
 static void forget_after_fork(msso_client *c) {
-    if (c->pid == getpid()) return;
+    if (c->pid == own_pid()) return;
     if (c->events >= 0) close(c->events);
     if (c->wake >= 0) close(c->wake);
     c->events = c->wake = -1;
@@ -247,13 +288,35 @@ static void forget_after_fork(msso_client *c) {
         set_error(&c->lost_error, MSSO_E_BROKER_UNREACHABLE, "the process forked: the subscription stayed with the parent");
     }
     c->subscribed = c->has_stray = 0;
-    c->pid = getpid();
+    c->pid = own_pid();
 }
 
-/* Reads what the socket has (waiting until the deadline): 1, 0 (time is up) or -1 (closed). */
+/* Lets a blocking recv wait `milliseconds` (more than 0) at most, or for ever (-1): 0, or -1 when
+ * it cannot. Set only when that changes by more than the time a call takes to come back to it:
+ * each call's wait starts from its timeout, less the millisecond that may have passed. */
+static int wait_at_most(msso_client *c, long milliseconds) {
+    if (milliseconds < 0 ? c->wait_ms < 0
+                         : c->wait_ms >= 0 && c->wait_ms <= milliseconds && c->wait_ms >= milliseconds - milliseconds / 16 - 1)
+        return 0;
+    struct timeval t = { 0 }; /* zero: no limit */
+    if (milliseconds > 0) t = (struct timeval){ .tv_sec = milliseconds / 1000, .tv_usec = milliseconds % 1000 * 1000 };
+    if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof t) != 0) return -1;
+    c->wait_ms = milliseconds;
+    return 0;
+}
+
+/* Reads what the socket has (waiting until the deadline): 1, 0 (time is up) or -1 (closed).
+ * It waits in a blocking recv, woken by the answer itself: one system call where a
+ * non-blocking recv, poll and recv again take three. SO_RCVTIMEO is set short of the deadline by
+ * what its timer may be late; the last of the wait, if it comes to that, is polled (to the
+ * millisecond) as before. */
 static int read_some(msso_client *c, long deadline) {
     for (;;) {
-        ssize_t n = recv(c->fd, c->in + c->in_length, IN_CAPACITY - c->in_length, 0);
+        long left = deadline < 0 ? -1 : deadline - now_ms();
+        if (deadline >= 0 && left < 0) left = 0;
+        long wait = left < 0 ? -1 : left - left / 8 - TICKS_MS;
+        int block = (left < 0 || wait > 0) && wait_at_most(c, wait) == 0;
+        ssize_t n = recv(c->fd, c->in + c->in_length, IN_CAPACITY - c->in_length, block ? 0 : MSG_DONTWAIT);
         if (n > 0) {
             c->in_length += (size_t)n;
             c->last_read_ms = now_ms();
@@ -262,6 +325,8 @@ static int read_some(msso_client *c, long deadline) {
         if (n == 0) return -1;
         if (errno == EINTR) continue;
         if (errno != EAGAIN) return -1;
+        if (block) continue; /* its SO_RCVTIMEO passed: the deadline is near */
+        if (left == 0) return 0;
         int ready = wait_for(c->fd, POLLIN, deadline);
         if (ready <= 0) return ready;
     }
@@ -272,7 +337,7 @@ static int read_some(msso_client *c, long deadline) {
 static int send_all(msso_client *c, const char *data, size_t length, long deadline) {
     size_t sent = 0;
     while (sent < length) {
-        ssize_t n = send(c->fd, data + sent, length - sent, MSG_NOSIGNAL);
+        ssize_t n = send(c->fd, data + sent, length - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             sent += (size_t)n;
             continue;
@@ -601,8 +666,8 @@ static int handle_frame(msso_client *c, const char *payload, size_t length, cons
     int reply = json_string_equals(doc, (uint32_t)type, "reply"), error = json_string_equals(doc, (uint32_t)type, "error");
     if (reply || error) {
         uint64_t serial;
-        long at = json_get(doc, 0, "serial"), result = json_get(doc, 0, "result");
-        long name = json_get(doc, 0, "error"), message = json_get(doc, 0, "message");
+        long at = json_get(doc, 0, "serial"), result = reply ? json_get(doc, 0, "result") : -1;
+        long name = error ? json_get(doc, 0, "error") : -1, message = error ? json_get(doc, 0, "message") : -1;
         if (!json_is(doc, at, JSON_NUMBER) || json_unsigned(doc, (uint32_t)at, UINT32_MAX, &serial) != 0 ||
             (reply && result < 0) || (error && (!json_is(doc, name, JSON_STRING) || !json_is(doc, message, JSON_STRING)))) {
             protocol_error(c, err, reply ? "a reply without a serial or a result" : "an error without a serial, a name or a message");
@@ -856,8 +921,17 @@ static int open_connection(msso_client *c, msso_error *err) {
                   c->path, (unsigned)peer.uid);
         return -1;
     }
+    /* Blocking from here on: read_some waits in recv; sends and quick looks say MSG_DONTWAIT. */
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        int error = errno;
+        close(fd);
+        set_error(err, MSSO_E_BROKER_UNREACHABLE, "cannot use the connection to the msso broker at %s: %s", c->path, strerror(error));
+        return -1;
+    }
     c->fd = fd;
-    c->pid = getpid();
+    c->pid = own_pid();
+    c->wait_ms = -1;
     c->has_stray = 0;
     c->last_read_ms = now_ms();
     if (c->events >= 0) {

@@ -24,10 +24,32 @@ static size_t utf8_sequence(const unsigned char *s, size_t left) {
     return length;
 }
 
+/* Eight bytes at a time (SWAR): a frame is mostly a token's plain ASCII, which a byte loop with
+ * its branches crosses at several times the cost. */
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+static uint64_t load8(const unsigned char *s) {
+    uint64_t word;
+    memcpy(&word, s, sizeof word);
+    return word;
+}
+
+/* Nonzero when one of the eight bytes is not plain inside a JSON string: a control character, '"',
+ * a backslash or a byte of a multibyte sequence. Exact for the lowest such byte (no borrow reaches
+ * it), so zero means all eight are plain. */
+static uint64_t not_plain(uint64_t word) {
+    return ((word - 0x20 * ONES) | ((word ^ 0x22 * ONES) - ONES) | ((word ^ 0x5C * ONES) - ONES) | word) & HIGHS;
+}
+
 int json_valid_utf8(const char *text, size_t length) {
     const unsigned char *s = (const unsigned char *)text;
     size_t at = 0;
     while (at < length) {
+        if (length - at >= 8 && !(load8(s + at) & HIGHS)) {
+            at += 8;
+            continue;
+        }
         if (s[at] < 0x80) {
             at++;
             continue;
@@ -67,6 +89,10 @@ static int scan_string(const char *text, size_t length, size_t *at, int *escaped
     size_t i = *at + 1;
     *escaped = 0;
     while (i < length) {
+        if (length - i >= 8 && !not_plain(load8(s + i))) {
+            i += 8;
+            continue;
+        }
         unsigned char c = s[i];
         if (c == '"') {
             *at = i + 1;
@@ -421,6 +447,8 @@ void json_quoted(json_out *out, const char *text, size_t length) {
     json_raw(out, "\"", 1);
     size_t plain = 0; /* copied in runs, not byte by byte */
     for (size_t i = 0; i < length; i++) {
+        while (length - i >= 8 && !not_plain(load8((const unsigned char *)text + i))) i += 8;
+        if (i == length) break;
         unsigned char c = (unsigned char)text[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
         json_raw(out, text + plain, i - plain);
