@@ -48,11 +48,11 @@ test: setup
 setup:
 	./scripts/setup
 
-# The tests' debug build, without what only an editor or an interactive debugger reads: the index
-# that SwiftPM's debug builds write (about 15 % of each compile) and DWARF beyond line tables (a
-# crash's or gdb's backtrace still names each file and line). `swift test` is given the same, or it
-# would build everything again; so would a plain `swift build` after it, which keeps both.
-DEBUG_FLAGS = --disable-index-store -Xswiftc -gline-tables-only
+# The tests' debug build, without DWARF beyond line tables, which only an interactive debugger
+# reads (a crash's or gdb's backtrace still names each file and line). `swift test` is given the
+# same, or it would build everything again; so would a plain `swift build` after it. (The index
+# that debug builds also write stays: `swift test` finds the XCTest cases through it on Linux.)
+DEBUG_FLAGS = -Xswiftc -gline-tables-only
 
 build:
 	swift build $(DEBUG_FLAGS)
