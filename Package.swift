@@ -97,7 +97,8 @@ let package = Package(
 
         // swift-crypto here only to check BodyDigest against it.
         .testTarget(name: "MSSOProtocolTests", dependencies: ["MSSOProtocol", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore"]),
+        // The broker's tests, and the dispatcher's (MSSOServer), which drive the broker through the same fakes.
+        .testTarget(name: "MSSOCoreTests", dependencies: ["MSSOCore", "MSSOServer"]),
         .testTarget(name: "MSSOAuditTests", dependencies: ["MSSOAudit", "CSQLite"]),
         .testTarget(name: "MSSOSigningTests", dependencies: ["MSSOSigning"]),
         .testTarget(name: "MSSOIdentityTests", dependencies: [

@@ -41,6 +41,27 @@ struct Caller: Sendable {
     }
 }
 
+/// Where a call's answers go: the ``Connection`` it came on (a unit test gives its own, so the
+/// dispatcher is tested without a socket).
+protocol CallChannel: SignalSink {
+    /// The remote host, when the connection is an SSH forward's.
+    var forwardHost: String? { get }
+    /// Writes a frame now (on the reactor's thread).
+    func send(_ frame: [UInt8])
+    /// Writes a frame from any thread (a prompt signal while a login waits).
+    func post(_ frame: [UInt8])
+    /// The answer to a call that ran on the broker (from any thread).
+    func complete(_ reply: [UInt8], serial: UInt32)
+    /// A call that the channel's end cancels (a login waiting for the user).
+    func cancelWhenClosed(_ serial: UInt32, _ task: Task<Void, Never>)
+    /// The broker now sends this channel signals.
+    func subscribedByBroker()
+}
+
+extension Connection: CallChannel {
+    var forwardHost: String? { forward?.host }
+}
+
 /// Decides whether this caller may make this call on this group, answers a `sign` on a fresh
 /// token at once (on the reactor's thread), runs everything else on the broker, audits each
 /// call. The one place that maps method names to broker verbs.
@@ -64,11 +85,11 @@ final class Dispatcher: Sendable {
     enum Answer {
         /// The reply frame, ready.
         case now([UInt8])
-        /// The broker is working on it; the connection hears through ``Connection/complete(_:serial:)``.
+        /// The broker is working on it; the channel hears through ``CallChannel/complete(_:serial:)``.
         case later
     }
 
-    func dispatch(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: Connection) -> Answer {
+    func dispatch(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: some CallChannel) -> Answer {
         if case .sign(var request) = arguments {
             var group: String?
             do {
@@ -119,14 +140,14 @@ final class Dispatcher: Sendable {
     }
 
     /// An unknown method: answered, and audited under a name that cannot forge anything.
-    func refuseUnknown(_ method: String, serial: UInt32, sender: Sender, connection: Connection) {
+    func refuseUnknown(_ method: String, serial: UInt32, sender: Sender, connection: some CallChannel) {
         let error = BrokerError(.unknownMethod, "no method named \"\(method.prefix(64))\"; see docs/PROTOCOL.md for the methods of protocol version \(protocolVersion)")
         record(method, Caller(uid: sender.uid, pid: sender.pid, role: .app, app: AppIdentity(executable: nil), registrations: []),
-               group: nil, failure: error, host: connection.forward?.host)
+               group: nil, failure: error, host: connection.forwardHost)
         connection.send(ReplyWriter.error(serial: serial, error))
     }
 
-    private func answer(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: Connection) async -> [UInt8] {
+    private func answer(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: some CallChannel) async -> [UInt8] {
         var group: String?
         let reply: [UInt8]
         var failure: BrokerError?
@@ -166,7 +187,7 @@ final class Dispatcher: Sendable {
                                 host: host))
     }
 
-    private func route(_ serial: UInt32, _ arguments: CallArguments, connection: Connection, caller: Caller,
+    private func route(_ serial: UInt32, _ arguments: CallArguments, connection: some CallChannel, caller: Caller,
                        group: inout String?) async throws -> [UInt8] {
         let role = caller.role
         func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
