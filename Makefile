@@ -54,8 +54,10 @@ setup:
 # that debug builds also write stays: `swift test` finds the XCTest cases through it on Linux.)
 DEBUG_FLAGS = -Xswiftc -gline-tables-only
 
+# The tests' modules too, in the same build (their compiles fill the gaps of the others'), so that
+# `swift test` finds nothing left to build.
 build:
-	swift build $(DEBUG_FLAGS)
+	swift build --build-tests $(DEBUG_FLAGS)
 	$(MAKE) -C pam
 	$(MAKE) -C clients/c tests
 

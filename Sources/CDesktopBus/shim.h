@@ -97,7 +97,7 @@ static inline void msso_on_closed(GDBusConnection *bus, const gchar *sender, con
 
 /// Calls `callback` for every ActionInvoked the notification server sends, and with the action ""
 /// for every NotificationClosed (only its current owner's: GDBus tracks the well-known name), on
-/// the calling thread, forever: run it on a thread of its own.
+/// the calling thread, forever: run it on a thread it may keep (mssod: a pool thread, for the notifier's life).
 static inline void msso_listen_for_actions(GDBusConnection *bus, msso_action_callback callback, void *context) {
     GMainContext *main_context = g_main_context_new();
     g_main_context_push_thread_default(main_context);

@@ -35,7 +35,7 @@ static inline const SecretSchema *msso_credential_schema_ref(void) { return &mss
 static inline const SecretSchema *msso_key_schema_ref(void) { return &msso_key_schema; }
 
 /// Registers, on the calling thread, the GLib types that the keyring's calls and the notifier's
-/// connect (each on a thread of its own, as mssod starts) would otherwise register at once.
+/// connect (each on a pool thread, as mssod starts) would otherwise register at once.
 /// GLib 2.74 deadlocks there: one thread, in GDBusProxy's class init (holding GType's class-init
 /// lock), waits for GDBusConnection's registration, which the other thread is doing and which
 /// needs that lock to add GDBusConnection's interfaces. Seen as a start that never chose a store.

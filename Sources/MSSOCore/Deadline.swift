@@ -5,10 +5,15 @@ public enum Deadline {
     /// timer thread, which never waits for a free thread). When this returns the timer has run or
     /// never will, so `body`'s resources can be released (a call that ended by itself just as its
     /// timer fired had the timer cancel a freed GCancellable).
+    /// With no timer to be had (the timers' thread could not start), `body` is interrupted before
+    /// it starts: a call that fails at once rather than one that may never end.
     public static func run<T>(within seconds: Double, interrupt: @escaping () -> Void, _ body: () -> T) -> T {
-        let timer = Workers.shared.after(seconds, interrupt)
+        guard let timer = Workers.shared.after(seconds, interrupt) else {
+            interrupt()
+            return body()
+        }
         let result = body()
-        if let timer { Workers.shared.cancel(timer) }
+        Workers.shared.cancel(timer)
         return result
     }
 }

@@ -29,10 +29,14 @@ public final class Workers: @unchecked Sendable {
     private let timersChanged = Condition()
     // Guarded by `timersChanged`:
     private var timers: [Timer] = []
-    private var timerThread = false
     private var firing: Timer?
+    /// Whether the timers' thread runs: a thread of its own, started with the pool and outside its
+    /// ceiling, so that a timeout fires when every other thread is taken (that is what it bounds).
+    private var timerThread = false
 
-    init() {}
+    init() {
+        timerThread = Self.startThread { self.serveTimers() }
+    }
 
     /// Threads of the pool now, and of those idle (tests).
     public var counts: (threads: Int, idle: Int) { condition.locked { (threads, idle) } }
@@ -107,25 +111,19 @@ public final class Workers: @unchecked Sendable {
         fileprivate init(due: UInt64, job: @escaping () -> Void) { (self.due, self.job) = (due, job) }
     }
 
-    /// Runs `job` after `seconds` on the pool's timer thread; keep it short (cancel something,
-    /// hand work to a lane). Nil when no thread could be had for the timers.
+    /// Runs `job` after `seconds` (0 to about 30 years) on the timers' thread; keep it short: cancel
+    /// something, hand work to a lane (a job that waited would hold every other timer). Nil when
+    /// the timers have no thread (none could be started with the pool).
     @discardableResult
     public func after(_ seconds: Double, _ job: @escaping () -> Void) -> Timer? {
-        let timer = Timer(due: Condition.now() &+ UInt64(max(0, seconds) * 1e9), job: job)
-        let startThread = timersChanged.locked { () -> Bool in
+        let delay = seconds.isNaN ? 0 : min(max(seconds, 0), 1e9)
+        let timer = Timer(due: Condition.now() + UInt64(delay * 1e9), job: job)
+        return timersChanged.locked { () -> Timer? in
+            guard timerThread else { return nil }
             timers.append(timer)
             timersChanged.broadcast()
-            defer { timerThread = true }
-            return !timerThread
+            return timer
         }
-        if startThread, !run({ self.serveTimers() }) {
-            timersChanged.locked {
-                timerThread = false
-                timers.removeAll { $0 === timer }
-            }
-            return nil
-        }
-        return timer
     }
 
     /// Cancels `timer`. When this returns its job has run or never will (it may be running now,
@@ -137,7 +135,7 @@ public final class Workers: @unchecked Sendable {
         }
     }
 
-    /// The timer thread: one pool thread, for the process's life once a timer was set.
+    /// The timers' thread, for the pool's life.
     private func serveTimers() {
         timersChanged.locked {
             while true {
@@ -167,6 +165,8 @@ public final class Workers: @unchecked Sendable {
         private let condition = Condition()
         private var jobs: [() -> Void] = []
         private var draining = false
+        /// The thread running the lane's jobs now.
+        private var drainer: pthread_t?
 
         public init(on workers: Workers = .shared) {
             self.workers = workers
@@ -179,13 +179,22 @@ public final class Workers: @unchecked Sendable {
                 defer { draining = true }
                 return !draining
             }
-            // With no thread to be had, the caller's own runs the lane rather than lose its work
-            // (a keyring write whose caller waits for ever).
-            if start, !workers.run({ self.drain() }) { drain() }
+            if start { startDraining() }
         }
 
-        /// Runs `job` after the lane's earlier jobs, and waits for it. Never from the lane's own job.
+        private func startDraining() {
+            if workers.run({ self.drain() }) { return }
+            // No thread to be had now: tried again shortly, from the timers' thread, which never
+            // runs the jobs itself (it would hold every timeout meanwhile); without even that
+            // thread, the caller's own runs them rather than lose them (a keyring call's caller
+            // would wait for ever).
+            if workers.after(0.05, { self.startDraining() }) == nil { drain() }
+        }
+
+        /// Runs `job` after the lane's earlier jobs, and waits for it. From one of the lane's own
+        /// jobs (an object whose deinit flushes, released by a job), it runs at once.
         public func sync<T, E: Error>(_ job: @escaping () throws(E) -> T) throws(E) -> T {
+            if condition.locked({ drainer.map { pthread_equal($0, pthread_self()) != 0 } ?? false }) { return try job() }
             let done = Condition()
             var result: Result<T, E>?
             // Dropped before the caller goes on: what `job` holds (an object that flushes from
@@ -215,8 +224,10 @@ public final class Workers: @unchecked Sendable {
             while let job = condition.locked({ () -> (() -> Void)? in
                 if jobs.isEmpty {
                     draining = false
+                    drainer = nil
                     return nil
                 }
+                drainer = pthread_self()
                 return jobs.removeFirst()
             }) {
                 job()

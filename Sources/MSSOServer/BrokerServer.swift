@@ -123,7 +123,7 @@ public final class BrokerServer: @unchecked Sendable {
                                   policy: policy, rules: broker.rules, watcher: watcher, dispatcher: dispatcher, limits: limits, logger: logger,
                                   pidfds: passing & 2 != 0)
         reactor.execute { server.begin() }
-        reactor.start()
+        try reactor.start()
         logger.info(inheritedSocket == nil ? "listening" : "listening on the socket systemd passed", metadata: ["socket": "\(socketPath)"])
         return server
     }

@@ -54,11 +54,12 @@ final class Reactor: @unchecked Sendable {
     }
 
     /// Starts the loop on a pool thread, its own for the daemon's life.
-    func start() {
-        Workers.shared.run { [self] in
+    func start() throws {
+        let started = Workers.shared.run { [self] in
             threadID.withLock { $0 = pthread_self() }
             run()
         }
+        guard started else { throw SystemError("cannot start the event loop's thread", errno: EAGAIN) }
     }
 
     /// Whether the caller runs on the reactor's thread.

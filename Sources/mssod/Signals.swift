@@ -28,8 +28,8 @@ final class Signals: @unchecked Sendable {
         return set
     }
 
-    /// Starts taking them; `reload` runs on each SIGHUP. Without a thread to take them (none to
-    /// be had as mssod starts) they are let through: a SIGTERM then ends mssod at once.
+    /// Starts taking them; `reload` runs on each SIGHUP. Without a thread to take them (none to be
+    /// had as mssod starts) mssod ends: it could be neither stopped cleanly nor reloaded.
     init(reload: @escaping @Sendable () async -> Void) {
         let started = Workers.shared.run { [self] in
             var set = Self.set
@@ -43,8 +43,9 @@ final class Signals: @unchecked Sendable {
             }
         }
         if !started {
-            var set = Self.set
-            pthread_sigmask(SIG_UNBLOCK, &set, nil)
+            let message = "mssod: no thread could be started to take signals (the system is out of threads); not starting\n"
+            _ = message.withCString { write(2, $0, strlen($0)) }
+            exit(1)
         }
     }
 

@@ -42,11 +42,13 @@ final class WorkersTests: XCTestCase {
         gate.open(10)
         waitUntil("ten jobs done and six threads gone") { done.withLock { $0 } == 10 && workers.counts.threads == Workers.idleKept }
         XCTAssertEqual(workers.counts.idle, Workers.idleKept)
-        // An idle thread takes the next job: no thread is started.
-        let ran = Gate()
-        workers.run { ran.open() }
-        XCTAssertEqual(ran.waitResult(seconds: 10), .success)
+        // An idle thread takes the next job, and is seen busy while it runs: no thread is started.
+        let held = Gate(), running = Gate()
+        workers.run { running.open(); held.wait() }
+        XCTAssertEqual(running.waitResult(seconds: 10), .success)
         XCTAssertEqual(workers.counts.threads, Workers.idleKept)
+        XCTAssertEqual(workers.counts.idle, Workers.idleKept - 1)
+        held.open()
     }
 
     func testThePoolRefusesPastItsCeilingAndRecovers() {
@@ -75,6 +77,48 @@ final class WorkersTests: XCTestCase {
         XCTAssertEqual(last, 200, "sync ran before the jobs given before it")
         XCTAssertEqual(seen.withLock { $0.order }, Array(0..<200))
         XCTAssertEqual(seen.withLock { $0.most }, 1)
+    }
+
+    func testATimerFiresAndALaneGoesOnWhileThePoolIsAtItsCeiling() {
+        let workers = Workers()
+        let gate = Gate()
+        for _ in 0..<Workers.maximumThreads { XCTAssertTrue(workers.run { gate.wait() }) }
+        // What a timeout is for: it fires though no pool thread is free.
+        let fired = Gate()
+        XCTAssertNotNil(workers.after(0.01) { fired.open() })
+        XCTAssertEqual(fired.waitResult(seconds: 10), .success, "a timer waited for a free pool thread")
+        // A lane's job given now waits for a thread (never the timers' own), and runs once one is free.
+        let lane = Workers.Lane(on: workers)
+        let ran = Gate()
+        let onTimerThread = Mutex(false)
+        let timerThread = Mutex<pthread_t?>(nil)
+        let seen = Gate()
+        workers.after(0) { timerThread.withLock { $0 = pthread_self() }; seen.open() }
+        XCTAssertEqual(seen.waitResult(seconds: 10), .success)
+        let timers = timerThread.withLock { $0 }!
+        lane.async { onTimerThread.withLock { $0 = pthread_equal(pthread_self(), timers) != 0 }; ran.open() }
+        XCTAssertEqual(ran.waitResult(seconds: 0.3), .timedOut, "a lane's job ran with every pool thread taken")
+        gate.open(1)
+        XCTAssertEqual(ran.waitResult(seconds: 10), .success, "the lane's job never ran once a thread was free")
+        XCTAssertFalse(onTimerThread.withLock { $0 }, "the lane's job ran on the timers' thread")
+        gate.open(Workers.maximumThreads - 1)
+    }
+
+    func testALanesDelayedJobRunsOnTheLaneAfterItsTime() {
+        let lane = Workers.Lane(on: Workers())
+        let order = Mutex<[String]>([])
+        let done = Gate()
+        lane.after(0.05) { order.withLock { $0.append("later") }; done.open() }
+        lane.async { order.withLock { $0.append("now") } }
+        XCTAssertEqual(done.waitResult(seconds: 10), .success)
+        XCTAssertEqual(order.withLock { $0 }, ["now", "later"])
+    }
+
+    func testSyncFromTheLanesOwnJobRunsAtOnce() {
+        let lane = Workers.Lane(on: Workers())
+        let inner = Gate()
+        lane.async { XCTAssertEqual(lane.sync { 7 }, 7); inner.open() }
+        XCTAssertEqual(inner.waitResult(seconds: 10), .success, "sync from the lane's own job waited for itself")
     }
 
     func testSyncReturnsTheValueAndThrowsTheError() {

@@ -211,7 +211,72 @@ static void mutations(void) {
     CHECK(accepted > 1000); /* the run reached past the first byte */
 }
 
+/* The reader and the writer look at eight bytes at a time where a string is plain: every byte
+ * that is not (a control character, a quote, a backslash, a UTF-8 sequence, an invalid byte) at
+ * every position of strings of 1 to 24 bytes, so that it falls at each offset within a word and
+ * across words, against what a byte at a time gives. */
+static void eight_at_a_time(void) {
+    static const char *const special[] = { "\x00", "\x01", "\x1f", "\"", "\\", "\x7f", "\xC3\xA9", "\xE2\x82\xAC", "\x80", "\xff", "\xC3" };
+    static const size_t sizes[] = { 1, 1, 1, 1, 1, 1, 2, 3, 1, 1, 1 };
+    for (size_t kind = 0; kind < sizeof sizes / sizeof sizes[0]; kind++) {
+        for (size_t length = sizes[kind]; length <= 24; length++) {
+            for (size_t at = 0; at + sizes[kind] <= length; at++) {
+                char text[32];
+                memset(text, 'a', length);
+                memcpy(text + at, special[kind], sizes[kind]);
+                /* The reference: byte by byte. */
+                char expected[256];
+                size_t e = 0;
+                int utf8 = json_valid_utf8(text, length);
+                expected[e++] = '"';
+                for (size_t i = 0; i < length; i++) {
+                    unsigned char c = (unsigned char)text[i];
+                    if (c == '"' || c == '\\') { expected[e++] = '\\'; expected[e++] = (char)c; }
+                    else if (c < 0x20) e += (size_t)sprintf(expected + e, "\\u%04x", c);
+                    else expected[e++] = (char)c;
+                }
+                expected[e++] = '"';
+                int valid = kind < 8; /* a lone continuation, 0xff, a cut sequence: not UTF-8 */
+                CHECK(utf8 == valid);
+                char buffer[256];
+                json_out out = { .data = buffer, .capacity = sizeof buffer };
+                json_quoted(&out, text, length);
+                if (!valid) {
+                    CHECK(out.failed == JSON_NOT_UTF8);
+                    continue;
+                }
+                CHECK(!out.failed && out.length == e && memcmp(buffer, expected, e) == 0);
+                /* Read back (a NUL is refused on reading, by design). */
+                char object[300];
+                int n = snprintf(object, sizeof object, "{\"k\":%.*s}", (int)out.length, buffer);
+                json_doc doc = { 0 };
+                int parsed = json_parse(&doc, object, (size_t)n);
+                if (kind == 0) CHECK(parsed == -1);
+                else {
+                    char back[64];
+                    long k = json_get(&doc, 0, "k");
+                    CHECK(parsed == 0 && k >= 0 && json_string_into(&doc, (uint32_t)k, back, sizeof back) == 0 &&
+                          strlen(back) == length && memcmp(back, text, length) == 0);
+                }
+                json_doc_free(&doc);
+                /* A raw special byte inside a string on reading: a control character, or the
+                 * string's end at a quote, or an escape at a backslash. */
+                if (kind <= 2) {
+                    char raw_text[64];
+                    memcpy(raw_text, "{\"k\":\"", 6);
+                    memcpy(raw_text + 6, text, length);
+                    memcpy(raw_text + 6 + length, "\"}", 2);
+                    json_doc raw = { 0 };
+                    CHECK(json_parse(&raw, raw_text, 8 + length) == -1);
+                    json_doc_free(&raw);
+                }
+            }
+        }
+    }
+}
+
 int main(void) {
+    eight_at_a_time();
     valid_and_invalid();
     depth();
     values();
