@@ -12,9 +12,10 @@ export MSSO_TEST_VENV ?= $(CURDIR)/.venv-test
 RELEASE = .build-release
 CLIENTS = msso msso-logout git-credential-msso
 # Release builds carry symbols but no DWARF: the package strips them anyway, a crash's backtrace
-# still names its functions, and the compilers do about 15 % less work (mssod: 1,360 CPU seconds
-# instead of about 1,600 on the 2-core machine), which `make test`'s release build behind the
-# tests needs most. The debug build keeps it all.
+# still names its functions, and the compilers do about 15 % less work (mssod, when SwiftNIO was
+# part of it: 1,360 CPU seconds instead of about 1,600 on the 2-core machine; about 640 from
+# scratch now), which `make test`'s release build behind the tests needs most. The debug build
+# keeps line tables (DEBUG_FLAGS, below).
 NO_DWARF = -Xswiftc -gnone -Xcc -g0
 # The daemon, linked for a small resident size (docs/ARCHITECTURE.md, "Where mssod's memory goes"): by lld, each
 # function in a section of its own, the functions a broker's life runs laid out together
