@@ -33,7 +33,7 @@ CXX_ARCHIVE := $(shell clang -print-file-name=libstdc++.a 2>/dev/null)
 STATIC_CXX = $(RELEASE)/static-c++
 DAEMON_CXX = $(if $(filter /%,$(CXX_ARCHIVE)),-Xswiftc -L$(abspath $(STATIC_CXX)))
 
-.PHONY: demo test setup build unit e2e bench order fuzz release release-daemon release-clients generator docs install deb clean
+.PHONY: demo test setup build unit e2e bench order fuzz release release-daemon release-clients docs install deb clean
 
 demo: setup build
 	./examples/demo.sh
@@ -110,10 +110,8 @@ release-clients:
 		swift build -c release --scratch-path $(RELEASE)/clients $(NO_DWARF) -Xswiftc -static-executable --product $$product || exit 1; \
 	done
 
-generator: release-clients
-
 # Man pages and completions for PREFIX, in $(RELEASE)/docs/share (see scripts/docs).
-docs: release generator
+docs: release
 	rm -rf $(RELEASE)/docs
 	./scripts/docs --out $(RELEASE)/docs --generator $(GENERATOR) --prefix $(PREFIX) \
 		mssod=$(RELEASE)/daemon/release/mssod msso=$(RELEASE)/clients/release/msso \
@@ -138,7 +136,7 @@ install: setup release docs
 	install -D -m 0644 -t $(DESTDIR)$(PREFIX)/share/doc/msso README.md docs/*.md
 
 # The Debian package, checked by lintian: .build-deb/msso_VERSION_ARCH.deb (see scripts/deb).
-deb: setup release generator
+deb: setup release
 	./scripts/deb
 
 clean:

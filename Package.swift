@@ -31,6 +31,8 @@ let package = Package(
         // Broker logic: sessions, the two clocks, config, dispatch. Storage and IdP behind protocols.
         .target(name: "MSSOCore", dependencies: [
             "MSSOProtocol", "MSSOSigning",
+            // The monotonic clock for the pool's timers.
+            "CMSSOSystem",
             // PBKDF2 for the lock's passphrase hash.
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "CryptoExtras", package: "swift-crypto"),

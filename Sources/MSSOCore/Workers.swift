@@ -1,3 +1,4 @@
+import CMSSOSystem
 import Glibc
 
 /// mssod's one pool of threads for blocking work, beside the reactor and the broker actor:
@@ -117,7 +118,7 @@ public final class Workers: @unchecked Sendable {
     @discardableResult
     public func after(_ seconds: Double, _ job: @escaping () -> Void) -> Timer? {
         let delay = seconds.isNaN ? 0 : min(max(seconds, 0), 1e9)
-        let timer = Timer(due: Condition.now() + UInt64(delay * 1e9), job: job)
+        let timer = Timer(due: cmsso_monotonic_ns() + UInt64(delay * 1e9), job: job)
         return timersChanged.locked { () -> Timer? in
             guard timerThread else { return nil }
             timers.append(timer)
@@ -143,7 +144,7 @@ public final class Workers: @unchecked Sendable {
                     timersChanged.wait()
                     continue
                 }
-                guard next.due <= Condition.now() else {
+                guard next.due <= cmsso_monotonic_ns() else {
                     timersChanged.wait(untilMonotonic: next.due)
                     continue
                 }
@@ -280,12 +281,5 @@ final class Condition: @unchecked Sendable {
     }
 
     func signal() { pthread_cond_signal(variable) }
-
-    /// The monotonic clock, in ns.
-    static func now() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
-    }
     func broadcast() { pthread_cond_broadcast(variable) }
 }
