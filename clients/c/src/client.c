@@ -185,9 +185,10 @@ static long now_ms(void) {
     return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
 }
 
-/* -1: no deadline. */
+/* -1: no deadline. It counts from the next whole millisecond, so that `now_ms` (which rounds
+ * down) reaches it no sooner than `milliseconds` after now: a call never gives up early. */
 static long deadline_after(int milliseconds) {
-    return milliseconds < 0 ? -1 : now_ms() + milliseconds;
+    return milliseconds < 0 ? -1 : now_ms() + 1 + milliseconds;
 }
 
 /* Waits until `fd` has `events` or the deadline passes: 1, 0 (time is up) or -1. */

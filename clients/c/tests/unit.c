@@ -1,10 +1,12 @@
 /* The library's own parts, without a daemon: the JSON reader (every rule of RFC 8259 it holds a
  * frame to, and a mutation run: hostile bytes must never crash it, which `make check` runs under
- * AddressSanitizer and UndefinedBehaviorSanitizer), the writer, SHA-256 and base64. Exit status 0
+ * AddressSanitizer and UndefinedBehaviorSanitizer), the writer, SHA-256, base64 and the waits'
+ * deadlines. Exit status 0
  * when all pass; each failure is printed. */
 #define _GNU_SOURCE
 #include "../src/json.c"
 #include "../src/sha256.c"
+#include "../src/client.c"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +277,34 @@ static void eight_at_a_time(void) {
     }
 }
 
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* A call with a timeout of N ms gives up no sooner than N ms after it started, wherever in a
+ * millisecond it started (a deadline counted from a rounded-down "now" came up to 1 ms early). A
+ * read from a socket nobody writes on, as a call waiting for a silent daemon does. */
+static void deadlines_are_never_early(void) {
+    int ends[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0);
+    msso_client c = { .fd = ends[0], .events = -1, .wake = -1, .wait_ms = -1 };
+    c.in = malloc(IN_CAPACITY);
+    int early = 0;
+    /* 1-4 ms are polled at once; 25-45 ms wait in a blocking recv first, then poll the rest. */
+    for (int round = 0; round < 60; round++) {
+        int milliseconds = round % 2 ? 1 + round % 4 : 25 + round % 21;
+        long long started = now_ns();
+        CHECK(read_some(&c, deadline_after(milliseconds)) == 0);
+        if (now_ns() - started < milliseconds * 1000000LL) early++;
+    }
+    CHECK(early == 0);
+    free(c.in);
+    close(ends[0]);
+    close(ends[1]);
+}
+
 int main(void) {
     eight_at_a_time();
     valid_and_invalid();
@@ -283,6 +313,7 @@ int main(void) {
     writer();
     hashing();
     mutations();
+    deadlines_are_never_early();
     if (failures) fprintf(stderr, "%d failed\n", failures);
     else printf("libmsso unit tests: all passed\n");
     return failures != 0;
