@@ -4,9 +4,10 @@
  * as with the broker: encode, send, receive, decode.
  *
  * With --identify it also does, per frame, the kernel work by which mssod learns who sent a call
- * (docs/SECURITY.md): the frame read with recvmsg carrying SCM_CREDENTIALS and SCM_PIDFD, the
- * pidfd's inode (fstat), the sender's executable (statx of /proc/PID/exe), the pidfd checked
- * alive, and closed. That floor contains the cost of per-call identity and none of the broker.
+ * (docs/ARCHITECTURE.md): the connecting process's pid and pidfd taken at accept (SO_PEERCRED,
+ * SO_PEERPIDFD), then per read: recvmsg carrying SCM_CREDENTIALS, its pid compared with the
+ * connection's, the executable (statx of /proc/PID/exe), the pidfd checked alive. That floor
+ * contains the cost of per-call identity and none of the broker.
  *
  * It serves each client on a thread of its own; with --one-thread, all of them on one thread
  * waiting in epoll, as mssod's reactor does: what one thread can answer is the ceiling of mssod's
@@ -27,45 +28,39 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#ifndef SO_PASSPIDFD
-#define SO_PASSPIDFD 76
-#endif
-#ifndef SCM_PIDFD
-#define SCM_PIDFD 0x04
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
 #endif
 
 static char *reply;
 static size_t reply_length;
 static int identify;
 
-/* What mssod does with each read before it looks at the bytes; returns -1 on a read without a
- * live sender. */
-static int identify_sender(int fd, void *buffer, size_t length) {
-    union { char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+/* What mssod does with each read before it looks at the bytes; returns -1 on a read that is not
+ * the connection's live process's. */
+static int identify_sender(int fd, int connected_pid, int pidfd, void *buffer, size_t length) {
+    union { char bytes[CMSG_SPACE(sizeof(struct ucred))]; struct cmsghdr align; } control;
     struct iovec vector = { .iov_base = buffer, .iov_len = length };
     struct msghdr message = { .msg_iov = &vector, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
     ssize_t count = recvmsg(fd, &message, MSG_CMSG_CLOEXEC);
     if (count <= 0) return -1;
-    int pid = 0, pidfd = -1;
+    int pid = 0;
     for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
         if (header->cmsg_type == SCM_CREDENTIALS) { struct ucred c; memcpy(&c, CMSG_DATA(header), sizeof c); pid = c.pid; }
-        if (header->cmsg_type == SCM_PIDFD) memcpy(&pidfd, CMSG_DATA(header), sizeof pidfd);
     }
-    if (pidfd < 0) return -1;
-    struct stat process;
+    if (pidfd < 0 || pid != connected_pid) return -1;
     struct statx executable;
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/exe", pid);
-    int alive = fstat(pidfd, &process) == 0
-        && statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &executable) == 0
+    int alive = statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &executable) == 0
         && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
-    close(pidfd);
     return alive ? (int)count : -1;
 }
 
 /* One client's bytes: what has arrived of its frames. */
 struct peer {
     int fd;
+    int pid, pidfd; /* the connecting process (with --identify) */
     size_t held;
     char buffer[65536 + 4];
 };
@@ -73,7 +68,7 @@ struct peer {
 /* Reads as mssod does: as much as has arrived, one recvmsg (with --identify, one identity) per read,
  * then one reply per whole frame in the buffer. Returns -1 when the peer is done. */
 static int answer(struct peer *peer) {
-    ssize_t count = identify ? identify_sender(peer->fd, peer->buffer + peer->held, sizeof peer->buffer - peer->held)
+    ssize_t count = identify ? identify_sender(peer->fd, peer->pid, peer->pidfd, peer->buffer + peer->held, sizeof peer->buffer - peer->held)
                              : read(peer->fd, peer->buffer + peer->held, sizeof peer->buffer - peer->held);
     if (count <= 0) return -1;
     peer->held += (size_t)count;
@@ -96,11 +91,20 @@ static struct peer *accept_peer(int listener) {
     if (fd < 0) return NULL;
     struct peer *peer = calloc(1, sizeof *peer);
     peer->fd = fd;
+    peer->pidfd = -1;
+    if (identify) {
+        struct ucred credentials;
+        socklen_t size = sizeof credentials;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0) peer->pid = credentials.pid;
+        size = sizeof peer->pidfd;
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &peer->pidfd, &size) != 0) peer->pidfd = -1;
+    }
     return peer;
 }
 
 static void hang_up(struct peer *peer) {
     close(peer->fd);
+    if (peer->pidfd >= 0) close(peer->pidfd);
     free(peer);
 }
 
@@ -157,8 +161,7 @@ int main(int argc, char **argv) {
     unlink(argv[1]);
     if (bind(listener, (struct sockaddr *)&address, sizeof address) != 0 || listen(listener, 1024) != 0) { perror("listen"); return 1; }
     int one = 1;
-    if (identify && (setsockopt(listener, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0
-                     || setsockopt(listener, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) != 0)) { perror("SO_PASSPIDFD"); return 1; }
+    if (identify && setsockopt(listener, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) { perror("SO_PASSCRED"); return 1; }
     if (one_thread) serve_all(listener);
     for (;;) {
         struct peer *peer = accept_peer(listener);

@@ -100,15 +100,27 @@ int cmsso_accept(int listener) {
 }
 
 int cmsso_pass_credentials(int fd) {
-    int one = 1, took = 0;
+    int one = 1, zero = 0;
     if (setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) return -errno;
-    took |= 1;
-    if (setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &one, sizeof one) == 0) took |= 2;
-    return took;
+    /* Off, whatever made the socket set (systemd's PassPidfd=): one would be made per read. */
+    (void)setsockopt(fd, SOL_SOCKET, SO_PASSPIDFD, &zero, sizeof zero);
+    return 0;
+}
+
+int cmsso_peer_pidfds(void) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return 0;
+    int pidfd = -1;
+    socklen_t size = sizeof pidfd;
+    int works = getsockopt(pair[0], SOL_SOCKET, SO_PEERPIDFD, &pidfd, &size) == 0 && pidfd >= 0;
+    if (pidfd >= 0) close(pidfd);
+    close(pair[0]);
+    close(pair[1]);
+    return works;
 }
 
 ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *from) {
-    /* Room for the credentials, a pidfd and a few passed descriptors (which are closed). */
+    /* Room for the credentials, a pidfd and a few passed descriptors (all closed). */
     union {
         char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(sizeof(int)) + CMSG_SPACE(16 * sizeof(int))];
         struct cmsghdr align;
@@ -134,8 +146,7 @@ ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *fr
         } else if (header->cmsg_type == SCM_PIDFD && header->cmsg_len >= CMSG_LEN(sizeof(int))) {
             int pidfd;
             memcpy(&pidfd, CMSG_DATA(header), sizeof pidfd);
-            if (from->pidfd >= 0) close(from->pidfd);
-            from->pidfd = pidfd;
+            close(pidfd);
         } else if (header->cmsg_type == SCM_RIGHTS) {
             size_t count = (header->cmsg_len - CMSG_LEN(0)) / sizeof(int);
             for (size_t i = 0; i < count; i++) {

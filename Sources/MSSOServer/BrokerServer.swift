@@ -121,7 +121,7 @@ public final class BrokerServer: @unchecked Sendable {
         let dispatcher = Dispatcher(broker: broker, policy: policy, rules: broker.rules, audit: audit, logger: logger)
         let server = BrokerServer(socketPath: socketPath, listener: listener, ownsSocketFile: inheritedSocket == nil, reactor: reactor,
                                   policy: policy, rules: broker.rules, watcher: watcher, dispatcher: dispatcher, limits: limits, logger: logger,
-                                  pidfds: passing & 2 != 0)
+                                  pidfds: cmsso_peer_pidfds() == 1)
         reactor.execute { server.begin() }
         try reactor.start()
         logger.info(inheritedSocket == nil ? "listening" : "listening on the socket systemd passed", metadata: ["socket": "\(socketPath)"])
@@ -186,7 +186,8 @@ public final class BrokerServer: @unchecked Sendable {
     func admit(_ fd: Int32, forward: Forwards.Forward? = nil) {
         var peer = cmsso_credentials()
         guard cmsso_peer_credentials(fd, &peer) == 0 else { return refuse(fd, nil) }
-        defer { if peer.pidfd >= 0 { Glibc.close(peer.pidfd) } } // each call brings its own
+        var kept = false // the pidfd goes to the connection, or is closed here
+        defer { if !kept, peer.pidfd >= 0 { Glibc.close(peer.pidfd) } }
         if let forward, let refusal = forwards.refusal(of: peer, on: forward) {
             logger.notice("refused a connection to a forward", metadata: ["host": "\(forward.host)", "uid": "\(peer.uid)", "pid": "\(peer.pid)"])
             return refuse(fd, refusal)
@@ -203,10 +204,12 @@ public final class BrokerServer: @unchecked Sendable {
         }
         guard cmsso_pass_credentials(fd) >= 0 else { return refuse(fd, nil) }
         Self.refuseDescriptors(fd) // inherited from the listener, unless systemd made this connection before we set it
-        var info = stat()
-        let process = peer.pidfd >= 0 && fstat(peer.pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
-        let connection = Connection(fd: fd, connectedPid: peer.pid, server: self, forward: forward, connectedProcess: process)
-        guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else { return refuse(fd, nil) }
+        kept = true
+        let connection = Connection(fd: fd, connectedPid: peer.pid, connectedPidfd: peer.pidfd, server: self, forward: forward)
+        guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else {
+            if peer.pidfd >= 0 { Glibc.close(peer.pidfd) }
+            return refuse(fd, nil)
+        }
         connection.token = token
         connections[token] = connection
         perProcess[peer.pid, default: 0] += 1
@@ -317,10 +320,8 @@ public final class BrokerServer: @unchecked Sendable {
     }
 
     /// Makes the kernel refuse descriptors sent to `fd` (SO_PASSRIGHTS off, Linux ≥ 6.16): the
-    /// sender's sendmsg fails with EPERM. The broker has no use for descriptors, and a message
-    /// carrying enough of them would crowd the sender's pidfd (SCM_PIDFD, which the kernel puts
-    /// after them) out of the control buffer, leaving the sender's pid unpinned. Older kernels
-    /// ignore it: there a read without a pidfd is refused (``Callers``).
+    /// sender's sendmsg fails with EPERM. The broker has no use for descriptors; on older
+    /// kernels each one passed is closed as it is read (`cmsso_receive`).
     @discardableResult
     static func refuseDescriptors(_ fd: Int32) -> Bool {
         var off: Int32 = 0

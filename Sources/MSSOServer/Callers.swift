@@ -5,29 +5,31 @@ import MSSOCore
 import MSSOProtocol
 import Synchronization
 
-/// Who sent some bytes, as the kernel attached it to them (`SCM_CREDENTIALS`, `SCM_PIDFD`).
+/// Who sent some bytes: the uid, gid and pid the kernel attached to them (`SCM_CREDENTIALS`) and,
+/// when that pid is the connection's own process, that process's pidfd and number (taken when it
+/// connected, `SO_PEERPIDFD`). While that pidfd's process lives, no other process has its pid, so
+/// bytes sent in its name since it connected are its own (or root's: see
+/// ``ProcessFacts/isOnHost(like:)`` for who may name a process).
 struct Sender {
     var uid: UInt32
     var gid: UInt32
     var pid: Int32
-    /// A pidfd of the very process that sent the bytes (-1: the kernel gave none). Owned.
+    /// A pidfd of the process that sent the bytes (-1: none known). The connection's: never closed here.
     var pidfd: Int32
 
-    /// The kernel's number for the very process that sent the bytes (its pidfd's inode, unique for
-    /// the system's lifetime on Linux >= 6.9; 0 when unknown). A pid can name another process once
-    /// its first one is gone; this cannot.
-    let process: UInt64
+    /// The kernel's number for that process (its pidfd's inode, unique for the system's lifetime
+    /// on Linux >= 6.9; 0 when unknown). A pid can name another process once its first one is
+    /// gone; this cannot.
+    var process: UInt64
 
-    init(uid: UInt32, gid: UInt32, pid: Int32, pidfd: Int32) {
-        (self.uid, self.gid, self.pid, self.pidfd) = (uid, gid, pid, pidfd)
-        var info = stat()
-        process = pidfd >= 0 && fstat(pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
+    init(uid: UInt32, gid: UInt32, pid: Int32, pidfd: Int32 = -1, process: UInt64 = 0) {
+        (self.uid, self.gid, self.pid, self.pidfd, self.process) = (uid, gid, pid, pidfd, process)
     }
 
-    /// Closes the pidfd; call once the sender is no longer needed.
-    mutating func release() {
-        if pidfd >= 0 { close(pidfd) }
-        pidfd = -1
+    /// The kernel's number of the process behind `pidfd` (0 when unknown).
+    static func process(of pidfd: Int32) -> UInt64 {
+        var info = stat()
+        return pidfd >= 0 && fstat(pidfd, &info) == 0 ? UInt64(info.st_ino) : 0
     }
 }
 
@@ -108,8 +110,8 @@ final class Callers: @unchecked Sendable {
     private let rules: Rules
     /// The user's own tools: their paths are checked like registered ones.
     private let ownTools: Set<String>
-    /// Whether the kernel attaches a pidfd of the sender to every read (SO_PASSPIDFD took). Then a
-    /// read without one cannot be pinned to its sender, whose pid may have been reused since.
+    /// Whether the kernel gives each connection's process as a pidfd (SO_PEERPIDFD). Then a sender
+    /// without one cannot be pinned to its process, whose pid may have been reused since.
     private let pidfds: Bool
     /// This daemon's own facts: a caller whose mount namespace and root match sees our paths.
     private let own = ProcessFacts.of(pid: 0)
@@ -183,8 +185,6 @@ final class Callers: @unchecked Sendable {
         }
         let facts = ProcessFacts.of(pid: sender.pid)
         // Read the facts first, then check the sender still runs: the pid then named it throughout.
-        // A read that should have brought a pidfd and did not (its control data was cut short) is
-        // as good as one from a process that is gone.
         guard sender.pidfd >= 0 ? cmsso_pidfd_alive(sender.pidfd) == 1 : !pidfds else { return .gone }
         if var entry = cache[sender.pid], entry.facts == facts, entry.process == sender.process,
            entry.generation == snapshot.generation || !needsAnotherLook(entry, snapshot.entitlements) {

@@ -17,9 +17,11 @@ import MSSOProtocol
 final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     let fd: Int32
     var token: UInt64 = 0
-    /// The process that connected (`SO_PEERCRED`): for the per-process cap, and `hello`'s answer
-    /// when a root caller cannot be looked at. Calls are judged by their own sender.
+    /// The process that connected (`SO_PEERCRED`), the only one whose calls are served here.
     let connectedPid: Int32
+    /// Its pidfd (`SO_PEERPIDFD`; -1 on kernels without it), held while the connection is open:
+    /// each call is checked to come from the pid it names while that process is alive.
+    let connectedPidfd: Int32
     /// The connecting process's kernel number (see ``Sender/process``; 0 when unknown).
     let connectedProcess: UInt64
     /// The SSH forward whose socket accepted this connection: its calls are the forward's
@@ -53,10 +55,12 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     typealias Decoded = InboundFrames.Decoded
 
-    init(fd: Int32, connectedPid: Int32, server: BrokerServer, forward: Forwards.Forward? = nil, connectedProcess: UInt64 = 0) {
+    /// Takes `fd` and `connectedPidfd` (closed with the connection).
+    init(fd: Int32, connectedPid: Int32, connectedPidfd: Int32 = -1, server: BrokerServer, forward: Forwards.Forward? = nil) {
         self.fd = fd
         self.connectedPid = connectedPid
-        self.connectedProcess = connectedProcess
+        self.connectedPidfd = connectedPidfd
+        self.connectedProcess = Sender.process(of: connectedPidfd)
         self.forward = forward
         self.server = server
         let now = cmsso_monotonic_ns()
@@ -86,10 +90,12 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         if count == -Int(EAGAIN) || count == -Int(EINTR) { return }
         guard count > 0 else { return close() } // end of stream, or an error
         busy = count == room && room <= InboundFrames.fairShare // (not the rest of one long frame)
-        var sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid, pidfd: credentials.pidfd)
+        // The connection's process, or another (refused in `step`): see ``Sender``.
+        let own = credentials.pid == connectedPid && connectedPid > 0
+        let sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid,
+                            pidfd: own ? connectedPidfd : -1, process: own ? connectedProcess : 0)
         guard server.policy.admits(uid: sender.uid) else {
             // The socket was handed to another user's process: that process is refused.
-            sender.release()
             server.logger.notice("refused a call from another uid", metadata: ["uid": "\(sender.uid)", "pid": "\(sender.pid)"])
             send(ReplyWriter.error(serial: 0, server.policy.refusal(uid: sender.uid)))
             return closeAfterWriting()
@@ -98,7 +104,6 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         let calls: [Decoded]
         switch input.take(server.scratch[..<count], from: (sender.pid, sender.uid, sender.process), now: cmsso_monotonic_ns) {
         case .tooLarge(let announced):
-            sender.release()
             send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, FramingError.tooLarge(announced).description)))
             return closeAfterWriting()
         case .frames(let frames):
@@ -116,7 +121,6 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     /// Answers calls in order; stops (and holds the rest) at one whose sender must first be
     /// identified.
     private func handle(_ calls: [Decoded], from sender: Sender) {
-        var sender = sender
         for (index, decoded) in calls.enumerated() {
             guard !closed else { break }
             switch step(decoded, sender: sender) {
@@ -124,10 +128,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
                 continue
             case .wait:
                 held = (Array(calls[index...]), sender, cmsso_monotonic_ns())
-                return // the sender (and its pidfd) is kept for when the wait ends
+                return
             }
         }
-        sender.release()
     }
 
     private enum Step { case done, wait }
@@ -147,6 +150,10 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         }
         guard serial != 0 else {
             send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, "serials run from 1 to 4294967295; 0 means \"no call\"")))
+            return .done
+        }
+        guard sender.pid == connectedPid, connectedPid > 0 else {
+            send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the process that opened a connection may call on it (this one was opened by pid \(connectedPid); the call came from pid \(sender.pid)); open a connection of your own: a forked child, or a program given the socket, connects itself")))
             return .done
         }
         guard greeted || method == Methods.Hello.name else {
@@ -216,8 +223,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     /// which carries whatever runs on the remote host). Only that process may write here.
     private func forwarded(_ serial: UInt32, _ method: String, _ arguments: CallArguments, sender: Sender,
                            forward: Forwards.Forward) -> Step {
-        guard sender.uid == server.policy.owner, sender.pid == connectedPid,
-              sender.process == 0 || connectedProcess == 0 || sender.process == connectedProcess else {
+        // (The pid is the connection's: `step`. Alive now, its process wrote the call.)
+        guard sender.uid == server.policy.owner, sender.pidfd < 0 || cmsso_pidfd_alive(sender.pidfd) == 1 else {
             send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the ssh process that connected may write on a forward's connection")))
             return .done
         }
@@ -262,20 +269,16 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         send(WireCodec.frame(Reply(serial: serial, result: Methods.Hello.Result(version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: peer)), serial: serial))
     }
 
-    /// The program each process that wrote on this connection ran when the daemon last read
-    /// from it, by process (see ``Sender/process``; the pid when the kernel gives no pidfds).
-    private var programs: [UInt64: ProcessFacts.FileIdentity?] = [:]
-    /// Processes a connection may be written by (a suite's app and a few helpers need far fewer).
-    static let maximumWriters = 64
+    /// The program the connection's process ran when the daemon last read from it (nil: none read yet).
+    private var program: ProcessFacts.FileIdentity?? = nil
 
-    /// Refuses a call from a process that ran another program when it last wrote here: it
-    /// exec'd since, and the kernel names the sender of bytes by its process, not by the program
-    /// that wrote them, so this call may have been written before the exec by the program it
-    /// replaced. The connection stays refused to that process; a program that wants the broker
+    /// Refuses a call from the connection's process when it ran another program when it last
+    /// wrote here: it exec'd since, and the kernel names the sender of bytes by its process, not
+    /// by the program that wrote them, so this call may have been written before the exec by the
+    /// program it replaced. The connection stays refused to it; a program that wants the broker
     /// after an exec opens a connection of its own (sockets are close-on-exec as a rule).
     private func remember(_ sender: Sender, running executable: ProcessFacts.FileIdentity?) -> BrokerError? {
-        let process = sender.process != 0 ? sender.process : UInt64(UInt32(bitPattern: sender.pid))
-        if let previous = programs[process] {
+        if let previous = program {
             // The same file, by device and inode (a file changed in place is the identity's
             // business: a pin, or a path that no longer names it).
             guard previous?.device == executable?.device && previous?.inode == executable?.inode else {
@@ -283,10 +286,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             }
             return nil
         }
-        guard programs.count < Self.maximumWriters else {
-            return BrokerError(.busy, "\(Self.maximumWriters) processes have written on this connection already; open a connection of your own")
-        }
-        programs[process] = executable
+        program = .some(executable)
         return nil
     }
 
@@ -304,9 +304,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     /// Answers every held call with `error` (pings still get their echo).
     private func refuseHeld(_ error: BrokerError) {
-        guard var waiting = held else { return }
+        guard let waiting = held else { return }
         held = nil
-        waiting.sender.release()
         for decoded in waiting.calls {
             switch decoded {
             case .malformed(let serial, let problem): send(ReplyWriter.error(serial: serial, problem))
@@ -464,7 +463,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         closed = true
         server.reactor.remove(fd, token: token)
         Glibc.close(fd)
-        if var waiting = held?.sender { waiting.release() }
+        if connectedPidfd >= 0 { Glibc.close(connectedPidfd) }
         held = nil
         input.clear()
         server.releaseReplies(pendingOutput)

@@ -94,7 +94,7 @@ final class DispatcherTests: XCTestCase {
     func testAnUnknownMethodIsRefusedAndAuditedUnderANameThatForgesNothing() throws {
         let dispatcher = makeDispatcher()
         let channel = RecordingChannel()
-        dispatcher.refuseUnknown("sign\n2026 ok forged", serial: 5, sender: Sender(uid: getuid(), gid: getgid(), pid: 4242, pidfd: -1),
+        dispatcher.refuseUnknown("sign\n2026 ok forged", serial: 5, sender: Sender(uid: getuid(), gid: getgid(), pid: 4242),
                                  connection: channel)
         let error = try channel.object(XCTUnwrap(channel.sent.first))
         XCTAssertEqual(error["error"] as? String, "UnknownMethod")

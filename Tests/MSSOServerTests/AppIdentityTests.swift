@@ -58,10 +58,10 @@ final class AppIdentityTests: XCTestCase {
         XCTAssertFalse(unregistered.pathChecked, "a path nothing names is not looked up")
     }
 
-    func testAReadWithoutTheSendersPidfdIsFromNobodyWhenTheKernelGivesPidfds() throws {
+    func testASenderWithoutItsConnectionsPidfdIsNobodyWhenTheKernelGivesPidfds() throws {
         let rules = Rules(configuration: Configuration(groups: []), entitlements: Entitlements(registrations: []),
                           logger: Logger(label: "test"))
-        let me = Sender(uid: getuid(), gid: getgid(), pid: getpid(), pidfd: -1)
+        let me = Sender(uid: getuid(), gid: getgid(), pid: getpid())
         guard case .gone = Callers(reactor: try Reactor(), rules: rules, pidfds: true).identity(of: me, then: { _ in }) else {
             return XCTFail("the pid alone was trusted though the kernel should have pinned it with a pidfd")
         }

@@ -1,7 +1,8 @@
 """Attacks on who the broker takes a caller to be, against the real mssod, kernel, keyring and IdP.
 
-Every call is judged by the process that sent its bytes (SCM_CREDENTIALS + SCM_PIDFD): a socket
-kept across an exec, inherited or passed speaks for whoever writes to it. A registration by path
+A connection speaks only for the process that opened it: every call's bytes must come from that
+process (SCM_CREDENTIALS, while its pidfd from SO_PEERPIDFD says it lives) and running the program
+it ran when it was last read from; a socket inherited or passed is refused to whoever else writes. A registration by path
 holds only for a process that sees the daemon's file system and runs the very file at that path;
 a Flatpak id is read only from a process in a sandbox of its own; admin files count only when root
 owns them (and everything above them). Each test says the attack and what must happen; each has a
@@ -161,6 +162,9 @@ def register_flatpak(broker, name, app_id, groups):
     (directory / f"{name}.toml").write_text(f'[apps.{name}]\nflatpak = "{app_id}"\ngroups = {json.dumps(groups)}\n')
 
 
+NOT_THE_CONNECTIONS = "only the process that opened a connection may call on it"
+
+
 def assert_refused(reply, error="NotEntitled", *phrases):
     assert not is_token(reply), f"a token was handed out: {reply.get('type')}"
     assert reply.get("type") == "error" and reply.get("error") == error, reply
@@ -268,7 +272,7 @@ os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 def test_exec_after_connect_with_an_accomplice_keeping_the_socket(bare, tmp_path):
     """Attack: an unregistered process connects and says hello, forks an accomplice that keeps the
     socket, then execs a registered program (which keeps the socket too); the accomplice signs 30
-    times. Expected: 0 tokens; every reply is NotEntitled naming the accomplice's own executable."""
+    times. Expected: 0 tokens; every reply is Forbidden: the accomplice did not open the connection."""
     registered = python_copy(tmp_path, "registered-app")
     attacker = python_copy(tmp_path, "attacker")
     bare.register("registered", [registered], [GROUP])
@@ -292,7 +296,7 @@ def test_exec_after_connect_with_an_accomplice_keeping_the_socket(bare, tmp_path
     assert len(replies) == 30
     assert sum(map(is_token, replies)) == 0, "no token for the accomplice"
     for reply in replies:
-        assert_refused(reply, "NotEntitled", f"{attacker} is not registered for access group \"{GROUP}\"")
+        assert_refused(reply, "Forbidden", NOT_THE_CONNECTIONS, f"the call came from pid {result['accomplice']['pid']}")
 
 
 # MARK: 2. a socket passed with SCM_RIGHTS
@@ -325,18 +329,53 @@ channel.sendall(json.dumps({"me": me(), "reply": sign(s, sys.argv[2])}).encode()
 '''
 
 
-def test_a_socket_passed_to_an_unregistered_process_speaks_for_that_process(bare, tmp_path):
+def test_a_socket_passed_to_another_process_is_refused_to_it(bare, tmp_path):
     """Attack: a registered program hands its connection (SCM_RIGHTS) to an unregistered one, which
-    signs on it. Expected: the receiver is judged as itself (NotEntitled); the registered sender's
-    own calls on that same connection, before and after, are still served."""
+    signs on it. Expected: the receiver is refused (Forbidden: it did not open the connection);
+    the registered sender's own calls on that same connection, before and after, are still served."""
     registered = python_copy(tmp_path, "registered-app")
     receiver = python_copy(tmp_path, "receiver")
     bare.register("registered", [registered], [GROUP])
     result = run_script(registered, PASS_SOCKET, bare.socket, GROUP, receiver, RECEIVE_SOCKET)
     assert served(result["first"]), "control: the registered program is served"
     assert result["receiver"]["me"]["exe"] == str(receiver)
-    assert_refused(result["receiver"]["reply"], "NotEntitled", f"{receiver} is not registered")
+    assert_refused(result["receiver"]["reply"], "Forbidden", NOT_THE_CONNECTIONS, "open a connection of your own")
     assert served(result["after"]), "the sender's own calls on the same socket still work"
+
+
+# argv: socket group. Signs; forks a child that signs on the inherited connection, then on one of
+# its own; signs again.
+FORKED_CHILD = WIRE + r'''
+path, group = sys.argv[1:3]
+s = connect(path)
+first = sign(s, group)
+read_end, write_end = os.pipe()
+child = os.fork()
+if child == 0:
+    _serial[0] = 100
+    inherited = sign(s, group)
+    own = sign(connect(path), group)
+    os.write(write_end, json.dumps({"pid": os.getpid(), "inherited": inherited, "own": own}).encode())
+    os._exit(0)
+os.close(write_end)
+report = json.loads(os.read(read_end, 1 << 20))
+os.waitpid(child, 0)
+_serial[0] = 200
+say({"first": first, "child": report, "after": sign(s, group)})
+'''
+
+
+def test_a_forked_child_of_a_registered_program_is_told_to_open_its_own_connection(bare, tmp_path):
+    """A registered program forks; the child (the same program, so registered too) signs on the
+    connection it inherited. Expected: refused (Forbidden), naming both pids and the fix; the
+    child's own connection is served, and so are the parent's calls before and after."""
+    registered = python_copy(tmp_path, "registered-app")
+    bare.register("registered", [registered], [GROUP])
+    result = run_script(registered, FORKED_CHILD, bare.socket, GROUP)
+    assert served(result["first"]) and served(result["after"])
+    assert_refused(result["child"]["inherited"], "Forbidden", NOT_THE_CONNECTIONS,
+                   f"the call came from pid {result['child']['pid']}", "a forked child")
+    assert served(result["child"]["own"]), "the child's own connection is served"
 
 
 # MARK: 3. a bind mount over a registered path, in a mount namespace of one's own
@@ -498,10 +537,11 @@ OWN_NAMESPACES = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--
 def test_credentials_forged_in_a_pid_namespace_of_ones_own_name_nobody(user_broker, user_desktop):
     """Attack (uid 1000, `unshare -U -r -p -f`, no privilege): holding CAP_SYS_ADMIN over a pid
     namespace of its own, an unregistered program starts the registered binary (unmodified) as its
-    child and stamps its own sign call with SCM_CREDENTIALS naming that child; the kernel derives
-    SCM_PIDFD from the forged pid. Expected: the kernel takes the forgery, and the broker serves
-    nobody (NotEntitled: the named process is not in the daemon's pid namespace). Control: the
-    registered binary on the host is served."""
+    child and stamps its own sign call with SCM_CREDENTIALS naming that child. Expected: the kernel
+    takes the forgery, and the broker serves nobody: the named process did not open the
+    connection (Forbidden); and the registered binary in that namespace, which the forger could
+    name on a connection it opened, is served on no connection of its own (NotEntitled: it is not
+    in the daemon's pid namespace). Control: the registered binary on the host is served."""
     directory = user_bin(user_desktop)
     registered = python_copy(directory, "registered-app", uid=USER)
     user_broker.register("registered", [registered], [GROUP])
@@ -512,15 +552,19 @@ def test_credentials_forged_in_a_pid_namespace_of_ones_own_name_nobody(user_brok
                         prefix=[*as_uid(USER), *OWN_NAMESPACES])
     assert result["forged"] is True, f"the kernel refused the forged credentials: {result['forged']}"
     assert result["me"]["pid"] == 1, "the forger is pid 1 of a pid namespace of its own"
-    assert_refused(result["reply"], "NotEntitled", f"{registered} runs in a mount, pid or user namespace of its own")
+    assert_refused(result["reply"], "Forbidden", NOT_THE_CONNECTIONS)
+    inside = run_script(registered, SIGN_ONCE, user_broker.socket, GROUP, prefix=[*as_uid(USER), *OWN_NAMESPACES])
+    assert inside["me"]["pid"] == 1
+    assert_refused(inside["reply"], "NotEntitled", f"{registered} runs in a mount, pid or user namespace of its own")
 
 
 def test_a_sandbox_nested_in_namespaces_a_user_made_is_no_flatpak_app(user_broker, user_desktop):
     """Attack (uid 1000): inside a user and pid namespace of its own, a program starts a real
     bubblewrap sandbox showing a registered Flatpak id and names the sandboxed process in the
-    credentials of its own sign call. Expected: refused (a sandbox counts only when made from the
-    daemon's namespaces, as Flatpak makes them). Control: the same sandbox started on the host is
-    served as that Flatpak app."""
+    credentials of its own sign call; and the sandboxed program signs on a connection of its own.
+    Expected: both refused: the named process did not open the connection; the sandbox counts only
+    when made from the daemon's namespaces, as Flatpak makes them. Control: the same sandbox
+    started on the host is served as that Flatpak app."""
     register_flatpak(user_broker, "sandboxed", "com.example.Sandboxed", [GROUP])
     sandbox = bwrap(flatpak_info(user_bin(user_desktop), "com.example.Sandboxed"), user_broker)
     control = run_script(sandbox, SIGN_ONCE, "/run/msso/broker.sock", GROUP, prefix=as_uid(USER))
@@ -530,7 +574,9 @@ def test_a_sandbox_nested_in_namespaces_a_user_made_is_no_flatpak_app(user_broke
                         prefix=[*as_uid(USER), *OWN_NAMESPACES])
     assert result["forged"] is True, f"the kernel refused the forged credentials: {result['forged']}"
     assert result["named"] != 1
-    assert_refused(result["reply"], "NotEntitled")
+    assert_refused(result["reply"], "Forbidden", NOT_THE_CONNECTIONS)
+    inside = run_script(sandbox, SIGN_ONCE, "/run/msso/broker.sock", GROUP, prefix=[*as_uid(USER), *OWN_NAMESPACES])
+    assert_refused(inside["reply"], "NotEntitled")
 
 
 # MARK: 5. a forged systemd scope name
@@ -872,7 +918,7 @@ def test_a_frame_written_by_two_processes_is_refused(bare, tmp_path):
     """Attack: an unregistered process writes the first half of a sign call; a registered program
     sharing the socket writes the second half (then a whole call of its own). Expected: the mixed
     frame is refused (Forbidden, "more than one process"); the registered program's own whole call
-    is served."""
+    is refused too: it did not open the connection."""
     import struct
     registered = python_copy(tmp_path, "registered-app")
     attacker = python_copy(tmp_path, "attacker")
@@ -884,29 +930,36 @@ def test_a_frame_written_by_two_processes_is_refused(bare, tmp_path):
     by_serial = {reply.get("serial"): reply for reply in result["replies"]}
     assert 2 not in by_serial, "the mixed call is answered as nobody's"
     assert_refused(by_serial[0], "Forbidden", "written by more than one process")
-    assert served(by_serial[7]), "the registered program's own whole call is served"
+    assert_refused(by_serial[7], "Forbidden", NOT_THE_CONNECTIONS)
 
 
-# argv: socket group registered own-call-hex. Says hello; forks a writer that writes the first
-# half of a sign call and exits; once it is reaped, starts the registered program as the same pid
-# (root sets ns_last_pid) with the socket, and has it write the second half and a call of its own.
+# argv: socket group registered own-call-hex. A child connects, says hello, writes the first half of
+# a sign call, hands the connection to the parent (over a socketpair of their own) and exits; once
+# it is reaped, the parent starts the registered program as the same pid (root sets ns_last_pid)
+# with the socket, and has it write the second half and a call of its own.
 SPLIT_ACROSS_PID_REUSE = WIRE + r'''
 import subprocess
 path, group, registered, own = sys.argv[1:5]
-s = connect(path)
-whole = sign_frame(group)          # serial 2
+_serial[0] = 1
+whole = sign_frame(group)          # serial 2 (the child's hello: 3)
 cut = len(whole) // 2
+mine, theirs = socket.socketpair()
 writer = os.fork()
 if writer == 0:
+    s = connect(path)
     s.sendall(whole[:cut])
+    drained(s)                     # the daemon has read the first half
+    socket.send_fds(theirs, [b"x"], [s.fileno()])
     os._exit(0)
+_, fds, _, _ = socket.recv_fds(mine, 1, 1)
+s = socket.socket(fileno=fds[0])
+s.settimeout(30)
 os.waitpid(writer, 0)
-drained(s)                         # the daemon has read the first half
 FINISH = """
 import os, socket, sys
 s = socket.socket(fileno=int(sys.argv[1]))
 s.sendall(bytes.fromhex(sys.argv[2]))
-sys.stdin.read()  # alive until its call is answered: a sender that is gone is refused
+sys.stdin.read()  # alive until its call is answered
 """
 for _ in range(50):
     with open("/proc/sys/kernel/ns_last_pid", "w") as last:
@@ -928,11 +981,12 @@ say({"writer": writer, "finisher": child.pid, "replies": replies})
 
 
 def test_a_frame_written_by_two_processes_that_had_the_same_pid_is_refused(bare, tmp_path):
-    """Attack: an unregistered process writes the first half of a sign call and exits; its pid is
-    handed to a registered program (root sets ns_last_pid) that inherits the socket and writes the
-    second half (standing in for any registered program that echoes what it is given). Two
-    processes, one pid. Expected: the frame is refused (Forbidden, "more than one process"), and
-    the registered program's own whole call after it is served."""
+    """Attack: an unregistered process opens a connection, writes the first half of a sign call and
+    exits; its pid is handed to a registered program (root sets ns_last_pid) that is given the
+    socket and writes the second half (standing in for any registered program that echoes what it
+    is given), then a whole call of its own. Two processes, one pid: the connection's. Expected:
+    both calls refused (Forbidden): the process that opened the connection is gone, whatever now
+    holds its pid."""
     import struct
     registered = python_copy(tmp_path, "registered-app")
     attacker = python_copy(tmp_path, "attacker")
@@ -943,9 +997,8 @@ def test_a_frame_written_by_two_processes_that_had_the_same_pid_is_refused(bare,
     assert "error" not in result, result
     assert result["writer"] == result["finisher"], "one pid, two processes"
     by_serial = {reply.get("serial"): reply for reply in result["replies"]}
-    assert 2 not in by_serial, f"the mixed call was answered as the registered program: {by_serial[2].get('type')}"
-    assert_refused(by_serial[0], "Forbidden", "written by more than one process")
-    assert served(by_serial[7])
+    assert_refused(by_serial[2], "Forbidden", "is gone")
+    assert_refused(by_serial[7], "Forbidden", "is gone")
 
 
 def test_a_call_before_hello_is_refused(bare, tmp_path):
@@ -982,15 +1035,18 @@ say({"me": me(), "reply": sign(s, sys.argv[2])})
     assert served(run_script(registered, SIGN_ONCE, bare.socket, GROUP)["reply"])
 
 
-# argv: socket group. Says hello, forks a sender that waits for "go" (on a pipe from the parent),
-# then writes a sign call with 22 descriptors attached (enough to crowd SCM_PIDFD out of the
-# daemon's control buffer) and exits. The parent reaps it, then reads the answer on "read".
+# argv: socket group. A child connects, says hello, hands the connection to the parent (over a
+# socketpair of their own) and waits for "go"; then it writes a sign call with 22 descriptors
+# attached (enough to crowd a pidfd out of a control buffer of the daemon's size) and exits. The
+# parent reaps it, then reads the answer on "read".
 SEND_AND_EXIT = WIRE + r'''
 path, group = sys.argv[1], sys.argv[2]
-s = connect(path)
+mine, theirs = socket.socketpair()
 cue_r, cue_w = os.pipe()
 sender = os.fork()
 if sender == 0:
+    s = connect(path)
+    socket.send_fds(theirs, [b"x"], [s.fileno()])
     os.read(cue_r, 1)
     fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(22)]
     try:
@@ -1001,6 +1057,9 @@ if sender == 0:
         s.sendall(sign_frame(group))
     os.write(1, (json.dumps({"descriptors": passed}) + "\n").encode())
     os._exit(0)
+_, fds, _, _ = socket.recv_fds(mine, 1, 1)
+s = socket.socket(fileno=fds[0])
+s.settimeout(30)
 say({"sender": sender})
 sys.stdin.readline()
 os.write(cue_w, b"x")
@@ -1025,9 +1084,8 @@ def take_pid(pid, argv, attempts=50):
 
 
 def test_a_sender_gone_before_its_call_is_read_is_refused_even_when_its_pid_is_reused(bare, tmp_path):
-    """Attack: with the daemon stopped, an unregistered process writes a sign call (trying to attach
-    22 descriptors, which would crowd the kernel's pidfd of the sender out of the daemon's buffer)
-    and exits; its pid is handed to a registered program (root sets ns_last_pid); the daemon then
+    """Attack: with the daemon stopped, an unregistered process writes a sign call on the connection
+    it opened (trying to attach 22 descriptors) and exits, another process keeping the socket; its pid is handed to a registered program (root sets ns_last_pid); the daemon then
     resumes and reads the call. Expected: the kernel refuses descriptors sent to the broker
     (EPERM), and the call is refused as coming from a process that is gone, never served as the
     registered program now holding the pid."""
@@ -1173,9 +1231,9 @@ def test_a_call_written_just_before_an_exec_is_not_served_even_under_backpressur
     assert not is_token(result["reply"]), "the attacker's call was served as the registered program"
 
 
-# argv: socket group registered. The parent connects without a word; a child it forks says hello
-# and, on "go", waits for the answer. The parent writes a sign call and execs the registered
-# program at once: the daemon has never read anything from the parent before.
+# argv: socket group registered. The parent connects without a word and forks a reader that keeps
+# the socket; on "go" it writes hello and a sign call at once and execs the registered program: the
+# daemon has never read anything from it before.
 SEND_THEN_EXEC_UNSEEN = WIRE + r'''
 path, group, registered = sys.argv[1], sys.argv[2], sys.argv[3]
 s = connect(path, hello=False)
@@ -1183,14 +1241,14 @@ os.set_inheritable(s.fileno(), True)
 cue_r, cue_w = os.pipe()
 if os.fork() == 0:
     os.close(cue_w)
-    call(s, "hello", {"version": 1})
     say({"pid": os.getppid()})
     os.read(cue_r, 1)  # the parent exec'd
     sys.stdin.readline()
+    receive(s)         # hello's answer
     say({"reply": receive(s)})
     os._exit(0)
 sys.stdin.readline()
-s.sendall(sign_frame(group))
+s.sendall(frame("hello", {"version": 1}) + sign_frame(group))
 os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 '''
 
@@ -1200,9 +1258,9 @@ os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 @pytest.mark.xfail(strict=False, reason="open: the kernel names the sender of bytes by process, not by the program it "
                                         "ran; a process never read from before cannot be told from the program it exec'd")
 def test_a_call_written_just_before_an_exec_by_a_process_never_seen_before(bare, tmp_path):
-    """Attack: as above, but the attacker's child says hello, so the daemon has never read a byte
-    from the process that writes the sign call and execs the registered program. Expected (not met;
-    see docs/SECURITY.md): no token."""
+    """Attack: as above, but hello and the sign call are written together just before the exec, so
+    the daemon has never read a byte from the process before it runs the registered program.
+    Expected (not met; see docs/SECURITY.md): no token."""
     reply = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN)
     assert not is_token(reply), "the attacker's call was served as the registered program"
 

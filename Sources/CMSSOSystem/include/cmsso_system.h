@@ -36,13 +36,16 @@ int cmsso_prepare_listener(int fd);
 /// accept4(2), non-blocking and close-on-exec.
 int cmsso_accept(int listener);
 
-/// Asks the kernel to attach the sender's credentials (SO_PASSCRED) and a pidfd of the sender
-/// (SO_PASSPIDFD, Linux >= 6.5) to every read. Returns a bit mask of what took: 1 credentials,
-/// 2 pidfds; -errno when not even credentials could be turned on.
+/// Asks the kernel to attach the sender's credentials (SO_PASSCRED) to every read, and no pidfd
+/// (SO_PASSPIDFD off: a connection is spoken for by the process that opened it, whose pidfd the
+/// connection holds; see docs/ARCHITECTURE.md). 0, or -errno.
 int cmsso_pass_credentials(int fd);
 
-/// Who sent some bytes, as the kernel attached it to them. `pidfd` is -1 when the kernel gave
-/// none (older kernels, or the sender already exited and was reaped).
+/// Whether the kernel gives a connection's peer as a pidfd (SO_PEERPIDFD, Linux >= 6.5): 1 or 0.
+int cmsso_peer_pidfds(void);
+
+/// Who sent some bytes, as the kernel attached it to them (`pidfd` -1), or who connected
+/// (`cmsso_peer_credentials`: `pidfd` -1 where the kernel has no SO_PEERPIDFD).
 typedef struct {
     int32_t pid;
     uint32_t uid;
@@ -52,8 +55,8 @@ typedef struct {
 
 /// Reads what one sender wrote (the kernel never merges two writers' bytes into one read once
 /// SO_PASSCRED is on) and who that was. Descriptors passed with SCM_RIGHTS are closed at once:
-/// nobody may make the daemon hold descriptors. 0 at end of stream, -errno on failure; on
-/// success the caller owns `from->pidfd`.
+/// nobody may make the daemon hold descriptors (a pidfd too, had one been attached). 0 at end of
+/// stream, -errno on failure.
 ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *from);
 
 /// The peer as of connect: SO_PEERCRED and, where the kernel has it, SO_PEERPIDFD.
