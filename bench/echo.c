@@ -4,10 +4,11 @@
  * as with the broker: encode, send, receive, decode.
  *
  * With --identify it also does, per frame, the kernel work by which mssod learns who sent a call
- * (docs/ARCHITECTURE.md): the connecting process's pid and pidfd taken at accept (SO_PEERCRED,
- * SO_PEERPIDFD), then per read: recvmsg carrying SCM_CREDENTIALS, its pid compared with the
- * connection's, the executable (statx of /proc/PID/exe), the pidfd checked alive. That floor
- * contains the cost of per-call identity and none of the broker.
+ * (docs/ARCHITECTURE.md): the connecting process's pid, pidfd and /proc directory taken at accept
+ * (SO_PEERCRED, SO_PEERPIDFD, the directory opened while the pidfd says it lives), then per read:
+ * recvmsg carrying SCM_CREDENTIALS, its pid compared with the connection's, the executable (statx
+ * of `exe` in that directory, which also fails once the process is gone). That floor contains the
+ * cost of per-call identity and none of the broker.
  *
  * It serves each client on a thread of its own; with --one-thread, all of them on one thread
  * waiting in epoll, as mssod's reactor does: what one thread can answer is the ceiling of mssod's
@@ -38,7 +39,7 @@ static int identify;
 
 /* What mssod does with each read before it looks at the bytes; returns -1 on a read that is not
  * the connection's live process's. */
-static int identify_sender(int fd, int connected_pid, int pidfd, void *buffer, size_t length) {
+static int identify_sender(int fd, int connected_pid, int directory, void *buffer, size_t length) {
     union { char bytes[CMSG_SPACE(sizeof(struct ucred))]; struct cmsghdr align; } control;
     struct iovec vector = { .iov_base = buffer, .iov_len = length };
     struct msghdr message = { .msg_iov = &vector, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
@@ -48,19 +49,15 @@ static int identify_sender(int fd, int connected_pid, int pidfd, void *buffer, s
     for (struct cmsghdr *header = CMSG_FIRSTHDR(&message); header; header = CMSG_NXTHDR(&message, header)) {
         if (header->cmsg_type == SCM_CREDENTIALS) { struct ucred c; memcpy(&c, CMSG_DATA(header), sizeof c); pid = c.pid; }
     }
-    if (pidfd < 0 || pid != connected_pid) return -1;
+    if (directory < 0 || pid != connected_pid) return -1;
     struct statx executable;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/exe", pid);
-    int alive = statx(AT_FDCWD, path, AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &executable) == 0
-        && syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0;
-    return alive ? (int)count : -1;
+    return statx(directory, "exe", AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &executable) == 0 ? (int)count : -1;
 }
 
 /* One client's bytes: what has arrived of its frames. */
 struct peer {
     int fd;
-    int pid, pidfd; /* the connecting process (with --identify) */
+    int pid, pidfd, directory; /* the connecting process (with --identify) */
     size_t held;
     char buffer[65536 + 4];
 };
@@ -68,7 +65,7 @@ struct peer {
 /* Reads as mssod does: as much as has arrived, one recvmsg (with --identify, one identity) per read,
  * then one reply per whole frame in the buffer. Returns -1 when the peer is done. */
 static int answer(struct peer *peer) {
-    ssize_t count = identify ? identify_sender(peer->fd, peer->pid, peer->pidfd, peer->buffer + peer->held, sizeof peer->buffer - peer->held)
+    ssize_t count = identify ? identify_sender(peer->fd, peer->pid, peer->directory, peer->buffer + peer->held, sizeof peer->buffer - peer->held)
                              : read(peer->fd, peer->buffer + peer->held, sizeof peer->buffer - peer->held);
     if (count <= 0) return -1;
     peer->held += (size_t)count;
@@ -91,13 +88,20 @@ static struct peer *accept_peer(int listener) {
     if (fd < 0) return NULL;
     struct peer *peer = calloc(1, sizeof *peer);
     peer->fd = fd;
-    peer->pidfd = -1;
+    peer->pidfd = peer->directory = -1;
     if (identify) {
         struct ucred credentials;
         socklen_t size = sizeof credentials;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &size) == 0) peer->pid = credentials.pid;
         size = sizeof peer->pidfd;
         if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &peer->pidfd, &size) != 0) peer->pidfd = -1;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d", peer->pid);
+        if (peer->pidfd >= 0 && (peer->directory = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) >= 0
+            && syscall(SYS_pidfd_send_signal, peer->pidfd, 0, NULL, 0) != 0) {
+            close(peer->directory);
+            peer->directory = -1;
+        }
     }
     return peer;
 }
@@ -105,6 +109,7 @@ static struct peer *accept_peer(int listener) {
 static void hang_up(struct peer *peer) {
     close(peer->fd);
     if (peer->pidfd >= 0) close(peer->pidfd);
+    if (peer->directory >= 0) close(peer->directory);
     free(peer);
 }
 

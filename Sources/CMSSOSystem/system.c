@@ -296,12 +296,10 @@ int cmsso_sandbox_made_from_ours(int pid) {
     return made;
 }
 
-void cmsso_process_executable_of(int pid, cmsso_process_facts *facts) {
-    char path[64];
+static void executable_facts(int directory, const char *path, cmsso_process_facts *facts) {
     struct statx result;
     memset(facts, 0, sizeof *facts);
-    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/exe", pid); else strcpy(path, "/proc/self/exe");
-    if (statx_path(path, &result)) {
+    if (statx(directory, path, AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &result) == 0) {
         facts->exe_ok = 1;
         facts->exe_device = ((uint64_t)result.stx_dev_major << 32) | result.stx_dev_minor;
         facts->exe_inode = result.stx_ino;
@@ -311,6 +309,22 @@ void cmsso_process_executable_of(int pid, cmsso_process_facts *facts) {
         facts->exe_mtime_nsec = result.stx_mtime.tv_nsec;
         facts->exe_size = (int64_t)result.stx_size;
     }
+}
+
+void cmsso_process_executable_of(int pid, cmsso_process_facts *facts) {
+    char path[64];
+    if (pid > 0) snprintf(path, sizeof path, "/proc/%d/exe", pid); else strcpy(path, "/proc/self/exe");
+    executable_facts(AT_FDCWD, path, facts);
+}
+
+int cmsso_process_directory(int pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", pid);
+    return pid > 0 ? open(path, O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
+}
+
+void cmsso_process_executable_at(int directory, cmsso_process_facts *facts) {
+    executable_facts(directory, "exe", facts);
 }
 
 ssize_t cmsso_read_small_file(const char *path, char *buffer, size_t capacity) {

@@ -204,10 +204,21 @@ public final class BrokerServer: @unchecked Sendable {
         }
         guard cmsso_pass_credentials(fd) >= 0 else { return refuse(fd, nil) }
         Self.refuseDescriptors(fd) // inherited from the listener, unless systemd made this connection before we set it
+        // Its /proc directory, checked to be opened while it lived: no later process of its pid's.
+        var directory: Int32 = -1
+        if peer.pidfd >= 0 {
+            directory = cmsso_process_directory(peer.pid)
+            if directory >= 0, cmsso_pidfd_alive(peer.pidfd) != 1 {
+                Glibc.close(directory)
+                directory = -1
+            }
+        }
         kept = true
-        let connection = Connection(fd: fd, connectedPid: peer.pid, connectedPidfd: peer.pidfd, server: self, forward: forward)
+        let connection = Connection(fd: fd, connectedPid: peer.pid, connectedPidfd: peer.pidfd, connectedDirectory: directory,
+                                    server: self, forward: forward)
         guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else {
             if peer.pidfd >= 0 { Glibc.close(peer.pidfd) }
+            if directory >= 0 { Glibc.close(directory) }
             return refuse(fd, nil)
         }
         connection.token = token

@@ -16,6 +16,9 @@ struct Sender {
     var pid: Int32
     /// A pidfd of the process that sent the bytes (-1: none known). The connection's: never closed here.
     var pidfd: Int32
+    /// Its /proc directory, opened while it lived (-1: none). The connection's too. Through it an
+    /// `exe` is found only while that process lives: one statx says both.
+    var processDirectory: Int32 = -1
 
     /// The kernel's number for that process (its pidfd's inode, unique for the system's lifetime
     /// on Linux >= 6.9; 0 when unknown). A pid can name another process once its first one is
@@ -58,6 +61,13 @@ struct ProcessFacts: Equatable {
     static func executable(pid: Int32) -> FileIdentity? {
         var facts = cmsso_process_facts()
         cmsso_process_executable_of(pid, &facts)
+        return ProcessFacts(facts).executable
+    }
+
+    /// The same through its /proc directory (`cmsso_process_directory`): nil once it is gone.
+    static func executable(directory: Int32) -> FileIdentity? {
+        var facts = cmsso_process_facts()
+        cmsso_process_executable_at(directory, &facts)
         return ProcessFacts(facts).executable
     }
 
@@ -174,11 +184,14 @@ final class Callers: @unchecked Sendable {
         // The very process seen before (by its pidfd, which no other process can have): only an
         // exec changes the code it runs, and an exec changes its executable. (A new mount namespace
         // or root is the process's own doing, by its own code; a later exec shows.) So one statx
-        // per call, where a stranger takes three and a readlink.
+        // per call, where a stranger takes three and a readlink; made through the process's own
+        // /proc directory, it also says the process still runs (so its pid named it throughout).
         if sender.process != 0, var entry = cache[sender.pid], entry.process == sender.process,
            entry.generation == snapshot.generation || !needsAnotherLook(entry, snapshot.entitlements),
-           let executable = ProcessFacts.executable(pid: sender.pid), executable == entry.facts.executable,
-           cmsso_pidfd_alive(sender.pidfd) == 1 {
+           let executable = sender.processDirectory >= 0 ? ProcessFacts.executable(directory: sender.processDirectory)
+                                                         : ProcessFacts.executable(pid: sender.pid),
+           executable == entry.facts.executable,
+           sender.processDirectory >= 0 || cmsso_pidfd_alive(sender.pidfd) == 1 {
             entry.lastUsed = cmsso_monotonic_ns()
             cache[sender.pid] = entry
             return .known(entry.identity, executable: executable)

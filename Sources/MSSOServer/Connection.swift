@@ -22,6 +22,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     /// Its pidfd (`SO_PEERPIDFD`; -1 on kernels without it), held while the connection is open:
     /// each call is checked to come from the pid it names while that process is alive.
     let connectedPidfd: Int32
+    /// Its /proc directory, opened while it lived (-1: none): see ``Sender/processDirectory``.
+    let connectedDirectory: Int32
     /// The connecting process's kernel number (see ``Sender/process``; 0 when unknown).
     let connectedProcess: UInt64
     /// The SSH forward whose socket accepted this connection: its calls are the forward's
@@ -55,11 +57,13 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     typealias Decoded = InboundFrames.Decoded
 
-    /// Takes `fd` and `connectedPidfd` (closed with the connection).
-    init(fd: Int32, connectedPid: Int32, connectedPidfd: Int32 = -1, server: BrokerServer, forward: Forwards.Forward? = nil) {
+    /// Takes `fd`, `connectedPidfd` and `connectedDirectory` (closed with the connection).
+    init(fd: Int32, connectedPid: Int32, connectedPidfd: Int32 = -1, connectedDirectory: Int32 = -1, server: BrokerServer,
+         forward: Forwards.Forward? = nil) {
         self.fd = fd
         self.connectedPid = connectedPid
         self.connectedPidfd = connectedPidfd
+        self.connectedDirectory = connectedDirectory
         self.connectedProcess = Sender.process(of: connectedPidfd)
         self.forward = forward
         self.server = server
@@ -92,8 +96,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         busy = count == room && room <= InboundFrames.fairShare // (not the rest of one long frame)
         // The connection's process, or another (refused in `step`): see ``Sender``.
         let own = credentials.pid == connectedPid && connectedPid > 0
-        let sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid,
+        var sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid,
                             pidfd: own ? connectedPidfd : -1, process: own ? connectedProcess : 0)
+        if own { sender.processDirectory = connectedDirectory }
         guard server.policy.admits(uid: sender.uid) else {
             // The socket was handed to another user's process: that process is refused.
             server.logger.notice("refused a call from another uid", metadata: ["uid": "\(sender.uid)", "pid": "\(sender.pid)"])
@@ -464,6 +469,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         server.reactor.remove(fd, token: token)
         Glibc.close(fd)
         if connectedPidfd >= 0 { Glibc.close(connectedPidfd) }
+        if connectedDirectory >= 0 { Glibc.close(connectedDirectory) }
         held = nil
         input.clear()
         server.releaseReplies(pendingOutput)

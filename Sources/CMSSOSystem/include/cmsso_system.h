@@ -121,6 +121,12 @@ void cmsso_process_facts_of(int pid, cmsso_process_facts *facts);
 int cmsso_sandbox_made_from_ours(int pid);
 /* The executable's part of the facts only (one statx): enough, per call, for a process already known. */
 void cmsso_process_executable_of(int pid, cmsso_process_facts *facts);
+/* /proc/PID opened (O_PATH), or -1. Once its process is gone (a zombie, or reaped, its pid
+ * perhaps another process's), nothing is found through it: its `exe` names no file. */
+int cmsso_process_directory(int pid);
+/* The same as cmsso_process_executable_of, through a directory from cmsso_process_directory: the
+ * path walk to /proc/PID saved, and `exe_ok` 0 once that process is gone. */
+void cmsso_process_executable_at(int directory, cmsso_process_facts *facts);
 
 /// Reads at most `capacity` bytes of a regular file, never following a final symbolic link and
 /// never waiting on a FIFO. Returns the bytes read (the file may be longer) or -errno; -EFBIG
