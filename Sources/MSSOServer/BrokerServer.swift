@@ -213,9 +213,11 @@ public final class BrokerServer: @unchecked Sendable {
                 directory = -1
             }
         }
+        // What it runs now: a call it writes after an exec is refused, even its first (`remember`).
+        let running = directory >= 0 ? ProcessFacts.executable(directory: directory) : nil
         kept = true
         let connection = Connection(fd: fd, connectedPid: peer.pid, connectedPidfd: peer.pidfd, connectedDirectory: directory,
-                                    server: self, forward: forward)
+                                    running: running, server: self, forward: forward)
         guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else {
             if peer.pidfd >= 0 { Glibc.close(peer.pidfd) }
             if directory >= 0 { Glibc.close(directory) }

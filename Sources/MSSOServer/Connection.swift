@@ -58,8 +58,10 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     typealias Decoded = InboundFrames.Decoded
 
     /// Takes `fd`, `connectedPidfd` and `connectedDirectory` (closed with the connection).
-    init(fd: Int32, connectedPid: Int32, connectedPidfd: Int32 = -1, connectedDirectory: Int32 = -1, server: BrokerServer,
-         forward: Forwards.Forward? = nil) {
+    /// `running`: its executable when accepted, if known.
+    init(fd: Int32, connectedPid: Int32, connectedPidfd: Int32 = -1, connectedDirectory: Int32 = -1,
+         running: ProcessFacts.FileIdentity? = nil, server: BrokerServer, forward: Forwards.Forward? = nil) {
+        if let running { program = .some(running) }
         self.fd = fd
         self.connectedPid = connectedPid
         self.connectedPidfd = connectedPidfd
@@ -274,7 +276,10 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         send(WireCodec.frame(Reply(serial: serial, result: Methods.Hello.Result(version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: peer)), serial: serial))
     }
 
-    /// The program the connection's process ran when the daemon last read from it (nil: none read yet).
+    /// The program the connection's process ran when the daemon last read from it, or when it
+    /// accepted the connection (nil: not known yet). Taken at accept, it refuses even a first call
+    /// written after an exec; a process that connects, writes and execs before mssod accepts is
+    /// not told apart (docs/SECURITY.md).
     private var program: ProcessFacts.FileIdentity?? = nil
 
     /// Refuses a call from the connection's process when it ran another program when it last

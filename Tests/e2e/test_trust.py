@@ -1147,16 +1147,27 @@ os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 '''
 
 
-def write_then_exec(bare, tmp_path, script_text):
-    """Runs an exec-race script (argv: socket group registered) as an unregistered program, with
-    the daemon stopped from "go" until the exec is done; returns the reply its accomplice read."""
+def write_then_exec(bare, tmp_path, script_text, *more, whole=False):
+    """Runs an exec-race script (argv: socket group registered MORE...) as an unregistered program,
+    with the daemon stopped from "go" until the exec is done; returns the reply its accomplice read.
+    With MORE "accepted", the daemon is stopped only once it holds the script's connection."""
     registered = python_copy(tmp_path, "registered-app")
     attacker = python_copy(tmp_path, "attacker")
     bare.register("registered", [registered], [GROUP])
     mssod = bare.process.pid
-    script = Attacker([attacker, "-c", script_text, bare.socket, GROUP, registered])
+    script = Attacker([attacker, "-c", script_text, bare.socket, GROUP, registered, *more])
     try:
         pid = script.line()["pid"]
+        if "accepted" in more:  # mssod holds the /proc directory of each connection's process
+            def holds_it():
+                for fd in os.listdir(f"/proc/{mssod}/fd"):
+                    try:
+                        if os.readlink(f"/proc/{mssod}/fd/{fd}") == f"/proc/{pid}":
+                            return True
+                    except OSError:
+                        pass
+                return False
+            wait_for(holds_it, what="mssod accepting the connection")
         os.kill(mssod, signal.SIGSTOP)
         try:
             script.tell("go")
@@ -1164,7 +1175,8 @@ def write_then_exec(bare, tmp_path, script_text):
         finally:
             os.kill(mssod, signal.SIGCONT)
         script.tell("read")
-        return script.line()["reply"]
+        answers = script.line()
+        return answers if whole else answers["reply"]
     finally:
         script.end()
 
@@ -1231,26 +1243,38 @@ def test_a_call_written_just_before_an_exec_is_not_served_even_under_backpressur
     assert not is_token(result["reply"]), "the attacker's call was served as the registered program"
 
 
-# argv: socket group registered. The parent connects without a word and forks a reader that keeps
-# the socket; on "go" it writes hello and a sign call at once and execs the registered program: the
-# daemon has never read anything from it before.
+# argv: socket group registered when. The parent connects without a word (at once when `when` is
+# "accepted", else on "go"), forks a reader that keeps the socket, writes hello and a sign call at
+# once on "go" and execs the registered program: the daemon has never read anything from it before.
 SEND_THEN_EXEC_UNSEEN = WIRE + r'''
-path, group, registered = sys.argv[1], sys.argv[2], sys.argv[3]
-s = connect(path, hello=False)
+path, group, registered, when = sys.argv[1:5]
+s = connect(path, hello=False) if when == "accepted" else None
+say({"pid": os.getpid()})
+sys.stdin.readline()
+if s is None:
+    s = connect(path, hello=False)
 os.set_inheritable(s.fileno(), True)
 cue_r, cue_w = os.pipe()
 if os.fork() == 0:
     os.close(cue_w)
-    say({"pid": os.getppid()})
     os.read(cue_r, 1)  # the parent exec'd
     sys.stdin.readline()
-    receive(s)         # hello's answer
-    say({"reply": receive(s)})
+    hello = receive(s)
+    say({"hello": hello, "reply": receive(s)})
     os._exit(0)
-sys.stdin.readline()
 s.sendall(frame("hello", {"version": 1}) + sign_frame(group))
 os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 '''
+
+
+def test_a_call_written_just_before_an_exec_on_a_connection_never_written_on_is_refused(bare, tmp_path):
+    """Attack: an unregistered process connects and says nothing; once mssod has accepted the
+    connection (and with it is stopped), it writes hello and a sign call at once and execs the
+    registered program (the reader it forked reads the answer). Expected: refused (Forbidden,
+    exec'd since): mssod took the program it ran when it accepted. Served on the code before."""
+    answers = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN, "accepted", whole=True)
+    assert_refused(answers["hello"], "Forbidden", "exec'd since")
+    assert_refused(answers["reply"], "BadRequest", "the first call must be hello")
 
 
 # Not strict: the daemon's first look at the new process races with its exec, so the call is served
@@ -1258,10 +1282,10 @@ os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
 @pytest.mark.xfail(strict=False, reason="open: the kernel names the sender of bytes by process, not by the program it "
                                         "ran; a process never read from before cannot be told from the program it exec'd")
 def test_a_call_written_just_before_an_exec_by_a_process_never_seen_before(bare, tmp_path):
-    """Attack: as above, but hello and the sign call are written together just before the exec, so
-    the daemon has never read a byte from the process before it runs the registered program.
-    Expected (not met; see docs/SECURITY.md): no token."""
-    reply = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN)
+    """Attack: as above, but the process connects, writes and execs while mssod is stopped, so that
+    mssod accepts the connection only after the exec and has never seen the process before it runs
+    the registered program. Expected (not met; see docs/SECURITY.md): no token."""
+    reply = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN, "stopped")
     assert not is_token(reply), "the attacker's call was served as the registered program"
 
 
