@@ -18,15 +18,15 @@ struct Sender {
     var pidfd: Int32
     /// Its /proc directory, opened while it lived (-1: none). The connection's too. Through it an
     /// `exe` is found only while that process lives: one statx says both.
-    var processDirectory: Int32 = -1
+    var processDirectory: Int32
 
     /// The kernel's number for that process (its pidfd's inode, unique for the system's lifetime
     /// on Linux >= 6.9; 0 when unknown). A pid can name another process once its first one is
     /// gone; this cannot.
     var process: UInt64
 
-    init(uid: UInt32, gid: UInt32, pid: Int32, pidfd: Int32 = -1, process: UInt64 = 0) {
-        (self.uid, self.gid, self.pid, self.pidfd, self.process) = (uid, gid, pid, pidfd, process)
+    init(uid: UInt32, gid: UInt32, pid: Int32, pidfd: Int32 = -1, processDirectory: Int32 = -1, process: UInt64 = 0) {
+        (self.uid, self.gid, self.pid, self.pidfd, self.processDirectory, self.process) = (uid, gid, pid, pidfd, processDirectory, process)
     }
 
     /// The kernel's number of the process behind `pidfd` (0 when unknown).

@@ -97,10 +97,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         guard count > 0 else { return close() } // end of stream, or an error
         busy = count == room && room <= InboundFrames.fairShare // (not the rest of one long frame)
         // The connection's process, or another (refused in `step`): see ``Sender``.
-        let own = credentials.pid == connectedPid && connectedPid > 0
-        var sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid,
-                            pidfd: own ? connectedPidfd : -1, process: own ? connectedProcess : 0)
-        if own { sender.processDirectory = connectedDirectory }
+        let own = isConnections(credentials.pid)
+        let sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid, pidfd: own ? connectedPidfd : -1,
+                            processDirectory: own ? connectedDirectory : -1, process: own ? connectedProcess : 0)
         guard server.policy.admits(uid: sender.uid) else {
             // The socket was handed to another user's process: that process is refused.
             server.logger.notice("refused a call from another uid", metadata: ["uid": "\(sender.uid)", "pid": "\(sender.pid)"])
@@ -142,6 +141,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     private enum Step { case done, wait }
 
+    /// Whether `pid` (the kernel's, from a read) is the process that opened the connection.
+    private func isConnections(_ pid: Int32) -> Bool { pid == connectedPid && connectedPid > 0 }
+
     private func step(_ decoded: Decoded, sender: Sender) -> Step {
         let call: IncomingCall
         switch decoded {
@@ -159,7 +161,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, "serials run from 1 to 4294967295; 0 means \"no call\"")))
             return .done
         }
-        guard sender.pid == connectedPid, connectedPid > 0 else {
+        guard isConnections(sender.pid) else {
             send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the process that opened a connection may call on it (this one was opened by pid \(connectedPid); the call came from pid \(sender.pid)); open a connection of your own: a forked child, or a program given the socket, connects itself")))
             return .done
         }
