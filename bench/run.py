@@ -24,9 +24,10 @@ mssod as a separate process):
   and the Go library's (clients/go, `msso.Client.Sign`), in turns in one process;
 - (c''') the bearer `sign` of the C library (clients/c, `msso_sign` and `msso_headers_free`:
   bench/libsign.c), beside the C floor (load.c against echo.c, no JSON work at all);
-- (a') the same floor plus the kernel work of per-call identity (`echo --identify`: recvmsg with
-  the sender's credentials and pidfd, its executable statx'ed, the pidfd checked and closed), what
-  every mssod call pays before any broker code runs (docs/SECURITY.md);
+- (a') the same floor plus the kernel work of per-call identity (`echo --identify`: the connecting
+  process's pidfd and /proc directory taken at accept; per call, recvmsg with the sender's
+  credentials, its pid compared with the connection's, its executable statx'ed through that
+  directory), what every mssod call pays before any broker code runs (docs/SECURITY.md);
 - throughput with 1, 8 and 32 connections (C client), beside both floors and beside the identity
   floor served from one thread in epoll (`echo --identify --one-thread`), as mssod's one reactor
   serves: the ceiling of what mssod can answer on one thread;

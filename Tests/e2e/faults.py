@@ -31,13 +31,25 @@ def kill_hard(broker):
 
 @contextlib.contextmanager
 def frozen(pid):
-    """SIGSTOP `pid` for the block; SIGCONT it however the block ends."""
+    """SIGSTOP `pid` for the block, entered once every thread of it has stopped (a signal is only
+    pending when kill returns: a thread running on another CPU could still answer); SIGCONT it
+    however the block ends."""
     os.kill(pid, signal.SIGSTOP)
     try:
+        harness.wait_for(lambda: all_stopped(pid), what=f"process {pid} to stop")
         yield
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
+
+
+def all_stopped(pid) -> bool:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            # The state follows the command's closing parenthesis.
+            if (task / "stat").read_text().rpartition(")")[2].split()[0] not in ("T", "t"):
+                return False
+    return True
 
 
 def copy_secret(idp, desktop) -> Path:

@@ -30,6 +30,7 @@ import msso.aio
 import msso.httpx
 import msso.requests
 from api_server import APIServer
+from faults import frozen
 from harness import GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker, Desktop, RawClient
 from swift_sources import swift_exit_statuses
 
@@ -411,6 +412,24 @@ def test_a_connection_closed_for_idleness_is_opened_again(desktop, idp):
         client.close()
     finally:
         daemon.stop()
+
+
+@pytest.mark.parametrize("timeout", [0.3, 1.5])
+def test_a_call_mssod_does_not_answer_fails_at_its_timeout_and_the_client_goes_on(broker, timeout):
+    """The library waits for an answer in a blocking recv bounded by SO_RCVTIMEO, and polls the
+    last of the wait: a call to a stopped mssod gives up at its timeout, never before it, naming the
+    cause; once mssod runs again the same client is served (the late answer dropped)."""
+    client = msso.Client(broker.socket, timeout=timeout)
+    assert client.ping("before") == "before"
+    with frozen(broker.process.pid):
+        started = time.monotonic()
+        with pytest.raises(msso.BrokerUnreachable, match="did not answer ping in time") as error:
+            client.ping("unanswered")
+        taken = time.monotonic() - started
+    assert error.value.exit_status == 3
+    assert timeout <= taken < timeout + 1.0, taken
+    assert client.ping("after") == "after"
+    client.close()
 
 
 def test_no_broker_is_broker_unreachable(tmp_path):

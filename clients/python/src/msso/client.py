@@ -5,6 +5,7 @@ import collections
 import os
 import select
 import socket
+import struct
 import threading
 import time
 import weakref
@@ -17,6 +18,10 @@ from .errors import BrokerUnreachable, MSSOError, TimedOut
 
 _DEFAULT: Any = object()
 QUIET = 1.0   # seconds without a read after which a call first checks that the connection is still open
+# SO_RCVTIMEO's timer may fire late: by two ticks (20 ms at 100 Hz), and a long one by up to an
+# eighth more (the kernel's timer wheel is coarser for later timers).
+_TIMER_LATE = 0.020
+_TIMEVAL = struct.Struct("@ll")   # struct timeval
 _clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
 
@@ -71,6 +76,7 @@ class Client:
         self._send_lock = threading.Lock()      # one frame at a time on the socket
         self._sock: socket.socket | None = None
         self._poll: Any = None
+        self._recv_wait: float | None = None    # the socket's SO_RCVTIMEO in seconds (None: none)
         self._frames = _wire.Frames()
         self._chunk = memoryview(bytearray(_wire.MAX_FRAME + 4))
         self._serial = 0
@@ -356,11 +362,24 @@ class Client:
             self._cond.notify_all()
 
     def _read(self, sock: socket.socket, timeout: float | None) -> tuple[list[dict], MSSOError | None]:
-        """What arrives within `timeout` (whole messages), and why the connection ended, if it did."""
+        """What arrives within `timeout` (whole messages), and why the connection ended, if it did.
+
+        It waits in a blocking recv, woken by the answer itself: poll and then recv cost a wake-up
+        more (a quarter of a bearer sign on some machines, measured by `make bench`), as libmsso
+        found. SO_RCVTIMEO is set short of the timeout by what its timer may be late; the last of
+        the wait, if it comes to that, is polled (to the millisecond)."""
         try:
-            if not self._poll.poll(-1 if timeout is None else max(0, int(timeout * 1000) + (timeout > 0))):
+            wait = None if timeout is None else timeout - timeout / 8 - _TIMER_LATE
+            if wait is None or wait > 0:
+                self._wait_at_most(sock, wait)
+                try:
+                    count = sock.recv_into(self._chunk)
+                except BlockingIOError:   # its SO_RCVTIMEO passed: the caller looks at the time again
+                    return [], None
+            elif not self._poll.poll(max(0, int(timeout * 1000) + (timeout > 0))):  # type: ignore[operator]
                 return [], None
-            count = sock.recv_into(self._chunk)
+            else:
+                count = sock.recv_into(self._chunk)
             self._last_read = time.monotonic()
         except (OSError, ValueError):   # ValueError: closed under us
             return [], _lost_connection()
@@ -370,6 +389,17 @@ class Client:
             return self._frames.feed(self._chunk[:count].tobytes()), None
         except MSSOError as unreadable:   # the stream can no longer be trusted
             return [], unreadable
+
+    def _wait_at_most(self, sock: socket.socket, seconds: float | None) -> None:
+        """Lets a blocking recv wait about `seconds` at most (None: for ever): set only when that
+        changes by more than the time between two calls, so that a client's calls, each with the
+        same timeout, set it once."""
+        now = self._recv_wait
+        if now == seconds or (now is not None and seconds is not None and seconds - seconds / 16 - 0.001 <= now <= seconds):
+            return
+        wait = 0.0 if seconds is None else max(seconds - seconds / 32, 0.001)   # 0: no limit
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.pack(int(wait), int(wait % 1 * 1_000_000)))
+        self._recv_wait = None if seconds is None else wait
 
     def _dispatch(self, message: dict) -> None:
         kind = message.get("type")
@@ -401,6 +431,7 @@ class Client:
             self._sock = self._open()
             self._poll = select.poll()
             self._poll.register(self._sock, select.POLLIN)
+            self._recv_wait = None   # a new socket's reads wait for ever
             self._last_read = time.monotonic()
         return self._sock
 
@@ -421,7 +452,7 @@ class Client:
 
     def _open(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)   # connect and hello only; then blocking, reads wait in poll
+        sock.settimeout(self.timeout)   # connect and hello only; then blocking, reads wait in recv
         try:
             try:
                 sock.connect(self.socket_path)
