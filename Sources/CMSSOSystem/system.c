@@ -119,6 +119,11 @@ int cmsso_peer_pidfds(void) {
     return works;
 }
 
+int cmsso_unread_bytes(int fd) {
+    int count = 0;
+    return ioctl(fd, FIONREAD, &count) == 0 ? count : -errno;
+}
+
 ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *from) {
     /* Room for the credentials, a pidfd and a few passed descriptors (all closed). */
     union {

@@ -128,7 +128,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     /// identified.
     private func handle(_ calls: [Decoded], from sender: Sender) {
         for (index, decoded) in calls.enumerated() {
-            guard !closed else { break }
+            guard !closed, !closing else { break }
+            callsBehind = calls.count - index - 1
             switch step(decoded, sender: sender) {
             case .done:
                 continue
@@ -140,6 +141,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     }
 
     private enum Step { case done, wait }
+
+    /// Whole calls read behind the one being answered, in the same read: see ``greet``.
+    private var callsBehind = 0
 
     /// Whether `pid` (the kernel's, from a read) is the process that opened the connection.
     private func isConnections(_ pid: Int32) -> Bool { pid == connectedPid && connectedPid > 0 }
@@ -270,6 +274,15 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         guard !greeted else {
             return send(ReplyWriter.error(serial: serial, BrokerError(.badRequest, "hello may be sent only once, first")))
         }
+        // Hello comes alone: nothing may follow it until its answer has come. Bytes already here
+        // were written before mssod answered, so perhaps before it accepted the connection, by a
+        // program the process ran before an exec (the program taken at accept is the one it runs
+        // after): a call the client could write only after reading this answer was written by
+        // the program the daemon judged (docs/SECURITY.md).
+        guard callsBehind == 0, input.count == 0, cmsso_unread_bytes(fd) == 0 else {
+            send(ReplyWriter.error(serial: serial, BrokerError(.badRequest, "something was sent after hello before its answer came; a client waits for hello's answer before it sends anything else (what is sent with hello may have been written by a program this process ran before an exec), so this connection is closed: connect again, and wait for the answer")))
+            return closeAfterWriting()
+        }
         guard hello.version == protocolVersion else {
             return send(ReplyWriter.error(serial: serial, BrokerError(.unsupportedVersion, "this mssod speaks protocol version \(protocolVersion), not \(hello.version); update the client or the daemon")))
         }
@@ -280,8 +293,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     /// The program the connection's process ran when the daemon last read from it, or when it
     /// accepted the connection (nil: not known yet). Taken at accept, it refuses even a first call
-    /// written after an exec; a process that connects, writes and execs before mssod accepts is
-    /// not told apart (docs/SECURITY.md).
+    /// written after an exec; what a process wrote before an exec that came before the accept is
+    /// at most a hello, which must come alone (``greet``).
     private var program: ProcessFacts.FileIdentity?? = nil
 
     /// Refuses a call from the connection's process when it ran another program when it last

@@ -733,6 +733,12 @@ pings = b"".join(frame(json.dumps({"type": "call", "serial": n, "method": "ping"
 socks = []
 for _ in range(count):
     s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(hello); socks.append(s)
+for s in socks:  # hello's answer first (nothing may follow hello before it), then no more reading
+    s.settimeout(10)
+    head = b""
+    while len(head) < 4: head += s.recv(4 - len(head))
+    body = b""
+    while len(body) < struct.unpack(">I", head)[0]: body += s.recv(struct.unpack(">I", head)[0] - len(body))
 print("{}", flush=True)
 pending = {s: memoryview(pings) for s in socks}
 for s in socks: s.setblocking(False)

@@ -304,6 +304,38 @@ def test_hello_twice_is_a_bad_request(logged_in):
     assert_usable(client)
 
 
+HELLO = {"type": "call", "serial": 1, "method": "hello", "args": {"version": 1}}
+PING = frame(json.dumps({"type": "call", "serial": 2, "method": "ping", "args": {"data": "x"}}).encode())
+# A hello frame of exactly 512 bytes, what mssod reads first from a new connection: the ping sent
+# behind it is still in the kernel's buffer when hello is answered.
+PADDED = dict(HELLO, args={"version": 1, "padding": ""})  # (unknown keys are ignored)
+PADDED["args"]["padding"] = "p" * (512 - 4 - len(json.dumps(PADDED)))
+BEHIND_HELLO = {
+    "a whole call": frame(json.dumps(HELLO).encode()) + PING,
+    "part of a call": frame(json.dumps(HELLO).encode()) + PING[:9],
+    "a call still unread": frame(json.dumps(PADDED).encode()) + PING,
+}
+
+
+@pytest.mark.parametrize("behind", BEHIND_HELLO, ids=list(BEHIND_HELLO))
+def test_hello_comes_alone(logged_in, behind):
+    """Something written with hello (before its answer came) could have been written by a program
+    the process ran before an exec that came before the daemon accepted the connection. Expected:
+    hello is answered BadRequest, saying to wait for its answer, nothing behind it is answered, the
+    connection is closed; a client that waits for the answer is served."""
+    assert len(frame(json.dumps(PADDED).encode())) == 512
+    client = RawClient(logged_in.socket, hello=False)
+    client.send_raw(BEHIND_HELLO[behind])
+    answer = client.receive()
+    assert error_of(answer) == (1, "BadRequest")
+    assert "before its answer came" in answer["message"] and "wait for the answer" in answer["message"]
+    assert_closed(client)
+    waits = RawClient(logged_in.socket, hello=False)
+    assert waits.call("hello", {"version": 1})["type"] == "reply"
+    assert_usable(waits)
+    assert_served(logged_in)
+
+
 @pytest.mark.parametrize("args, error", [
     ({"version": 2}, "UnsupportedVersion"),
     ({"version": 0}, "UnsupportedVersion"),

@@ -59,6 +59,9 @@ typedef struct {
 /// stream, -errno on failure.
 ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *from);
 
+/// Bytes sent on a connection and not yet read (FIONREAD), or -errno.
+int cmsso_unread_bytes(int fd);
+
 /// The peer as of connect: SO_PEERCRED and, where the kernel has it, SO_PEERPIDFD.
 int cmsso_peer_credentials(int fd, cmsso_credentials *peer);
 
