@@ -4,11 +4,12 @@
  * as with the broker: encode, send, receive, decode.
  *
  * With --identify it also does, per frame, the kernel work by which mssod learns who sent a call
- * (docs/ARCHITECTURE.md): the connecting process's pid, pidfd and /proc directory taken at accept
- * (SO_PEERCRED, SO_PEERPIDFD, the directory opened while the pidfd says it lives), then per read:
- * recvmsg carrying SCM_CREDENTIALS, its pid compared with the connection's, the executable (statx
- * of `exe` in that directory, which also fails once the process is gone). That floor contains the
- * cost of per-call identity and none of the broker.
+ * (docs/ARCHITECTURE.md): the connecting process's pid, pidfd, /proc directory and address space
+ * taken at accept (SO_PEERCRED, SO_PEERPIDFD, the directory opened while the pidfd says it lives,
+ * its `pagemap`), then per read: recvmsg carrying SCM_CREDENTIALS, its pid compared with the
+ * connection's, its address space checked to be the one it had (no exec since), the executable
+ * (statx of `exe` in that directory, which also fails once the process is gone). That floor
+ * contains the cost of per-call identity and none of the broker.
  *
  * It serves each client on a thread of its own; with --one-thread, all of them on one thread
  * waiting in epoll, as mssod's reactor does: what one thread can answer is the ceiling of mssod's
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -39,7 +41,7 @@ static int identify;
 
 /* What mssod does with each read before it looks at the bytes; returns -1 on a read that is not
  * the connection's live process's. */
-static int identify_sender(int fd, int connected_pid, int directory, void *buffer, size_t length) {
+static int identify_sender(int fd, int connected_pid, int directory, int image, void *buffer, size_t length) {
     union { char bytes[CMSG_SPACE(sizeof(struct ucred))]; struct cmsghdr align; } control;
     struct iovec vector = { .iov_base = buffer, .iov_len = length };
     struct msghdr message = { .msg_iov = &vector, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
@@ -50,6 +52,8 @@ static int identify_sender(int fd, int connected_pid, int directory, void *buffe
         if (header->cmsg_type == SCM_CREDENTIALS) { struct ucred c; memcpy(&c, CMSG_DATA(header), sizeof c); pid = c.pid; }
     }
     if (directory < 0 || pid != connected_pid) return -1;
+    char byte; /* its address space still the one it had at accept: no exec since (see mssod) */
+    if (image >= 0 && !(pread(image, &byte, 1, 0) < 0 && errno == EINVAL)) return -1;
     struct statx executable;
     return statx(directory, "exe", AT_STATX_DONT_SYNC, STATX_BASIC_STATS, &executable) == 0 ? (int)count : -1;
 }
@@ -57,7 +61,7 @@ static int identify_sender(int fd, int connected_pid, int directory, void *buffe
 /* One client's bytes: what has arrived of its frames. */
 struct peer {
     int fd;
-    int pid, pidfd, directory; /* the connecting process (with --identify) */
+    int pid, pidfd, directory, image; /* the connecting process (with --identify) */
     size_t held;
     char buffer[65536 + 4];
 };
@@ -65,7 +69,7 @@ struct peer {
 /* Reads as mssod does: as much as has arrived, one recvmsg (with --identify, one identity) per read,
  * then one reply per whole frame in the buffer. Returns -1 when the peer is done. */
 static int answer(struct peer *peer) {
-    ssize_t count = identify ? identify_sender(peer->fd, peer->pid, peer->directory, peer->buffer + peer->held, sizeof peer->buffer - peer->held)
+    ssize_t count = identify ? identify_sender(peer->fd, peer->pid, peer->directory, peer->image, peer->buffer + peer->held, sizeof peer->buffer - peer->held)
                              : read(peer->fd, peer->buffer + peer->held, sizeof peer->buffer - peer->held);
     if (count <= 0) return -1;
     peer->held += (size_t)count;
@@ -88,7 +92,7 @@ static struct peer *accept_peer(int listener) {
     if (fd < 0) return NULL;
     struct peer *peer = calloc(1, sizeof *peer);
     peer->fd = fd;
-    peer->pidfd = peer->directory = -1;
+    peer->pidfd = peer->directory = peer->image = -1;
     if (identify) {
         struct ucred credentials;
         socklen_t size = sizeof credentials;
@@ -102,6 +106,7 @@ static struct peer *accept_peer(int listener) {
             close(peer->directory);
             peer->directory = -1;
         }
+        if (peer->directory >= 0) peer->image = openat(peer->directory, "pagemap", O_RDONLY | O_CLOEXEC);
     }
     return peer;
 }
@@ -110,6 +115,7 @@ static void hang_up(struct peer *peer) {
     close(peer->fd);
     if (peer->pidfd >= 0) close(peer->pidfd);
     if (peer->directory >= 0) close(peer->directory);
+    if (peer->image >= 0) close(peer->image);
     free(peer);
 }
 

@@ -25,9 +25,10 @@ mssod as a separate process):
 - (c''') the bearer `sign` of the C library (clients/c, `msso_sign` and `msso_headers_free`:
   bench/libsign.c), beside the C floor (load.c against echo.c, no JSON work at all);
 - (a') the same floor plus the kernel work of per-call identity (`echo --identify`: the connecting
-  process's pidfd and /proc directory taken at accept; per call, recvmsg with the sender's
-  credentials, its pid compared with the connection's, its executable statx'ed through that
-  directory), what every mssod call pays before any broker code runs (docs/SECURITY.md);
+  process's pidfd, /proc directory and address space taken at accept; per call, recvmsg with the
+  sender's credentials, its pid compared with the connection's, its address space checked, its
+  executable statx'ed through that directory), what every mssod call pays before any broker code
+  runs (docs/SECURITY.md);
 - throughput with 1, 8 and 32 connections (C client), beside both floors and beside the identity
   floor served from one thread in epoll (`echo --identify --one-thread`), as mssod's one reactor
   serves: the ceiling of what mssod can answer on one thread;

@@ -124,6 +124,16 @@ int cmsso_unread_bytes(int fd) {
     return ioctl(fd, FIONREAD, &count) == 0 ? count : -errno;
 }
 
+int cmsso_process_image(int directory) {
+    int fd = openat(directory, "pagemap", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    return fd >= 0 ? fd : -errno;
+}
+
+int cmsso_same_image(int image) {
+    char byte;
+    return pread(image, &byte, 1, 0) < 0 && errno == EINVAL;
+}
+
 ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *from) {
     /* Room for the credentials, a pidfd and a few passed descriptors (all closed). */
     union {

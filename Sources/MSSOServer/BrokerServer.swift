@@ -213,14 +213,16 @@ public final class BrokerServer: @unchecked Sendable {
                 directory = -1
             }
         }
-        // What it runs now: a call it writes after an exec is refused, even its first (`remember`).
+        // Its address space, then what it runs: a call it writes after an exec is refused, even its
+        // first. (In this order, an exec between the two shows as one since the accept.)
+        var image = directory >= 0 && forward == nil ? cmsso_process_image(directory) : -1
+        if image < 0 { image = -1 } // not dumpable: its executable alone shows an exec (`remember`)
         let running = directory >= 0 ? ProcessFacts.executable(directory: directory) : nil
         kept = true
         let connection = Connection(fd: fd, connectedPid: peer.pid, connectedPidfd: peer.pidfd, connectedDirectory: directory,
-                                    running: running, server: self, forward: forward)
+                                    connectedImage: image, running: running, server: self, forward: forward)
         guard let token = try? reactor.add(fd, events: CMSSO_READABLE, handler: connection) else {
-            if peer.pidfd >= 0 { Glibc.close(peer.pidfd) }
-            if directory >= 0 { Glibc.close(directory) }
+            for held in [peer.pidfd, directory, image] where held >= 0 { Glibc.close(held) }
             return refuse(fd, nil)
         }
         connection.token = token

@@ -24,6 +24,10 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     let connectedPidfd: Int32
     /// Its /proc directory, opened while it lived (-1: none): see ``Sender/processDirectory``.
     let connectedDirectory: Int32
+    /// Its address space when accepted (-1: none, as for a process that is not dumpable): an
+    /// exec ends it, so each call shows whether the process exec'd since, even an exec away and
+    /// back to the same file between two calls, which its executable cannot show.
+    let connectedImage: Int32
     /// The connecting process's kernel number (see ``Sender/process``; 0 when unknown).
     let connectedProcess: UInt64
     /// The SSH forward whose socket accepted this connection: its calls are the forward's
@@ -57,15 +61,17 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     typealias Decoded = InboundFrames.Decoded
 
-    /// Takes `fd`, `connectedPidfd` and `connectedDirectory` (closed with the connection).
-    /// `running`: its executable when accepted, if known.
+    /// Takes `fd`, `connectedPidfd`, `connectedDirectory` and `connectedImage` (closed with the
+    /// connection). `running`: its executable when accepted, if known.
     init(fd: Int32, connectedPid: Int32, connectedPidfd: Int32 = -1, connectedDirectory: Int32 = -1,
-         running: ProcessFacts.FileIdentity? = nil, server: BrokerServer, forward: Forwards.Forward? = nil) {
+         connectedImage: Int32 = -1, running: ProcessFacts.FileIdentity? = nil, server: BrokerServer,
+         forward: Forwards.Forward? = nil) {
         if let running { program = .some(running) }
         self.fd = fd
         self.connectedPid = connectedPid
         self.connectedPidfd = connectedPidfd
         self.connectedDirectory = connectedDirectory
+        self.connectedImage = connectedImage
         self.connectedProcess = Sender.process(of: connectedPidfd)
         self.forward = forward
         self.server = server
@@ -142,6 +148,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     private enum Step { case done, wait }
 
+    private static let senderGone = BrokerError(.forbidden, "the process that sent this call is gone (it exited, or its pid is now another process's), so it cannot be served")
+    private static let execdSince = BrokerError(.forbidden, "this process exec'd since it opened this connection or last wrote on it (it runs another program, or ran one meanwhile), so this call may have been written by that program; open a new connection")
+
     /// Whole calls read behind the one being answered, in the same read: see ``greet``.
     private var callsBehind = 0
 
@@ -167,6 +176,11 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         }
         guard isConnections(sender.pid) else {
             send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the process that opened a connection may call on it (this one was opened by pid \(connectedPid); the call came from pid \(sender.pid)); open a connection of your own: a forked child, or a program given the socket, connects itself")))
+            return .done
+        }
+        guard forward != nil || connectedImage < 0 || cmsso_same_image(connectedImage) == 1 else {
+            let ended = connectedPidfd >= 0 && cmsso_pidfd_alive(connectedPidfd) != 1
+            send(ReplyWriter.error(serial: serial, ended ? Self.senderGone : Self.execdSince))
             return .done
         }
         guard greeted || method == Methods.Hello.name else {
@@ -202,7 +216,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
                 app = identity
             case .pending: return .wait
             case .gone:
-                send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "the process that sent this call is gone (it exited, or its pid is now another process's), so it cannot be served")))
+                send(ReplyWriter.error(serial: serial, Self.senderGone))
                 return .done
             case .busy:
                 send(ReplyWriter.error(serial: serial, BrokerError(.busy, "the broker is identifying too many new processes at once; try again in a moment")))
@@ -307,7 +321,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             // The same file, by device and inode (a file changed in place is the identity's
             // business: a pin, or a path that no longer names it).
             guard previous?.device == executable?.device && previous?.inode == executable?.inode else {
-                return BrokerError(.forbidden, "this process ran another program when it last wrote on this connection (it exec'd since), so a call read now may have been written by that program; open a new connection")
+                return Self.execdSince
             }
             return nil
         }
@@ -490,6 +504,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         Glibc.close(fd)
         if connectedPidfd >= 0 { Glibc.close(connectedPidfd) }
         if connectedDirectory >= 0 { Glibc.close(connectedDirectory) }
+        if connectedImage >= 0 { Glibc.close(connectedImage) }
         held = nil
         input.clear()
         server.releaseReplies(pendingOutput)

@@ -29,9 +29,9 @@ enum Hardening {
         setrlimit(Int32(RLIMIT_CORE.rawValue), &none)
         // Not dumpable: also stops other same-uid processes from ptrace-attaching.
         _ = cmsso_set_not_dumpable()
-        // Each connection holds three descriptors (its socket, and its process's pidfd and /proc
-        // directory): use all we are allowed, not the 1024 soft limit systemd gives user services
-        // by default.
+        // Each connection holds up to four descriptors (its socket, and its process's pidfd, /proc
+        // directory and address space): use all we are allowed, not the 1024 soft limit systemd
+        // gives user services by default.
         var files = rlimit()
         if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &files) == 0, files.rlim_cur < files.rlim_max {
             files.rlim_cur = files.rlim_max

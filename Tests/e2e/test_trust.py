@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import all_stopped, copy_secret
+from faults import all_stopped, copy_secret, frozen
 from harness import BIN, GROUP, ROOT, SECRETS, Broker, Desktop, PlantedSocket, as_uid, wait_for
 
 USER = 1000
@@ -1275,7 +1275,7 @@ def test_a_call_written_just_before_an_exec_on_a_connection_never_written_on_is_
     exec'd since): mssod took the program it ran when it accepted. Served on the code before."""
     answers = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN, "accepted", whole=True)
     assert_refused(answers["hello"], "Forbidden", "exec'd since")
-    assert_refused(answers["reply"], "BadRequest", "the first call must be hello")
+    assert_refused(answers["reply"], "Forbidden", "exec'd since")
 
 
 def test_a_call_written_with_hello_before_an_exec_by_a_process_never_seen_before_is_refused(bare, tmp_path):
@@ -1288,6 +1288,68 @@ def test_a_call_written_with_hello_before_an_exec_by_a_process_never_seen_before
     answers = write_then_exec(bare, tmp_path, SEND_THEN_EXEC_UNSEEN, "stopped", whole=True)
     assert_refused(answers["hello"], "BadRequest", "before its answer came")
     assert answers["reply"] == {"type": "closed"}, answers["reply"]
+
+
+# A file; argv: socket group registered attacker cue [stage fd]. On "go" (mssod stopped), connects,
+# writes hello alone, forks a reader that keeps the socket (on "hello" it reads hello's answer, on
+# "read" the next one), and execs the registered program as a launcher: once the file `cue` exists,
+# it execs what it was given, this script's "again" stage, which writes a sign call on the
+# inherited socket and execs the registered program for good.
+BOUNCE = WIRE + r'''
+path, group, registered, attacker, cue = sys.argv[1:6]
+stage = sys.argv[6] if len(sys.argv) > 6 else "start"
+LAUNCHER = "import os, sys, time\nwhile not os.path.exists(sys.argv[1]): time.sleep(0.005)\nos.execv(sys.argv[2], sys.argv[2:])"
+if stage == "again":
+    s = socket.socket(fileno=int(sys.argv[7]))
+    s.sendall(sign_frame(group))
+    os.execv(registered, [registered, "-c", "import time; time.sleep(120)"])
+say({"pid": os.getpid()})
+sys.stdin.readline()
+s = connect(path, hello=False)
+s.sendall(frame("hello", {"version": 1}))
+os.set_inheritable(s.fileno(), True)
+if os.fork() == 0:
+    for word in ("hello", "read"):
+        sys.stdin.readline()
+        say({word: receive(s)})
+    os._exit(0)
+os.execv(registered, [registered, "-c", LAUNCHER, cue, attacker, sys.argv[0], path, group, registered, attacker, cue,
+                      "again", str(s.fileno())])
+'''
+
+
+def test_a_registered_launcher_that_execs_an_unregistered_program_and_back_lends_it_nothing(bare, tmp_path):
+    """Attack (a blind attacker's): an unregistered process writes hello alone and execs a
+    registered program that launches, in its own process, what it is given (as wrappers do), all
+    before mssod accepts the connection (mssod stopped); mssod accepts it as the registered
+    program. Then, while mssod is stopped again, the launcher execs the unregistered program,
+    which writes a sign call and execs the registered program again: at its next look mssod sees
+    the file it took at accept. Expected: no token: mssod holds the address space the process had
+    when accepted, which an exec ends (Forbidden, exec'd since). Served on the code before (the
+    executable alone could not show an exec away and back)."""
+    registered = python_copy(tmp_path, "registered-app")
+    attacker = python_copy(tmp_path, "attacker")
+    cue, bounce = tmp_path / "cue", tmp_path / "bounce.py"
+    bounce.write_text(BOUNCE)
+    bare.register("registered", [registered], [GROUP])
+    mssod = bare.process.pid
+    script = Attacker([attacker, bounce, bare.socket, GROUP, registered, attacker, cue])
+    try:
+        pid = script.line()["pid"]
+        with frozen(mssod):
+            script.tell("go")
+            wait_for(lambda: os.readlink(f"/proc/{pid}/exe") == str(registered), what="the launcher")
+        script.tell("hello")
+        hello = script.line()["hello"]
+        assert hello["type"] == "reply" and hello["result"]["peer"]["executable"] == str(registered), hello
+        with frozen(mssod):
+            cue.touch()
+            wait_for(lambda: b"time.sleep(120)" in Path(f"/proc/{pid}/cmdline").read_bytes(), what="the way back")
+        script.tell("read")
+        reply = script.line()["read"]
+    finally:
+        script.end()
+    assert_refused(reply, "Forbidden", "exec'd since")
 
 
 PYTHON_LOGIN = """

@@ -62,6 +62,17 @@ ssize_t cmsso_receive(int fd, void *buffer, size_t length, cmsso_credentials *fr
 /// Bytes sent on a connection and not yet read (FIONREAD), or -errno.
 int cmsso_unread_bytes(int fd);
 
+/// The address space a process runs in now, as a descriptor (its `pagemap`, opened through its
+/// /proc `directory`; the kernel lets the process's own user open it while the process is
+/// dumpable), or -errno. An exec gives the process a new one and ends this one, as its exit does.
+int cmsso_process_image(int directory);
+
+/// 1 while the address space `image` names is in use (the process has not exec'd or ended since
+/// the descriptor was opened), else 0. A one-byte read: the kernel refuses it as misaligned
+/// (EINVAL) only after finding the address space in use, and reads nothing from one that ended,
+/// without walking or locking the process's memory, which a caller could stall.
+int cmsso_same_image(int image);
+
 /// The peer as of connect: SO_PEERCRED and, where the kernel has it, SO_PEERPIDFD.
 int cmsso_peer_credentials(int fd, cmsso_credentials *peer);
 
