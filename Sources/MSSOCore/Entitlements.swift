@@ -16,6 +16,9 @@ public struct Entitlements: Sendable, Equatable {
     public private(set) var ignored: [AppRegistration]
     /// Files skipped, each with the reason and the fix.
     public private(set) var warnings: [String]
+    /// Whether the user's own registrations are read (`[policy] user_apps`): what a refusal
+    /// tells the user to do.
+    public private(set) var userApps = true
     private var byExecutable: [String: [AppRegistration]] = [:]
     private var byFlatpak: [String: [AppRegistration]] = [:]
 
@@ -38,8 +41,10 @@ public struct Entitlements: Sendable, Equatable {
         let admin = read(directory: systemDirectory + "/apps.d", admin: true, warnings: &warnings)
         let user = userApps ? read(directory: userDirectory + "/apps.d", admin: false, warnings: &warnings) : []
         let adminNames = Set(admin.map(\.name))
-        return Entitlements(registrations: admin + user.filter { !adminNames.contains($0.name) },
-                            ignored: user.filter { adminNames.contains($0.name) }, warnings: warnings)
+        var loaded = Entitlements(registrations: admin + user.filter { !adminNames.contains($0.name) },
+                                  ignored: user.filter { adminNames.contains($0.name) }, warnings: warnings)
+        loaded.userApps = userApps
+        return loaded
     }
 
     /// The registrations `app` matches: by Flatpak id for a sandboxed app; by executable path
@@ -82,6 +87,9 @@ public struct Entitlements: Sendable, Equatable {
             throw BrokerError(.notEntitled, "\(executable) runs in a mount, pid or user namespace of its own, or is another file than the one at that path, and is not a Flatpak app, so no registration by path applies to it; run it from the host's file system, or register its Flatpak id")
         }
         let who = app.flatpak.map { "Flatpak app \($0)" } ?? app.executable.map { "\($0)" } ?? "an app whose executable is unknown"
+        guard userApps else {
+            throw BrokerError(.notEntitled, "\(who) is not registered for access group \"\(group)\"; only your administrator can register it (in /etc/msso/apps.d: `[policy] user_apps = false` leaves your own registrations unread)")
+        }
         let fix = app.flatpak.map { "msso apps allow --flatpak \($0) --group \(group)" }
             ?? app.executable.map { "msso apps allow \($0) --group \(group)" } ?? "msso apps allow PATH --group \(group)"
         throw BrokerError(.notEntitled, "\(who) is not registered for access group \"\(group)\"; register it with `\(fix)` (or ask your administrator)")

@@ -149,6 +149,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     private enum Step { case done, wait }
 
     private static let senderGone = BrokerError(.forbidden, "the process that sent this call is gone (it exited, or its pid is now another process's), so it cannot be served")
+    private static let unreadable = BrokerError(.forbidden, "this process's executable can no longer be read (its main thread has ended, or the process is ending), so it cannot be identified; call from a process whose main thread runs")
     private static let execdSince = BrokerError(.forbidden, "this process exec'd since it opened this connection or last wrote on it (it runs another program, or ran one meanwhile), so this call may have been written by that program; open a new connection")
 
     /// Whole calls read behind the one being answered, in the same read: see ``greet``.
@@ -321,7 +322,9 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             // The same file, by device and inode (a file changed in place is the identity's
             // business: a pin, or a path that no longer names it).
             guard previous?.device == executable?.device && previous?.inode == executable?.inode else {
-                return Self.execdSince
+                // No executable to read now, where there was one: not an exec, but a process whose
+                // main thread has ended (another thread calls) or that is ending.
+                return executable == nil && previous != nil ? Self.unreadable : Self.execdSince
             }
             return nil
         }

@@ -116,7 +116,10 @@ def test_the_admin_can_turn_user_registrations_off(desktop, idp):
     try:
         daemon.login()
         daemon.register("mine", [BIN / "msso"], [GROUP], admin=False)
-        assert daemon.msso("sign", "--url", URL).returncode == 7
+        refused = daemon.msso("sign", "--url", URL)
+        # The fix it names is the administrator's: `msso apps allow` would do nothing here.
+        assert refused.returncode == 7 and "only your administrator can register it" in refused.stderr, refused.stderr
+        assert "msso apps allow" not in refused.stderr
         allow = daemon.msso("apps", "allow", BIN / "msso", "--group", GROUP)
         assert allow.returncode == 7 and "does not allow user app registrations" in allow.stderr
     finally:

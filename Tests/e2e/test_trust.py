@@ -11,6 +11,7 @@ control showing the same set-up is served when it is legitimate, so that it can 
 The attackers are small Python scripts run by a *copy* of the interpreter (another file, so
 another app as far as the kernel is concerned); the registered app is another copy.
 """
+import hashlib
 import json
 import os
 import select
@@ -1350,6 +1351,170 @@ def test_a_registered_launcher_that_execs_an_unregistered_program_and_back_lends
     finally:
         script.end()
     assert_refused(reply, "Forbidden", "exec'd since")
+
+
+# argv: socket. Says hello, then its main thread ends (pthread_exit) and another thread, once the
+# process's executable can no longer be read, asks for status and prints the answer.
+LEADER_EXITS = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+static int s;
+static void call(const char *json) {
+    unsigned int n = strlen(json); unsigned char head[4] = { n >> 24, n >> 16, n >> 8, n };
+    write(s, head, 4); write(s, json, n);
+    if (read(s, head, 4) != 4) { puts("{\"type\": \"closed\"}"); return; }
+    n = (unsigned)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3];
+    char answer[65536] = { 0 };
+    for (unsigned got = 0; got < n;) { ssize_t k = read(s, answer + got, n - got); if (k <= 0) break; got += k; }
+    puts(answer);
+    fflush(stdout);
+}
+static void *later(void *unused) {
+    char link[4096];
+    while (readlink("/proc/self/exe", link, sizeof link) > 0) usleep(1000);
+    call("{\"type\": \"call\", \"serial\": 2, \"method\": \"status\", \"args\": {}}");
+    _exit(0);
+}
+int main(int argc, char **argv) {
+    (void)argc;
+    s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    strncpy(a.sun_path, argv[1], sizeof a.sun_path - 1);
+    if (connect(s, (struct sockaddr *)&a, sizeof a) != 0) return 1;
+    call("{\"type\": \"call\", \"serial\": 1, \"method\": \"hello\", \"args\": {\"version\": 1}}");
+    pthread_t thread;
+    pthread_create(&thread, NULL, later, NULL);
+    pthread_exit(NULL);
+}
+"""
+
+
+def test_a_process_whose_main_thread_ended_is_told_so_not_that_it_execd(bare, tmp_path):
+    """A process calls from a thread after its main thread ended: its executable can no longer be
+    read, which is not an exec. Expected: Forbidden naming that cause and the fix (an outside
+    attack was told "exec'd since")."""
+    source, program = tmp_path / "leader.c", tmp_path / "leader"
+    source.write_text(LEADER_EXITS)
+    subprocess.run(["cc", "-O2", "-pthread", "-o", program, source], check=True)
+    hello, status = [json.loads(line) for line in
+                     subprocess.run([program, bare.socket], capture_output=True, text=True, timeout=30).stdout.splitlines()]
+    assert hello["type"] == "reply", hello
+    assert_refused(status, "Forbidden", "can no longer be read", "main thread")
+    assert "exec'd" not in status["message"]
+
+
+# argv: registered socket group. Without an exec, renames its own executable to `registered`: its
+# code in a library (so that its executable's mappings can go), a sibling sharing its memory in a
+# user namespace of its own sets the executable with prctl(PR_SET_MM_MAP, exe_fd), which the
+# kernel allows that namespace's root. Then it says hello and signs, printing both answers.
+RENAMER = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/prctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+static struct prctl_mm_map map;
+static int set_executable(void *unused) { (void)unused; _exit(prctl(PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0) ? 1 : 0); }
+static int s;
+static void call(const char *json) {
+    unsigned int n = strlen(json); unsigned char head[4] = { n >> 24, n >> 16, n >> 8, n };
+    write(s, head, 4); write(s, json, n);
+    if (read(s, head, 4) != 4) { puts("{\"type\": \"closed\"}"); return; }
+    n = (unsigned)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3];
+    static char answer[65536];
+    memset(answer, 0, sizeof answer);
+    for (unsigned got = 0; got < n;) { ssize_t k = read(s, answer + got, n - got); if (k <= 0) break; got += k; }
+    puts(answer);
+    fflush(stdout);
+}
+int renamer(char **argv) {
+    char own[4096] = { 0 }, line[8192], path[4096];
+    readlink("/proc/self/exe", own, sizeof own - 1);
+    FILE *maps = fopen("/proc/self/maps", "r");
+    unsigned long ranges[32][2]; int count = 0;
+    while (fgets(line, sizeof line, maps) && count < 32) {
+        unsigned long from, to;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %4095[^\n]", &from, &to, path) == 3 && strcmp(path, own) == 0) {
+            ranges[count][0] = from; ranges[count][1] = to; count++;
+        }
+    }
+    fclose(maps);
+    for (int i = 0; i < count; i++) munmap((void *)ranges[i][0], ranges[i][1] - ranges[i][0]);
+    char stat[4096] = { 0 };
+    int fd = open("/proc/self/stat", O_RDONLY);
+    read(fd, stat, sizeof stat - 1);
+    close(fd);
+    unsigned long long field[53] = { 0 };
+    int n = 3;
+    for (char *word = strtok(strrchr(stat, ')') + 2, " "); word && n < 53; word = strtok(NULL, " ")) field[n++] = strtoull(word, NULL, 10);
+    map.start_code = field[26]; map.end_code = field[27]; map.start_stack = field[28];
+    map.start_data = field[45]; map.end_data = field[46]; map.start_brk = field[47];
+    map.arg_start = field[48]; map.arg_end = field[49]; map.env_start = field[50]; map.env_end = field[51];
+    map.brk = (unsigned long)sbrk(0);
+    map.exe_fd = open(argv[1], O_RDONLY | O_CLOEXEC);
+    char *stack = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int status = 1;
+    pid_t sibling = clone(set_executable, stack + (1 << 16), CLONE_VM | CLONE_NEWUSER | SIGCHLD, NULL);
+    if (sibling > 0) waitpid(sibling, &status, 0);
+    readlink("/proc/self/exe", path, sizeof path);
+    printf("{\"renamed\": %s}\n", status == 0 ? "true" : "false");
+    s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un address = { .sun_family = AF_UNIX };
+    strncpy(address.sun_path, argv[2], sizeof address.sun_path - 1);
+    if (connect(s, (struct sockaddr *)&address, sizeof address) != 0) _exit(1);
+    call("{\"type\": \"call\", \"serial\": 1, \"method\": \"hello\", \"args\": {\"version\": 1}}");
+    char sign[512];
+    snprintf(sign, sizeof sign, "{\"type\": \"call\", \"serial\": 2, \"method\": \"sign\", \"args\": "
+             "{\"group\": \"%s\", \"method\": \"GET\", \"url\": \"https://api.example.com/items\"}}", argv[3]);
+    call(sign);
+    _exit(0);
+}
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="documented limit (docs/SECURITY.md): with unprivileged user namespaces, a "
+                                       "process may rename its own executable (prctl PR_SET_MM_MAP), pins included")
+def test_a_program_that_renames_its_executable_without_exec_is_not_served(user_broker, user_desktop):
+    """Attack (a blind attacker's; uid 1000, no privilege): an unregistered program, in the host's
+    namespaces throughout, makes the kernel name a registered, sha256-pinned file as its executable
+    (/proc/PID/exe) without exec'ing it: a sibling sharing its memory in a user namespace of its
+    own calls prctl(PR_SET_MM_MAP) with that file. Expected, were it closed: no token. The kernel
+    gives this to the root of any user namespace ("a user with access to ptrace can masquerade an
+    arbitrary program as any executable", says its source); only a system without unprivileged
+    user namespaces closes it."""
+    directory = user_bin(user_desktop)
+    registered = python_copy(directory, "registered-app", uid=USER)
+    pin = hashlib.sha256(registered.read_bytes()).hexdigest()
+    user_broker.register("registered", [registered], [GROUP], admin=True, sha256=pin)
+    source = directory / "renamer.c"
+    source.write_text(RENAMER)
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-Wl,-z,now", "-o", directory / "librenamer.so", source], check=True)
+    stub = directory / "stub.c"
+    stub.write_text("int renamer(char **); int main(int c, char **v) { (void)c; return renamer(v); }\n")
+    subprocess.run(["cc", "-O2", "-o", directory / "renamer", stub, "-L", directory, "-lrenamer", "-Wl,-z,now",
+                    f"-Wl,-rpath,{directory}"], check=True)
+    for built in ("renamer", "librenamer.so"):
+        user_desktop.chown(directory / built)
+    done = subprocess.run([*as_uid(USER), directory / "renamer", registered, user_broker.socket, GROUP],
+                          capture_output=True, text=True, timeout=30)
+    renamed, hello, reply = [json.loads(line) for line in done.stdout.splitlines()]
+    remember_tokens(reply)
+    assert renamed["renamed"], done.stderr
+    assert hello["result"]["peer"]["executable"] == str(registered), hello
+    assert not is_token(reply), "an unregistered program was served as the registered one"
 
 
 PYTHON_LOGIN = """
