@@ -179,7 +179,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the process that opened a connection may call on it (this one was opened by pid \(connectedPid); the call came from pid \(sender.pid)); open a connection of your own: a forked child, or a program given the socket, connects itself")))
             return .done
         }
-        guard forward != nil || connectedImage < 0 || cmsso_same_image(connectedImage) == 1 else {
+        guard connectedImage < 0 || cmsso_same_image(connectedImage) == 1 else { // (none on a forward)
             let ended = connectedPidfd >= 0 && cmsso_pidfd_alive(connectedPidfd) != 1
             send(ReplyWriter.error(serial: serial, ended ? Self.senderGone : Self.execdSince))
             return .done

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import all_stopped, copy_secret, frozen
+from faults import copy_secret, frozen
 from harness import BIN, GROUP, ROOT, SECRETS, Broker, Desktop, PlantedSocket, as_uid, wait_for
 
 USER = 1000
@@ -1169,13 +1169,9 @@ def write_then_exec(bare, tmp_path, script_text, *more, whole=False):
                         pass
                 return False
             wait_for(holds_it, what="mssod accepting the connection")
-        os.kill(mssod, signal.SIGSTOP)
-        try:
-            wait_for(lambda: all_stopped(mssod), what="mssod to stop")  # (kill only makes it pending)
+        with frozen(mssod):
             script.tell("go")
             wait_for(lambda: os.readlink(f"/proc/{pid}/exe") == str(registered), what="the exec")
-        finally:
-            os.kill(mssod, signal.SIGCONT)
         script.tell("read")
         answers = script.line()
         return answers if whole else answers["reply"]
@@ -1353,10 +1349,10 @@ def test_a_registered_launcher_that_execs_an_unregistered_program_and_back_lends
     assert_refused(reply, "Forbidden", "exec'd since")
 
 
-# argv: socket. Says hello, then its main thread ends (pthread_exit) and another thread, once the
-# process's executable can no longer be read, asks for status and prints the answer.
-LEADER_EXITS = r"""
-#include <pthread.h>
+# The wire protocol in C, prepended to the attackers that must be C programs: `call` writes a
+# frame on the connection `s` and prints the answer's payload (or {"type": "closed"}) as a line.
+C_WIRE = r"""
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -1366,13 +1362,21 @@ static int s;
 static void call(const char *json) {
     unsigned int n = strlen(json); unsigned char head[4] = { n >> 24, n >> 16, n >> 8, n };
     write(s, head, 4); write(s, json, n);
-    if (read(s, head, 4) != 4) { puts("{\"type\": \"closed\"}"); return; }
+    if (read(s, head, 4) != 4) { puts("{\"type\": \"closed\"}"); fflush(stdout); return; }
     n = (unsigned)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3];
-    char answer[65536] = { 0 };
-    for (unsigned got = 0; got < n;) { ssize_t k = read(s, answer + got, n - got); if (k <= 0) break; got += k; }
+    static char answer[65536];
+    memset(answer, 0, sizeof answer);
+    for (unsigned got = 0; got < n && got < sizeof answer - 1;) { ssize_t k = read(s, answer + got, n - got); if (k <= 0) break; got += k; }
     puts(answer);
     fflush(stdout);
 }
+"""
+
+
+# argv: socket. Says hello, then its main thread ends (pthread_exit) and another thread, once the
+# process's executable can no longer be read, asks for status and prints the answer.
+LEADER_EXITS = C_WIRE + r"""
+#include <pthread.h>
 static void *later(void *unused) {
     char link[4096];
     while (readlink("/proc/self/exe", link, sizeof link) > 0) usleep(1000);
@@ -1411,35 +1415,17 @@ def test_a_process_whose_main_thread_ended_is_told_so_not_that_it_execd(bare, tm
 # code in a library (so that its executable's mappings can go), a sibling sharing its memory in a
 # user namespace of its own sets the executable with prctl(PR_SET_MM_MAP, exe_fd), which the
 # kernel allows that namespace's root. Then it says hello and signs, printing both answers.
-RENAMER = r"""
-#define _GNU_SOURCE
+RENAMER = C_WIRE + r"""
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <linux/prctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <unistd.h>
 static struct prctl_mm_map map;
 static int set_executable(void *unused) { (void)unused; _exit(prctl(PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0) ? 1 : 0); }
-static int s;
-static void call(const char *json) {
-    unsigned int n = strlen(json); unsigned char head[4] = { n >> 24, n >> 16, n >> 8, n };
-    write(s, head, 4); write(s, json, n);
-    if (read(s, head, 4) != 4) { puts("{\"type\": \"closed\"}"); return; }
-    n = (unsigned)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3];
-    static char answer[65536];
-    memset(answer, 0, sizeof answer);
-    for (unsigned got = 0; got < n;) { ssize_t k = read(s, answer + got, n - got); if (k <= 0) break; got += k; }
-    puts(answer);
-    fflush(stdout);
-}
 int renamer(char **argv) {
     char own[4096] = { 0 }, line[8192], path[4096];
     readlink("/proc/self/exe", own, sizeof own - 1);
