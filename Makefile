@@ -100,7 +100,8 @@ release-daemon:
 	done
 	swift build -c release --scratch-path $(RELEASE)/daemon --static-swift-stdlib $(NO_DWARF) $(DAEMON_LINK) $(DAEMON_CXX) --product mssod
 	@# After SwiftPM, whose release directory is a link it makes (a directory made before is replaced).
-	$(CC) $(IDP_FLAGS) -o $(RELEASE)/daemon/release/mssod-idp Sources/mssod-idp/main.c -lcurl-gnutls
+	$(CC) $(IDP_FLAGS) -ISources/CMSSOSystem/include -o $(RELEASE)/daemon/release/mssod-idp Sources/mssod-idp/main.c \
+		Sources/CMSSOSystem/kernel_keys.c -lcurl-gnutls
 
 # The commands, and swift-argument-parser's generate-manual (their man pages and completions)
 # built beside them with the same flags (so nothing is built twice).

@@ -79,7 +79,7 @@ let package = Package(
         ]),
         // HTTP to identity providers, one request a process: C over the system's libcurl
         // (Debian's libcurl4-gnutls-dev), so that mssod maps neither it nor its TLS libraries.
-        .executableTarget(name: "mssod-idp", linkerSettings: [.linkedLibrary("curl-gnutls")]),
+        .executableTarget(name: "mssod-idp", dependencies: ["CMSSOSystem"], linkerSettings: [.linkedLibrary("curl-gnutls")]),
         .executableTarget(name: "msso", dependencies: [
             "MSSOClient", "CMSSOSystem",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

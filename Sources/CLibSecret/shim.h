@@ -100,6 +100,20 @@ static inline msso_secret_result msso_bus_trusted(GDBusConnection *bus, const ch
     return MSSO_SECRET_OK;
 }
 
+/// Drops libsecret's service, so that the next call makes it again: the Secret Service may be
+/// another process now (under a new unique name), or the session bus itself (its connection
+/// closed). GLib keeps its shared bus connection, closed, while anything holds it: libsecret's
+/// service, and the "closed" signal it has yet to send on the main context the connection was made
+/// in (the default one: the keyring's calls run on a thread that pushes none), dispatched here.
+static inline void msso_secret_reset(void) {
+    secret_service_disconnect();
+    GMainContext *context = g_main_context_default();
+    if (g_main_context_acquire(context)) {
+        while (g_main_context_iteration(context, FALSE)) {}
+        g_main_context_release(context);
+    }
+}
+
 static inline SecretService *msso_secret_service(GCancellable *cancellable, msso_secret_result *result, char **message) {
     GError *error = NULL;
     SecretService *service = secret_service_get_sync(SECRET_SERVICE_NONE, cancellable, &error);
@@ -118,6 +132,30 @@ static inline SecretService *msso_secret_service(GCancellable *cancellable, msso
     return service;
 }
 
+/// Whether the default collection, where msso stores, is there and unlocked: OK, LOCKED, or
+/// UNAVAILABLE with a message. Reads no item and never prompts.
+static inline msso_secret_result msso_secret_default_state(SecretService *service, GCancellable *cancellable, char **message) {
+    GError *error = NULL;
+    SecretCollection *collection = secret_collection_for_alias_sync(service, SECRET_COLLECTION_DEFAULT,
+                                                                    SECRET_COLLECTION_NONE, cancellable, &error);
+    if (!collection) {
+        if (error) return msso_secret_fail(error, message);
+        *message = g_strdup("the Secret Service has no default keyring");
+        return MSSO_SECRET_UNAVAILABLE;
+    }
+    msso_secret_result result = secret_collection_get_locked(collection) ? MSSO_SECRET_LOCKED : MSSO_SECRET_OK;
+    g_object_unref(collection);
+    return result;
+}
+
+/// No item found is proof of none only in an unlocked keyring: gnome-keyring started again (by
+/// D-Bus activation, after it died) shows none of a locked keyring's items until it is unlocked.
+/// So ABSENT, or LOCKED (or why not) when the default keyring cannot vouch for it.
+static inline msso_secret_result msso_secret_absent(SecretService *service, GCancellable *cancellable, char **message) {
+    msso_secret_result state = msso_secret_default_state(service, cancellable, message);
+    return state == MSSO_SECRET_OK ? MSSO_SECRET_ABSENT : state;
+}
+
 /// Reads the group's secret into *secret (free with msso_secret_free). Locked items are reported
 /// as LOCKED: libsecret's lookup would return NULL for them, indistinguishable from "absent".
 static inline msso_secret_result msso_secret_lookup(const SecretSchema *schema, const char *group, char **secret,
@@ -127,6 +165,7 @@ static inline msso_secret_result msso_secret_lookup(const SecretSchema *schema, 
     if (!service) return result;
     GList *items = NULL;
     result = msso_secret_search(service, schema, group, TRUE, &items, cancellable, message);
+    if (result == MSSO_SECRET_OK && !items) result = msso_secret_absent(service, cancellable, message);
     g_object_unref(service);
     if (result != MSSO_SECRET_OK) return result;
     result = MSSO_SECRET_ABSENT;
@@ -152,19 +191,10 @@ static inline msso_secret_result msso_secret_store(const SecretSchema *schema, c
     msso_secret_result result = MSSO_SECRET_OK;
     SecretService *service = msso_secret_service(cancellable, &result, message);
     if (!service) return result;
-    GError *error = NULL;
-    SecretCollection *collection = secret_collection_for_alias_sync(service, SECRET_COLLECTION_DEFAULT,
-                                                                    SECRET_COLLECTION_NONE, cancellable, &error);
-    if (!collection) {
-        g_object_unref(service);
-        if (error) return msso_secret_fail(error, message);
-        *message = g_strdup("the Secret Service has no default keyring");
-        return MSSO_SECRET_UNAVAILABLE;
-    }
-    gboolean locked = secret_collection_get_locked(collection);
-    g_object_unref(collection);
-    if (locked) { g_object_unref(service); return MSSO_SECRET_LOCKED; }
+    result = msso_secret_default_state(service, cancellable, message);
+    if (result != MSSO_SECRET_OK) { g_object_unref(service); return result; }
 
+    GError *error = NULL;
     GHashTable *attributes = g_hash_table_new(g_str_hash, g_str_equal);
     g_hash_table_insert(attributes, "group", (gpointer)group);
     g_hash_table_insert(attributes, (gpointer)extra, (gpointer)extra_value);
@@ -200,9 +230,11 @@ static inline msso_secret_result msso_secret_delete(const SecretSchema *schema, 
     if (!service) return result;
     GList *items = NULL;
     result = msso_secret_search(service, schema, group, FALSE, &items, cancellable, message);
+    // A delete that found nothing in a keyring that cannot vouch for it has not happened.
+    if (result == MSSO_SECRET_OK && !items) result = msso_secret_absent(service, cancellable, message);
     g_object_unref(service);
     if (result != MSSO_SECRET_OK) return result;
-    result = items ? MSSO_SECRET_OK : MSSO_SECRET_ABSENT;
+    result = MSSO_SECRET_OK;
     for (GList *l = items; l; l = l->next)
         if (secret_item_get_locked(l->data)) result = MSSO_SECRET_LOCKED;
     for (GList *l = items; l && result == MSSO_SECRET_OK; l = l->next) {
@@ -214,23 +246,15 @@ static inline msso_secret_result msso_secret_delete(const SecretSchema *schema, 
     return result;
 }
 
+
 /// Whether the default collection, where msso stores, is there and unlocked (`msso doctor`):
 /// OK, LOCKED, or UNAVAILABLE with a message. Reads no item and never prompts.
 static inline msso_secret_result msso_secret_probe(GCancellable *cancellable, char **message) {
     msso_secret_result result = MSSO_SECRET_OK;
     SecretService *service = msso_secret_service(cancellable, &result, message);
     if (!service) return result;
-    GError *error = NULL;
-    SecretCollection *collection = secret_collection_for_alias_sync(service, SECRET_COLLECTION_DEFAULT,
-                                                                    SECRET_COLLECTION_NONE, cancellable, &error);
+    result = msso_secret_default_state(service, cancellable, message);
     g_object_unref(service);
-    if (!collection) {
-        if (error) return msso_secret_fail(error, message);
-        *message = g_strdup("the Secret Service has no default keyring");
-        return MSSO_SECRET_UNAVAILABLE;
-    }
-    result = secret_collection_get_locked(collection) ? MSSO_SECRET_LOCKED : MSSO_SECRET_OK;
-    g_object_unref(collection);
     return result;
 }
 

@@ -99,6 +99,7 @@ extension Broker {
             }
             try await store.save(refreshed, group: name)
             update(name) { $0.unsaved = false }
+            identity.forgetRescuedRefresh(config) // kept until now in case this process died
             logger.info("access token refreshed", metadata: ["group": "\(name)"])
             return refreshed
         }

@@ -165,6 +165,7 @@ public actor Broker {
                 if let refreshToken = tokens.refreshToken { _ = await identity.revoke(config, token: refreshToken, hint: .refreshToken) }
                 throw error
             }
+            identity.forgetRescuedRefresh(config) // an answer kept for the session replaced
             update(config.name) {
                 $0.credential = credential
                 $0.loaded = true
@@ -340,13 +341,28 @@ public actor Broker {
         }
     }
 
-    /// Stops timers and pending refreshes (on shutdown).
-    public func shutdown() {
+    /// Stops the timers, and waits for the refreshes under way to be stored, `seconds` at most (on
+    /// shutdown): the IdP may have rotated the refresh token already, and its answer is the
+    /// session. One that takes longer is left to mssod-idp, which keeps its answer for the next
+    /// mssod (``IdentityProvider/rescuedRefresh(_:spent:)``).
+    public func shutdown(within seconds: Double = 3) async {
         for name in groups.keys {
             groups[name]?.expiryTimer?.cancel()
             groups[name]?.expiringTimer?.cancel()
-            groups[name]?.refresh?.cancel()
         }
+        let refreshes = groups.values.compactMap(\.refresh)
+        guard !refreshes.isEmpty else { return }
+        logger.info("waiting for the refreshes under way to be stored", metadata: ["count": "\(refreshes.count)", "at most": "\(seconds)s"])
+        let (ended, end) = AsyncStream<Void>.makeStream()
+        Task {
+            for refresh in refreshes { _ = try? await refresh.value }
+            end.yield()
+        }
+        Task { [clock] in
+            await clock.sleep(seconds)
+            end.yield()
+        }
+        for await _ in ended { break }
     }
 
     // MARK: Internals
@@ -429,8 +445,49 @@ public actor Broker {
             $0.corrupt = false
             $0.loaded = true
         }
+        await takeRescuedRefresh(name)
         armExpiryTimer(name)
-        return credential
+        return groups[name]?.credential
+    }
+
+    /// After a load: the answer to a refresh of the stored session that an earlier mssod did not
+    /// store (it died, stopped, or its store refused) replaces the spent token. One of another
+    /// session (logged out or in again since) is dropped, its refresh token revoked.
+    private func takeRescuedRefresh(_ name: String) async {
+        guard let config = configuration.groups[name], var credential = groups[name]?.credential else {
+            if let config = configuration.groups[name] { await dropRescuedRefresh(config, spent: nil) }
+            return
+        }
+        guard let kept = await identity.rescuedRefresh(config, spent: credential.refreshToken) else { return }
+        guard kept.answersStored, kept.tokens.subject == nil || credential.subject == nil || kept.tokens.subject == credential.subject else {
+            return await dropRescuedRefresh(config, spent: credential.refreshToken)
+        }
+        credential.accessToken = kept.tokens.accessToken
+        credential.refreshToken = kept.tokens.refreshToken ?? credential.refreshToken
+        credential.accessTokenExpiresAt = now() + kept.tokens.expiresIn
+        update(name) {
+            $0.credential = credential
+            $0.unsaved = true
+        }
+        logger.notice("took the answer to a refresh that an earlier mssod did not store", metadata: ["group": "\(name)"])
+        do {
+            try await store.save(credential, group: name)
+            update(name) { $0.unsaved = false }
+            identity.forgetRescuedRefresh(config)
+        } catch {
+            // Kept where it was, and in memory: stored with the next change.
+            logger.warning("the taken refresh answer could not be stored yet", metadata: ["group": "\(name)", "error": "\(error)"])
+        }
+    }
+
+    /// Drops a kept refresh answer that is not the stored session's, revoking its refresh token.
+    private func dropRescuedRefresh(_ config: GroupConfig, spent: String?) async {
+        guard let kept = await identity.rescuedRefresh(config, spent: spent), !kept.answersStored else { return }
+        identity.forgetRescuedRefresh(config)
+        if let token = kept.tokens.refreshToken {
+            let identity = self.identity
+            Task { _ = await identity.revoke(config, token: token, hint: .refreshToken) }
+        }
     }
 
     func requireValid(_ credential: Credential?, _ name: String) throws -> Credential {
@@ -472,6 +529,7 @@ public actor Broker {
             // The keyring first: if it refuses (locked), nothing has changed, in memory or at the
             // IdP, and the error says so. Holding the lock, no refresh can write back meanwhile.
             try await store.delete(group: name)
+            identity.forgetRescuedRefresh(config) // loaded above, so any the session had was taken
             update(name) {
                 $0.credential = nil
                 $0.corrupt = false

@@ -91,6 +91,13 @@ public struct Configuration: Equatable, Sendable {
         return (override ?? administratorDirectory, userConfig + "/msso")
     }
 
+    /// msso's own state (the audit log, where sessions are kept): `$XDG_STATE_HOME/msso`, by
+    /// default `~/.local/state/msso`.
+    public static func stateDirectory(environment: [String: String]) -> String {
+        let home = environment["HOME"] ?? homeDirectory()
+        return (environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state") + "/msso"
+    }
+
     /// The home directory of the user this process runs as, from the password database.
     public static func homeDirectory() -> String {
         guard let entry = getpwuid(getuid()), let directory = entry.pointee.pw_dir else { return "/" }

@@ -67,6 +67,29 @@ public protocol IdentityProvider: Sendable {
     /// Asks the provider to forget a token (RFC 7009): the refresh token, or the access token of a
     /// session that has none. Bounded in time; never throws: the outcome says what happened.
     func revoke(_ group: GroupConfig, token: String, hint: TokenKind) async -> Revocation
+    /// The answer to a refresh that was kept for the group (``refresh(_:refreshToken:dpop:)``
+    /// keeps each until ``forgetRescuedRefresh(_:)``, where it outlives the broker), if any;
+    /// `answersStored` when it answered `refreshToken`.
+    func rescuedRefresh(_ group: GroupConfig, spent refreshToken: String?) async -> RescuedTokens?
+    /// Drops the group's kept answer: stored, or of no more use.
+    func forgetRescuedRefresh(_ group: GroupConfig)
+}
+
+/// A refresh's answer kept outside the broker (an earlier broker died or stopped before storing
+/// it, or could not store it): its tokens, and whether it answered the refresh token now stored.
+public struct RescuedTokens: Sendable {
+    public var tokens: TokenSet
+    public var answersStored: Bool
+    public init(tokens: TokenSet, answersStored: Bool) {
+        self.tokens = tokens
+        self.answersStored = answersStored
+    }
+}
+
+extension IdentityProvider {
+    /// A provider that keeps no answer outside the broker (the unit tests' fakes).
+    public func rescuedRefresh(_ group: GroupConfig, spent refreshToken: String?) async -> RescuedTokens? { nil }
+    public func forgetRescuedRefresh(_ group: GroupConfig) {}
 }
 
 /// Which token a revocation names (RFC 7009 `token_type_hint`).

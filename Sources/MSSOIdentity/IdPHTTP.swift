@@ -30,7 +30,7 @@ final class IdPHTTP: Sendable {
     /// package installs it, else in the same directory), nil when it is in neither.
     let helper: String?
     /// The cancel flags of the requests under way.
-    private let state = Mutex((running: [ObjectIdentifier: (flag: Flag, route: IdPRoute)](), closed: false))
+    private let state = Mutex((running: [ObjectIdentifier: (flag: Flag, route: IdPRoute, kept: Bool)](), closed: false))
 
     /// The most an IdP answer may hold.
     static let maximumBody = 256 * 1024
@@ -63,13 +63,24 @@ final class IdPHTTP: Sendable {
         return [(prefix == "/" ? "" : prefix) + "/libexec/msso/mssod-idp", directory + "/mssod-idp"].first { access($0, X_OK) == 0 }
     }
 
-    /// Ends every request under way: their helpers are killed.
+    /// Ends every request under way: their helpers are killed, but for those whose answer is kept
+    /// (``Rescue``), which go on to their deadline and keep it for the next mssod.
     func shutdown() async {
         let flags = state.withLock { state in
             state.closed = true
-            return state.running.values.map(\.flag)
+            return state.running.values.filter { !$0.kept }.map(\.flag)
         }
         for flag in flags { flag.cancel() }
+    }
+
+    /// Where mssod-idp keeps a 200 answer before it gives it to mssod, so that it outlives a mssod
+    /// that dies or stops before storing it (a refresh's: the IdP has already rotated the refresh
+    /// token it answers). mssod-idp's source says how.
+    struct Rescue: Sendable {
+        /// The kernel key's description.
+        var key: String
+        /// A line mssod reads back with it.
+        var tag: String
     }
 
     /// The proxy a request of `route` to `url` goes through, nil for none. Loopback addresses are
@@ -114,7 +125,7 @@ final class IdPHTTP: Sendable {
 
     /// Sends one request and reads its answer; throws ``Failure`` when there is none.
     func send(_ url: URL, method: Method, headers: [(String, String)], body: [UInt8]?, route: IdPRoute,
-              timeout: Double) async throws(Failure) -> Answer {
+              timeout: Double, rescue: Rescue? = nil) async throws(Failure) -> Answer {
         guard let helper else {
             throw .local("mssod-idp, the program that makes mssod's requests, is not installed where mssod looks for it (../libexec/msso/ or beside mssod); reinstall msso")
         }
@@ -127,7 +138,8 @@ final class IdPHTTP: Sendable {
         let milliseconds = Int(timeout * 1000)
         var fields: [[UInt8]] = [Array(url.absoluteString.utf8), Array((method == .post ? "POST" : "GET").utf8), Array(proxy.utf8),
                                  Array((route.caFile ?? "").utf8), Array(String(milliseconds).utf8),
-                                 Array(String(Int(Self.connectTimeout * 1000)).utf8), body ?? []]
+                                 Array(String(Int(Self.connectTimeout * 1000)).utf8), body ?? [],
+                                 Array((rescue?.key ?? "").utf8), Array((rescue?.tag ?? "").utf8)]
         fields += headers.map { Array("\($0.0): \($0.1)".utf8) }
         let request = Helper.frame(fields)
         guard let flag = Flag() else { throw .local("mssod has no file descriptor left for the request") }
@@ -143,7 +155,7 @@ final class IdPHTTP: Sendable {
             if running.count >= Self.maximumRunning {
                 return .busy("\(Self.maximumRunning) requests to identity providers are under way already")
             }
-            state.running[ObjectIdentifier(flag)] = (flag, route)
+            state.running[ObjectIdentifier(flag)] = (flag, route, rescue != nil)
             return nil
         }
         if let admitted { throw admitted }

@@ -16,7 +16,7 @@ import Synchronization
 /// explicit refusal (`invalid_grant`, or a bare 400/401 as glewlwyd sends) ends it.
 public final class OpenIDProvider: IdentityProvider {
     private let http: IdPHTTP
-    private let logger: Logger
+    let logger: Logger
     private let requestTimeout: Double
     private let revokeTimeout: Double
     /// Discovery documents by everything that decided their fetch (``IdPRoute``: issuer, CA,
@@ -241,7 +241,9 @@ public final class OpenIDProvider: IdentityProvider {
     public func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet {
         let outcome: Exchange
         do {
-            outcome = try await exchange(try await discover(group).token, group: group, dpop: dpop, form: [
+            // Its answer is kept where it outlives this process until the broker has stored it.
+            let rescue = RescuedRefresh.rescue(group, spent: refreshToken, at: Date().timeIntervalSince1970)
+            outcome = try await exchange(try await discover(group).token, group: group, dpop: dpop, rescue: rescue, form: [
                 ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
             ])
         } catch {
@@ -249,19 +251,7 @@ public final class OpenIDProvider: IdentityProvider {
         }
         switch outcome {
         case .answered(let body):
-            let response = try decode(TokenResponse.self, body, group)
-            var tokens = try response.tokens(group: group, dpop: dpop != nil)
-            if let idToken = response.id_token {
-                // Checked like a login's (no nonce): its `sub` must be the session's, which the broker
-                // compares. One that fails is set aside, not fatal (some providers send the login's
-                // own, expired, again), as an answer without one would be.
-                do {
-                    tokens.subject = try await verifiedClaims(idToken, group: group, nonce: nil).subject
-                } catch {
-                    logger.warning("the refresh's ID token is not used", metadata: ["group": "\(group.name)", "error": "\(error.message)"])
-                }
-            }
-            return tokens
+            return try await refreshedTokens(body, group: group, dpop: dpop != nil)
         // The IdP refuses the refresh token: the session is over. glewlwyd says so with a bare 400.
         case .refused(let error) where error.code == "invalid_grant" || (error.code.isEmpty && (error.status == 400 || error.status == 401)):
             throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
@@ -271,6 +261,23 @@ public final class OpenIDProvider: IdentityProvider {
         case .unavailable(let error, let retryAfter):
             throw IdPBusy(error, retryAfter: retryAfter) // 408, 429, 5xx
         }
+    }
+
+    /// The tokens of a refresh's answer (200).
+    func refreshedTokens(_ body: Data, group: GroupConfig, dpop: Bool) async throws(BrokerError) -> TokenSet {
+        let response = try decode(TokenResponse.self, body, group)
+        var tokens = try response.tokens(group: group, dpop: dpop)
+        if let idToken = response.id_token {
+            // Checked like a login's (no nonce): its `sub` must be the session's, which the broker
+            // compares. One that fails is set aside, not fatal (some providers send the login's
+            // own, expired, again), as an answer without one would be.
+            do {
+                tokens.subject = try await verifiedClaims(idToken, group: group, nonce: nil).subject
+            } catch {
+                logger.warning("the refresh's ID token is not used", metadata: ["group": "\(group.name)", "error": "\(error.message)"])
+            }
+        }
+        return tokens
     }
 
     public func revoke(_ group: GroupConfig, token: String, hint: TokenKind) async -> Revocation {
@@ -365,16 +372,16 @@ public final class OpenIDProvider: IdentityProvider {
     /// redirect, throws `IdPUnavailable`. With `dpop`, the request carries a DPoP proof; a
     /// `use_dpop_nonce` refusal is retried once with the nonce the IdP sent (RFC 9449 §8).
     private func exchange(_ url: URL, group: GroupConfig, timeout: Double? = nil, dpop: SigningKey? = nil,
-                          form: [(String, String)]) async throws(BrokerError) -> Exchange {
-        let first = try await exchange(url, group: group, timeout: timeout, dpop: dpop, form: form, attempt: 1)
+                          rescue: IdPHTTP.Rescue? = nil, form: [(String, String)]) async throws(BrokerError) -> Exchange {
+        let first = try await exchange(url, group: group, timeout: timeout, dpop: dpop, rescue: rescue, form: form, attempt: 1)
         if case .refused(let error) = first, error.code == "use_dpop_nonce", dpop != nil {
-            return try await exchange(url, group: group, timeout: timeout, dpop: dpop, form: form, attempt: 2)
+            return try await exchange(url, group: group, timeout: timeout, dpop: dpop, rescue: rescue, form: form, attempt: 2)
         }
         return first
     }
 
-    private func exchange(_ url: URL, group: GroupConfig, timeout: Double?, dpop: SigningKey?, form: [(String, String)],
-                          attempt: Int) async throws(BrokerError) -> Exchange {
+    private func exchange(_ url: URL, group: GroupConfig, timeout: Double?, dpop: SigningKey?, rescue: IdPHTTP.Rescue?,
+                          form: [(String, String)], attempt: Int) async throws(BrokerError) -> Exchange {
         var headers = [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")]
         let nonceKey = NonceKey(route: IdPRoute(group), origin: url.origin)
         if let dpop {
@@ -403,7 +410,7 @@ public final class OpenIDProvider: IdentityProvider {
             fields.append(("client_id", group.clientID))
         }
         let body = Array(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
-        let answer = try await send(url, group: group, method: .post, headers: headers, body: body, timeout: timeout)
+        let answer = try await send(url, group: group, method: .post, headers: headers, body: body, timeout: timeout, rescue: rescue)
         if let nonce = answer.dpopNonce, nonce.utf8.count <= 1024 { dpopNonces.withLock { $0[nonceKey] = nonce } }
         let data = Data(answer.body)
         switch answer.status {
@@ -423,11 +430,11 @@ public final class OpenIDProvider: IdentityProvider {
 
     /// One exchange, with the IdP's silence or a redirect said in words.
     private func send(_ url: URL, group: GroupConfig, method: IdPHTTP.Method, headers: [(String, String)], body: [UInt8]?,
-                      timeout: Double? = nil) async throws(BrokerError) -> IdPHTTP.Answer {
+                      timeout: Double? = nil, rescue: IdPHTTP.Rescue? = nil) async throws(BrokerError) -> IdPHTTP.Answer {
         let limit = timeout ?? requestTimeout
         let answer: IdPHTTP.Answer
         do {
-            answer = try await http.send(url, method: method, headers: headers, body: body, route: IdPRoute(group), timeout: limit)
+            answer = try await http.send(url, method: method, headers: headers, body: body, route: IdPRoute(group), timeout: limit, rescue: rescue)
         } catch .timedOut(let answering) {
             if answering {
                 throw BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" (\(group.issuer)) began to answer but did not finish within \(Int(limit)) s (it is slow or overloaded)")

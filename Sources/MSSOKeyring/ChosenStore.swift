@@ -1,4 +1,5 @@
 import FoundationEssentials
+import Glibc
 import Synchronization
 import MSSOCore
 import MSSOProtocol
@@ -12,24 +13,37 @@ import MSSOProtocol
 /// unless it is locked and holds nothing of msso's (over SSH, D-Bus activation starts a keyring
 /// nobody can unlock: sessions then go to the kernel keyring); a locked one that holds msso's
 /// items keeps them, and the user is asked to unlock it, as is one that is slow to answer.
+///
+/// Nor must a session vanish because its keyring is gone for a while: a Secret Service that died
+/// (or was started again locked, when it shows no items at all) or a session bus that is down
+/// would read as "no session here" in the kernel keyring. So once `auto` has taken the Secret
+/// Service, a file in msso's state directory (``marker``) says so, and later starts keep to it
+/// whatever they find: the user is told to start or unlock the keyring, or to choose.
 public final class ChosenStore: CredentialStore, KeyStore, KeyringProbe, StoreDescribing, Sendable {
     public let preference: StorePreference
     /// The file that chose, for the reason given (nil: nobody did, `auto` by default).
     let chosenIn: String?
     let secretService: SecretServiceStore
     let kernel: KernelKeyringStore
+    /// The file that says `auto` took the Secret Service (nil: none is kept, in tests).
+    let marker: String?
     private let choice = Mutex<Task<Choice, Never>?>(nil)
+
+    /// What the marker holds: anything else is no marker.
+    static let markerText = "secret-service\n"
 
     struct Choice: Sendable {
         var kind: StoreDescription.Kind
         var reason: String
     }
 
-    public init(_ preference: StorePreference, chosenIn: String?, secretService: SecretServiceStore, kernel: KernelKeyringStore = KernelKeyringStore()) {
+    public init(_ preference: StorePreference, chosenIn: String?, secretService: SecretServiceStore,
+                kernel: KernelKeyringStore = KernelKeyringStore(), marker: String? = nil) {
         self.preference = preference
         self.chosenIn = chosenIn
         self.secretService = secretService
         self.kernel = kernel
+        self.marker = marker
     }
 
     private func chosen() async -> Choice {
@@ -51,21 +65,49 @@ public final class ChosenStore: CredentialStore, KeyStore, KeyringProbe, StoreDe
             return Choice(kind: .kernel, reason: "`store = \"kernel\"`\(file)")
         case .auto:
             let auto = "`store = \"auto\"`\(file) and "
-            switch await secretService.presence() {
+            let found = await secretService.presence()
+            switch found {
             case .unlocked:
+                remember()
                 return Choice(kind: .secretService, reason: auto + "a Secret Service answers on the session bus, its default keyring unlocked")
             case .locked(holdsSessions: true):
+                remember()
                 return Choice(kind: .secretService, reason: auto + "the Secret Service's default keyring holds msso's sessions, locked: unlock it")
             case .silent:
                 return Choice(kind: .secretService, reason: auto + "a Secret Service is on the session bus, though it did not answer in time")
-            case .locked(holdsSessions: false):
-                return Choice(kind: .kernel, reason: auto + "the Secret Service's default keyring is locked and holds none of msso's items (when mssod started)")
             case .foreign(let why):
+                // Never another user's keyring, whatever msso used before.
                 return Choice(kind: .kernel, reason: auto + "\(why) (when mssod started)")
-            case .absent:
-                return Choice(kind: .kernel, reason: auto + "no Secret Service answers on the session bus (when mssod started)")
+            case .locked(holdsSessions: false), .absent:
+                if let marker, remembered() {
+                    let now = found == .absent ? "no Secret Service answers on the session bus now" : "the Secret Service's default keyring is locked now"
+                    return Choice(kind: .secretService, reason: auto + "msso keeps its sessions in the Secret Service (\(marker) says so), though \(now): start or unlock your keyring; to keep sessions in the kernel keyring instead, set `store = \"kernel\"` (sessions in the keyring are then not used)")
+                }
+                return Choice(kind: .kernel, reason: auto + (found == .absent
+                    ? "no Secret Service answers on the session bus (when mssod started)"
+                    : "the Secret Service's default keyring is locked and holds none of msso's items (when mssod started)"))
             }
         }
+    }
+
+    /// Whether the marker says `auto` took the Secret Service before.
+    private func remembered() -> Bool {
+        guard let marker, let text = try? String(contentsOfFile: marker, encoding: .utf8) else { return false }
+        return text == Self.markerText
+    }
+
+    /// Writes the marker (once: it is never taken back, since sessions may be in the keyring).
+    private func remember() {
+        guard let marker, !remembered() else { return }
+        let directory = AdminFiles.parent(of: marker)
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        // Written whole and renamed into place: a reader sees the old file or the new one.
+        let scratch = marker + ".new"
+        if FileManager.default.createFile(atPath: scratch, contents: Data(Self.markerText.utf8), attributes: [.posixPermissions: 0o600]),
+           rename(scratch, marker) == 0 {
+            return
+        }
+        unlink(scratch)
     }
 
     private func store() async -> any CredentialStore & KeyStore & KeyringProbe {

@@ -82,9 +82,9 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
                 }
                 var outcome = attempt(body)
                 if outcome.0 == MSSO_SECRET_UNAVAILABLE {
-                    // The Secret Service may have restarted under a new bus name: libsecret keeps
-                    // talking to the old one until its shared connection is dropped.
-                    secret_service_disconnect()
+                    // The Secret Service may have restarted under a new bus name, or the bus
+                    // itself: libsecret keeps talking to the old ones until they are dropped.
+                    msso_secret_reset()
                     outcome = attempt(body)
                 }
                 if outcome.0 == MSSO_SECRET_TIMEOUT {

@@ -12,13 +12,23 @@
 //
 // Both directions are a list of fields, each a 4-byte big-endian length and that many bytes:
 //   request: url, method ("GET" or "POST"), proxy ("": none), CA file ("": the system's store),
-//            timeout in ms, connect timeout in ms, body, then each header line "Name: value"
+//            timeout in ms, connect timeout in ms, body, rescue key ("": none), rescue tag, then
+//            each header line "Name: value"
 //   answer:  outcome ("ok", "timeout", "too-large", "headers-too-large", or "tls" or "error"
 //            and libcurl's sentence), status (for "timeout" too: "0" when none came), Retry-After,
 //            DPoP-Nonce, Location, body
 // The rules each request follows are in perform() below.
+//
+// A request with a rescue key (a refresh, whose answer the IdP commits as it sends it: the refresh
+// token it rotates is good once) must not lose its answer when mssod dies or stops before storing
+// it. So it does not die with mssod and ignores the stop signals a unit's or a terminal's end
+// sends (it ends at its own deadline all the same), and before it answers it keeps a 200 answer in
+// the kernel keyring (the persistent keyring msso's kernel store uses) as a "user" key of that
+// name: the tag, a line feed, the body. mssod removes it once it has stored the answer, and reads
+// it when it finds it after a restart.
 #define _GNU_SOURCE
 #include <curl/curl.h>
+#include "cmsso_system.h"
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -134,9 +144,12 @@ static _Noreturn void refuse(const char *why) {
     _exit(0);
 }
 
+/// The fields before the headers.
+#define FIXED_FIELDS 9
+
 typedef struct {
-    char *fields[6 + 1 + HEADERS_MAX]; /* NUL-terminated copies */
-    size_t lengths[6 + 1 + HEADERS_MAX];
+    char *fields[FIXED_FIELDS + HEADERS_MAX]; /* NUL-terminated copies */
+    size_t lengths[FIXED_FIELDS + HEADERS_MAX];
     size_t count;
 } request_t;
 
@@ -186,7 +199,7 @@ static CURLcode perform(const request_t *request, answer_t *answer) {
     int post = strcmp(method, "POST") == 0;
     if (!post && strcmp(method, "GET") != 0) refuse("the request's method is neither GET nor POST");
     struct curl_slist *headers = NULL;
-    for (size_t i = 7; i < request->count; i++) {
+    for (size_t i = FIXED_FIELDS; i < request->count; i++) {
         const char *line = text(request, i);
         if (strpbrk(line, "\r\n")) refuse("a header line of the request holds a line break");
         if (!(headers = curl_slist_append(headers, line))) refuse("out of memory");
@@ -234,10 +247,28 @@ static CURLcode perform(const request_t *request, answer_t *answer) {
     return done;
 }
 
+/// Keeps a 200 answer where a later mssod finds it (see the top of this file). Best effort: a full
+/// key quota or a kernel without keyrings leaves it to mssod alone.
+static void rescue(const request_t *request, const answer_t *answer) {
+    const char *key = text(request, 7), *tag = text(request, 8);
+    size_t tagged = request->lengths[8] + 1 + answer->length;
+    if (!*key || answer->status != 200 || !answer->length || tagged > 32767 /* a "user" key's most */) return;
+    char *payload = malloc(tagged);
+    if (!payload) return;
+    memcpy(payload, tag, request->lengths[8]);
+    payload[request->lengths[8]] = '\n';
+    memcpy(payload + request->lengths[8] + 1, answer->body, answer->length);
+    int persistent;
+    int32_t home = cmsso_keys_home(&persistent);
+    if (home > 0) cmsso_keys_write(home, key, payload, tagged);
+    explicit_bzero(payload, tagged);
+    free(payload);
+}
+
 int main(void) {
     /* Before anything is read: no core dump, no tracing or reading of this process's memory by
        another program of the user (installed execute-only, the kernel did so already at exec),
-       and no life after mssod's. */
+       and no life after mssod's (until the request says it has an answer to keep). */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -249,10 +280,18 @@ int main(void) {
 
     request_t request = {0};
     read_request(&request);
-    if (request.count < 7) refuse("the request is incomplete");
+    if (request.count < FIXED_FIELDS) refuse("the request is incomplete");
+    if (*text(&request, 7)) {
+        /* Its answer outlives mssod: see the top of this file. Its deadline still ends it. */
+        prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+    }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) refuse("libcurl could not be initialised");
     answer_t answer = {0};
     CURLcode done = perform(&request, &answer);
+    if (done == CURLE_OK && !answer.too_large) rescue(&request, &answer);
     /* A secret of the request (a password, a client secret, a refresh token) is not kept longer
        than it must be. */
     for (size_t i = 0; i < request.count; i++) explicit_bzero(request.fields[i], request.lengths[i]);

@@ -115,7 +115,8 @@ struct Daemon: AsyncParsableCommand {
         // must not depend on which call comes first. Calls that need the store wait for it; the
         // rest, and a SIGTERM, do not.
         let store = ChosenStore(configuration.store, chosenIn: configuration.storeSetIn,
-                                secretService: SecretServiceStore(timeout: keyringTimeout))
+                                secretService: SecretServiceStore(timeout: keyringTimeout),
+                                marker: Configuration.stateDirectory(environment: environment) + "/store")
         Task {
             let kept = await store.describe()
             logger.info("sessions are kept in \(kept.place): \(kept.reason)")

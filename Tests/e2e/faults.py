@@ -59,3 +59,27 @@ def copy_secret(idp, desktop) -> Path:
     target.chmod(0o600)
     desktop.chown(target)
     return target
+
+
+def kept_refresh_answer(desktop, group=harness.GROUP) -> bool:
+    """Whether a refresh's answer is kept for `group` in the kernel keyring (mssod-idp keeps it
+    until mssod has stored it), looked for as the desktop's user."""
+    script = f'home=$(keyctl get_persistent @s) && keyctl search "$home" user "msso:rescue:{group}"'
+    return desktop.run(["keyctl", "session", "-", "sh", "-c", script]).returncode == 0
+
+
+def children(pid):
+    """A process's children, by pid."""
+    return [int(child) for path in Path(f"/proc/{pid}/task").glob("*/children") for child in path.read_text().split()]
+
+
+def idp_helpers(pid):
+    """mssod's children that are running mssod-idp (its IdP requests), by pid."""
+    found = []
+    for child in children(pid):
+        try:
+            if Path(f"/proc/{child}/exe").resolve().name == "mssod-idp":
+                found.append(child)
+        except OSError:
+            pass  # ended meanwhile
+    return found

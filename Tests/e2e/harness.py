@@ -151,7 +151,7 @@ BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Config
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
   <type>session</type>
-  <listen>unix:dir={dir}</listen>
+  <listen>unix:path={dir}/socket</listen>
   <auth>EXTERNAL</auth>
   <policy context="default">
     <allow send_destination="*" eavesdrop="true"/>
@@ -168,6 +168,22 @@ def as_uid(uid, *caps):
     for cap in caps:
         prefix += [f"--inh-caps=+{cap}", f"--ambient-caps=+{cap}"]
     return prefix + ["--"]
+
+
+# Unlocks gnome-keyring's login collection with the password on standard input (argv[1]: the bus).
+UNLOCK = """
+import sys
+from jeepney import DBusAddress, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+with open_dbus_connection(bus=sys.argv[1]) as bus:
+    service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets")
+    session = bus.send_and_get_reply(new_method_call(service.with_interface("org.freedesktop.Secret.Service"),
+                                                     "OpenSession", "sv", ("plain", ("s", ""))), timeout=10).body[1]
+    bus.send_and_get_reply(new_method_call(service.with_interface("org.gnome.keyring.InternalUnsupportedGuiltRiddenInterface"),
+                                           "UnlockWithMasterPassword", "o(oayays)",
+                                           ("/org/freedesktop/secrets/collection/login",
+                                            (session, b"", sys.stdin.read().encode(), "text/plain"))), timeout=10)
+"""
 
 
 class Desktop:
@@ -199,13 +215,10 @@ class Desktop:
             "XDG_STATE_HOME": str(self.home / ".local" / "state"),
             "LANG": "C.UTF-8",
         }
+        self.bus_config = bus_config
         self.bus_address, self.bus_pid = None, None
         if bus:
-            out = subprocess.run(self.prefix + ["dbus-daemon", f"--config-file={bus_config}", "--fork",
-                                                "--print-address=1", "--print-pid=1"],
-                                 env=self.env, check=True, capture_output=True, text=True).stdout.split()
-            self.bus_address, self.bus_pid = out[0], int(out[1])
-            self.env["DBUS_SESSION_BUS_ADDRESS"] = self.bus_address
+            self.start_bus()
         self.keyring_password = password
         self.keyring = None
         if keyring and bus:
@@ -215,24 +228,53 @@ class Desktop:
                 self.cleanup()  # no fixture will: the object was never handed out
                 raise
 
+    def start_bus(self):
+        """The session bus, always at the same address (so that it can come back there)."""
+        (self.home / "bus" / "socket").unlink(missing_ok=True)
+        out = subprocess.run(self.prefix + ["dbus-daemon", f"--config-file={self.bus_config}", "--fork",
+                                            "--print-address=1", "--print-pid=1"],
+                             env=self.env, check=True, capture_output=True, text=True).stdout.split()
+        self.bus_address, self.bus_pid = out[0], int(out[1])
+        self.env["DBUS_SESSION_BUS_ADDRESS"] = self.bus_address
+
+    def stop_bus(self):
+        """Stops the session bus (and the keyring on it, which cannot live without it)."""
+        self.stop_keyring()
+        os.kill(self.bus_pid, signal.SIGKILL)
+        wait_for(lambda: not Path(f"/proc/{self.bus_pid}").exists(), what="the bus to end")
+        self.bus_pid = None
+
     def chown(self, path, recursive=False):
         if self.uid is not None:
             for each in [path, *(Path(path).rglob("*") if recursive else [])]:
                 os.chown(each, self.uid, self.uid)
 
-    def start_keyring(self):
-        """gnome-keyring-daemon, unlocked with the login password (creates the login keyring)."""
+    def start_keyring(self, unlock=True):
+        """gnome-keyring-daemon, unlocked with the login password (creates the login keyring); without
+        `unlock`, as D-Bus activation starts it again after it died: its keyring locked."""
         # A session of its own, so that stopping it stops anything it forked.
-        self.keyring = subprocess.Popen(self.prefix + ["gnome-keyring-daemon", "--foreground", "--unlock",
-                                                       "--components=secrets"],
+        self.keyring = subprocess.Popen(self.prefix + ["gnome-keyring-daemon", "--foreground", "--components=secrets"]
+                                        + (["--unlock"] if unlock else []),
                                         env=self.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True)
-        self.keyring.stdin.write(self.keyring_password.encode())
+        if unlock:
+            self.keyring.stdin.write(self.keyring_password.encode())
         self.keyring.stdin.close()
-        wait_for(lambda: self.run(["gdbus", "call", "--session", "--dest", "org.freedesktop.secrets",
-                                   "--object-path", "/org/freedesktop/secrets/aliases/default", "--method",
-                                   "org.freedesktop.DBus.Properties.Get", "org.freedesktop.Secret.Collection",
-                                   "Locked"]).stdout.strip() == "(<false>,)", what="an unlocked keyring")
+        wait_for(lambda: self.keyring_locked() == (not unlock), what="an unlocked keyring" if unlock else "a locked keyring")
+
+    def keyring_locked(self):
+        """True or False as the default keyring says; None when it does not answer."""
+        said = self.run(["gdbus", "call", "--session", "--dest", "org.freedesktop.secrets",
+                         "--object-path", "/org/freedesktop/secrets/aliases/default", "--method",
+                         "org.freedesktop.DBus.Properties.Get", "org.freedesktop.Secret.Collection",
+                         "Locked"]).stdout.strip()
+        return {"(<true>,)": True, "(<false>,)": False}.get(said)
+
+    def unlock_keyring(self):
+        """Unlocks the login keyring with its password, as a desktop login does (gnome-keyring's own
+        D-Bus call for it: the standard Unlock would show a prompt), as the desktop's user."""
+        self.run([sys.executable, "-c", UNLOCK, self.bus_address], input=self.keyring_password, check=True)
+        wait_for(lambda: self.keyring_locked() is False, what="the keyring to unlock")
 
     def stop_keyring(self):
         if self.keyring:

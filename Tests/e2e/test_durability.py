@@ -1,5 +1,7 @@
 """`kill -9` of mssod never loses or resurrects a session: the keyring is the truth after a crash."""
 import json
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -7,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from faults import frozen, kill_hard
-from harness import BIN, GROUP, SECRETS, Broker, RawClient, wait_for
+from faults import frozen, idp_helpers, kept_refresh_answer, kill_hard
+from harness import BIN, GROUP, SECRETS, Broker, IdP, RawClient, wait_for
 from test_refresh import introspect
 
 URL = "https://api.example.com/items"
@@ -138,13 +140,12 @@ def test_a_crash_in_a_burst_of_signs_loses_nothing(broker, desktop, idp):
     assert status == 0 and claims["sub"]
 
 
-@pytest.mark.xfail(strict=True, reason="one-use refresh-token rotation: a crash between the IdP's rotation and "
-                                       "the keyring write leaves a revoked refresh token in the keyring")
 def test_a_crash_between_rotation_and_the_keyring_write(desktop, idp):
     """The IdP rotates the refresh token on every use. If mssod dies after the IdP answered and before the
-    keyring write, the keyring keeps the old, now revoked, refresh token. Made deterministic by freezing the
-    keyring so the write hangs; with a sign that refreshes every time (refresh_lead 3600s), a kill -9 in a
-    burst of signs hits this window about half the time."""
+    keyring write, the keyring keeps the old, now revoked, refresh token: the session would be lost, but
+    mssod-idp kept the answer (in the kernel keyring) and the next mssod takes it. Made deterministic by
+    freezing the keyring so the write hangs; with a sign that refreshes every time (refresh_lead 3600s), a
+    kill -9 in a burst of signs hits this window about half the time (`make faults` counts it)."""
     daemon = Broker(desktop, idp, groups={GROUP: {"refresh_lead": "3600s"}}, args=["--keyring-timeout", "3"])
     try:
         assert daemon.login().returncode == 0
@@ -160,5 +161,68 @@ def test_a_crash_between_rotation_and_the_keyring_write(desktop, idp):
         daemon.start()
         after = daemon.msso("sign", "--url", URL)
         assert after.returncode == 0, after.stderr
+        # The rotated token is the one stored now, alive at the IdP, and nothing is kept beside it.
+        rotated = stored(desktop)[1]["refreshToken"]
+        assert rotated != item["refreshToken"] and introspect(idp, rotated)
+        assert daemon.logged("took the answer to a refresh that an earlier mssod did not store") == 1
+        assert not kept_refresh_answer(desktop)
     finally:
         daemon.stop()
+
+
+def test_a_stop_during_a_refresh_waits_for_the_answer_and_stores_it(desktop):
+    """SIGTERM (what `systemctl --user stop`, an upgrade or the end of a desktop session sends) while a
+    refresh waits for the IdP: mssod waits for the answer (a few seconds at most) and stores the rotated
+    token before it goes."""
+    provider = IdP()
+    daemon = Broker(desktop, provider, groups={GROUP: {"refresh_lead": "3600s"}})
+    try:
+        assert daemon.login().returncode == 0
+        _, item = desktop.keyring_item()
+        SECRETS.update([item["accessToken"], item["refreshToken"]])
+        with frozen(provider.pid()):
+            sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")
+            daemon.process.send_signal(signal.SIGTERM)
+            wait_for(lambda: daemon.logged("waiting for the refreshes under way to be stored"), what="mssod to wait")
+        daemon.process.wait(timeout=5)
+        sign.wait(timeout=10)
+        rotated = stored(desktop)[1]["refreshToken"]
+        assert rotated != item["refreshToken"] and introspect(provider, rotated)
+        assert not kept_refresh_answer(desktop)
+        daemon.start()
+        assert daemon.msso("sign", "--url", URL).returncode == 0
+    finally:
+        daemon.stop()
+        provider.cleanup()
+
+
+def test_a_stop_that_outlasts_the_refresh_leaves_its_answer_to_the_next_mssod(desktop):
+    """The same, with an IdP that answers only after mssod has given up waiting and gone: mssod-idp
+    outlives it, keeps the answer, and the next mssod takes it."""
+    provider = IdP()
+    daemon = Broker(desktop, provider, groups={GROUP: {"refresh_lead": "3600s"}})
+    try:
+        assert daemon.login().returncode == 0
+        _, item = desktop.keyring_item()
+        SECRETS.update([item["accessToken"], item["refreshToken"]])
+        with frozen(provider.pid()):
+            sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            helper = wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")[0]
+            daemon.process.send_signal(signal.SIGTERM)
+            daemon.process.wait(timeout=5)
+            os.kill(helper, signal.SIGTERM)  # as a unit's stop sends it to every process of the unit
+        sign.wait(timeout=10)
+        wait_for(lambda: not os.path.exists(f"/proc/{helper}"), what="mssod-idp to end")
+        assert kept_refresh_answer(desktop)
+        assert not introspect(provider, item["refreshToken"])  # spent: only the kept answer holds the session
+        daemon.start()
+        assert daemon.msso("sign", "--url", URL).returncode == 0
+        rotated = stored(desktop)[1]["refreshToken"]
+        assert rotated != item["refreshToken"] and introspect(provider, rotated)
+        assert not kept_refresh_answer(desktop)
+    finally:
+        daemon.stop()
+        provider.cleanup()

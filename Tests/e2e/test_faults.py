@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from faults import frozen, login_bounded, timed
+from faults import children, frozen, idp_helpers, login_bounded, timed
 from harness import BIN, GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, IdP, RawClient, wait_for
 
 URL = "https://api.example.com/items"
@@ -353,21 +353,6 @@ def test_hung_idp_login_gives_up_at_the_idp_timeout(desktop, own_idp):
         daemon.stop()
 
 
-def children(pid):
-    """mssod's child processes, by pid."""
-    return [int(child) for path in Path(f"/proc/{pid}/task").glob("*/children") for child in path.read_text().split()]
-
-
-def idp_helpers(pid):
-    """mssod's children that are running mssod-idp (its IdP requests), by pid."""
-    found = []
-    for child in children(pid):
-        try:
-            if Path(f"/proc/{child}/exe").resolve().name == "mssod-idp":
-                found.append(child)
-        except OSError:
-            pass  # ended meanwhile
-    return found
 
 
 def gone(pid):
