@@ -58,6 +58,12 @@ extension Broker {
                 if credential.accessTokenExpiresAt > now() { return credential }
                 throw BrokerError(.expired, "the access token of \"\(name)\" expired and the IdP gave no refresh token; run `msso login --group \(name)`")
             }
+            // The IdP spends a one-use refresh token as it answers: not before the answer can be
+            // stored. Meanwhile a token that still works is served as it is.
+            if let refusal = await store.cannotSave(credential, group: name) {
+                if credential.accessTokenExpiresAt > now() { return credential }
+                throw refusal
+            }
             let tokens: TokenSet
             do {
                 let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil

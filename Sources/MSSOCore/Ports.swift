@@ -15,6 +15,15 @@ public protocol CredentialStore: Sendable {
     /// Deletes the group's credential; true if one existed.
     @discardableResult
     func delete(group: String) async throws -> Bool
+    /// Why `credential`, refreshed, could not be stored now (the keyring locked or gone, the kernel
+    /// quota short of room for it and the answer kept beside it), nil when it could: asked before
+    /// a one-use refresh token is spent. Bounded in time like every store call.
+    func cannotSave(_ credential: Credential, group: String) async -> BrokerError?
+}
+
+extension CredentialStore {
+    /// A store that is never short of room (the unit tests' fakes).
+    public func cannotSave(_ credential: Credential, group: String) async -> BrokerError? { nil }
 }
 
 /// A store that can say which one it is and why: for `status` and `msso doctor`.

@@ -128,4 +128,7 @@ public final class ChosenStore: CredentialStore, KeyStore, KeyringProbe, StoreDe
     public func loadKey(group: String) async throws -> StoredKey? { try await store().loadKey(group: group) }
     public func saveKey(_ key: StoredKey, group: String) async throws { try await store().saveKey(key, group: group) }
     public func probe() async -> BrokerError? { await store().probe() }
+    public func cannotSave(_ credential: Credential, group: String) async -> BrokerError? {
+        await chosen().kind == .secretService ? await secretService.probe() : await kernel.cannotSave(credential, group: group)
+    }
 }

@@ -56,6 +56,27 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
         }
     }
 
+    /// The quota must have room for the refreshed credential (the kernel charges the new payload
+    /// before it frees the old) and for the answer kept beside it until then (about as large).
+    public func cannotSave(_ credential: Credential, group: String) async -> BrokerError? {
+        guard let room = Self.quotaLeft(), let payload = try? StoredItem.encode(credential, .credential, group: group) else { return nil }
+        return room < 2 * payload.count + 1024 ? failure(-EDQUOT, doing: "store a refreshed access token of \"\(group)\" (so the refresh token was not spent)") : nil
+    }
+
+    /// Bytes left of this uid's key quota (/proc/key-users), nil when it cannot be read.
+    static func quotaLeft() -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/key-users", encoding: .utf8) else { return nil }
+        let me = "\(getuid()):"
+        for line in text.split(separator: "\n") {
+            // "  UID:     USAGE NKEYS/NIKEYS QNKEYS/MAXKEYS QNBYTES/MAXBYTES"
+            let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+            guard fields.count == 5, fields[0] == me else { continue }
+            let bytes = fields[4].split(separator: "/").compactMap { Int($0) }
+            return bytes.count == 2 ? bytes[1] - bytes[0] : nil
+        }
+        return nil
+    }
+
     /// Where the items are, in a sentence for `status` and `msso doctor`.
     public static func place() -> String {
         var persistent: Int32 = 1

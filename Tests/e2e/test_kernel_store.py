@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from faults import copy_secret
+from test_refresh import introspect
 from harness import GROUP, SECRETS, Broker, Desktop, as_uid, wait_for
 
 CREDENTIAL = f"msso:credential:{GROUP}"
@@ -262,3 +263,36 @@ def test_a_secret_service_on_another_users_bus_is_never_used(idp, account, store
                 process.wait()
         session.cleanup()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_quota_too_full_for_a_refresh_spends_no_refresh_token(server_session, account, idp):
+    """Another program of the user's has filled the key quota: a refresh, whose answer could not be
+    stored, is not made (the one-use refresh token stays unspent); the token that still works is
+    served; once there is room, the refresh goes through and is stored."""
+    daemon = Broker(server_session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, server_session)),
+                                                         "refresh_lead": "3600s"}})
+    try:
+        assert daemon.login().returncode == 0
+        stored = json.loads(payload(account))
+        SECRETS.update([stored["accessToken"], stored["refreshToken"]])
+        used = quota_used(account)
+        filler = keyring(account, 'keyctl padd user filler $home', input="x" * (20_000 - used - 1_000))
+        assert filler.returncode == 0, filler.stderr
+        done = daemon.msso("sign", "--url", "https://api.example.com/items")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"Authorization: Bearer {stored['accessToken']}"
+        assert json.loads(payload(account))["refreshToken"] == stored["refreshToken"]
+        assert introspect(idp, stored["refreshToken"]), "the refresh token was spent"
+        keyring(account, 'keyctl unlink $(keyctl search $home user filler) $home')
+        wait_for(lambda: quota_used(account) <= used, what="the kernel to give the filler's bytes back")
+        assert daemon.msso("sign", "--url", "https://api.example.com/items").returncode == 0
+        rotated = json.loads(payload(account))["refreshToken"]
+        SECRETS.add(rotated)
+        assert rotated != stored["refreshToken"] and introspect(idp, rotated)
+    finally:
+        daemon.stop()
+
+
+def quota_used(uid) -> int:
+    """Bytes of the key quota `uid` uses (/proc/key-users)."""
+    return int(next(line.split()[4].split("/")[0] for line in open("/proc/key-users") if line.split()[0] == f"{uid}:"))

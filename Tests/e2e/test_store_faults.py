@@ -115,3 +115,45 @@ def test_mssod_reconnects_to_a_session_bus_that_came_back(desktop, idp):
         assert daemon.msso("sign", "--url", URL).returncode == 0
     finally:
         daemon.stop()
+
+
+def test_a_locked_keyring_spends_no_refresh_token(desktop, idp):
+    """A refresh whose answer could not be stored (the keyring locked) is not made: the one-use refresh
+    token stays unspent, the token that still works is served, and a restart before the unlock loses
+    nothing."""
+    daemon = Broker(desktop, idp, groups={GROUP: {"refresh_lead": "3600s"}})  # every sign wants a refresh
+    try:
+        assert daemon.login().returncode == 0
+        _, item = remember(desktop.keyring_item())
+        desktop.lock_keyring()
+        done = daemon.msso("sign", "--url", URL)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"Authorization: Bearer {item['accessToken']}"  # the current token, as it is
+        assert refresh_token_active(idp, item["refreshToken"]), "the refresh token was spent"
+        daemon.restart()
+        assert daemon.msso("check").returncode == 4
+        desktop.unlock_keyring()
+        assert daemon.msso("sign", "--url", URL).returncode == 0
+        _, after = remember(desktop.keyring_item())
+        assert after["refreshToken"] != item["refreshToken"] and refresh_token_active(idp, after["refreshToken"])
+    finally:
+        daemon.stop()
+
+
+def test_a_locked_keyring_and_an_expired_token_say_to_unlock_and_spend_nothing(desktop):
+    provider = IdP(token_ttl=2)
+    daemon = Broker(desktop, provider)
+    try:
+        assert daemon.login().returncode == 0
+        _, item = remember(desktop.keyring_item())
+        desktop.lock_keyring()
+        from harness import sleep_until
+        sleep_until(item["accessTokenExpiresAt"] + 0.1)
+        done = daemon.msso("sign", "--url", URL)
+        assert done.returncode == 4 and "the keyring is locked" in done.stderr and "unlock it" in done.stderr, done.stderr
+        assert refresh_token_active(provider, item["refreshToken"])
+        desktop.unlock_keyring()
+        assert daemon.msso("sign", "--url", URL).returncode == 0
+    finally:
+        daemon.stop()
+        provider.cleanup()
