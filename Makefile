@@ -33,7 +33,7 @@ CXX_ARCHIVE := $(shell clang -print-file-name=libstdc++.a 2>/dev/null)
 STATIC_CXX = $(RELEASE)/static-c++
 DAEMON_CXX = $(if $(filter /%,$(CXX_ARCHIVE)),-Xswiftc -L$(abspath $(STATIC_CXX)))
 
-.PHONY: demo test setup build unit e2e bench order fuzz release release-daemon release-clients docs install deb clean
+.PHONY: demo test setup build unit e2e bench order faults fuzz release release-daemon release-clients docs install deb clean
 
 demo: setup build
 	./examples/demo.sh
@@ -76,6 +76,11 @@ bench: setup
 # bench/mssod.order (bench/order.py says why and how); `make release` then links by it.
 order: setup
 	./scripts/bench --order
+
+# Not part of `make test`: mssod killed (-9, TERM, with its requests or without) and logged out at
+# random moments of refreshes under one-use rotation, many times; counts sessions lost and resurrected.
+faults: setup build
+	$(MSSO_TEST_VENV)/bin/python scripts/faults
 
 # Not part of `make test`: a million malformed frames at a real mssod (a few minutes), then checks
 # that it is alive, answers, logs in and signs, and stayed within its memory bound.
