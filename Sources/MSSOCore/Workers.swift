@@ -31,16 +31,23 @@ public final class Workers: @unchecked Sendable {
     // Guarded by `timersChanged`:
     private var timers: [Timer] = []
     private var firing: Timer?
+    /// What the timers' thread waits on (``Timer``'s three clocks); nil when it could not be had.
+    private let waiter: cmsso_clock_waiter?
     /// Whether the timers' thread runs: a thread of its own, started with the pool and outside its
     /// ceiling, so that a timeout fires when every other thread is taken (that is what it bounds).
     private var timerThread = false
 
     init() {
-        timerThread = Self.startThread { self.serveTimers() }
+        var waiter = cmsso_clock_waiter()
+        self.waiter = cmsso_clock_waiter_open(&waiter) == 0 ? waiter : nil
+        if let waiter = self.waiter { timerThread = Self.startThread { self.serveTimers(waiter) } }
     }
 
     /// Threads of the pool now, and of those idle (tests).
     public var counts: (threads: Int, idle: Int) { condition.locked { (threads, idle) } }
+
+    /// Timers waiting to fire (tests).
+    var timerCount: Int { timersChanged.locked { timers.count } }
 
     /// Runs `job` on a thread of the pool, now. False when no thread could be had (the system
     /// is out of threads, or the pool is at its ceiling): nothing runs, the caller says so.
@@ -105,11 +112,23 @@ public final class Workers: @unchecked Sendable {
 
     // MARK: Timers
 
-    /// A job to run at a time, unless cancelled first.
+    /// A job to run at a time, unless cancelled first: when the first of its deadlines comes, each
+    /// on its own clock (nanoseconds; `UInt64.max` for none on that clock).
     public final class Timer: @unchecked Sendable {
-        fileprivate let due: UInt64
+        /// CLOCK_MONOTONIC: the pool's timeouts, which a jump of the wall clock must not move.
+        fileprivate let monotonic: UInt64
+        /// CLOCK_BOOTTIME: elapsed time that counts a suspend (a session window's length).
+        fileprivate let elapsed: UInt64
+        /// CLOCK_REALTIME, the wall clock (a session window's stored end).
+        fileprivate let wall: UInt64
         fileprivate let job: () -> Void
-        fileprivate init(due: UInt64, job: @escaping () -> Void) { (self.due, self.job) = (due, job) }
+        fileprivate init(monotonic: UInt64 = .max, elapsed: UInt64 = .max, wall: UInt64 = .max, job: @escaping () -> Void) {
+            (self.monotonic, self.elapsed, self.wall, self.job) = (monotonic, elapsed, wall, job)
+        }
+
+        fileprivate func due(_ now: (monotonic: UInt64, elapsed: UInt64, wall: UInt64)) -> Bool {
+            now.monotonic >= monotonic || now.elapsed >= elapsed || now.wall >= wall
+        }
     }
 
     /// Runs `job` after `seconds` (0 to about 30 years) on the timers' thread; keep it short: cancel
@@ -118,11 +137,29 @@ public final class Workers: @unchecked Sendable {
     @discardableResult
     public func after(_ seconds: Double, _ job: @escaping () -> Void) -> Timer? {
         let delay = seconds.isNaN ? 0 : min(max(seconds, 0), 1e9)
-        let timer = Timer(due: cmsso_monotonic_ns() + UInt64(delay * 1e9), job: job)
-        return timersChanged.locked { () -> Timer? in
-            guard timerThread else { return nil }
+        return add(Timer(monotonic: cmsso_monotonic_ns() + UInt64(delay * 1e9), job: job))
+    }
+
+    /// Runs `job` on the timers' thread when the wall clock reads `wall` (seconds since 1970) or the
+    /// boot clock (CLOCK_BOOTTIME, which counts a suspend) reads `elapsed` (seconds), whichever
+    /// comes first, within milliseconds whatever the wall clock does meanwhile: a jump past `wall`
+    /// fires it, as does a resume from a suspend past either. Otherwise as ``after(_:_:)``.
+    @discardableResult
+    public func at(wall: Double, elapsed: Double, _ job: @escaping () -> Void) -> Timer? {
+        add(Timer(elapsed: Self.nanoseconds(elapsed), wall: Self.nanoseconds(wall), job: job))
+    }
+
+    /// Seconds as a clock's nanoseconds: 0 for what cannot be a time, none past about 280 years.
+    private static func nanoseconds(_ seconds: Double) -> UInt64 {
+        guard !seconds.isNaN, seconds > 0 else { return 0 }
+        return seconds < 9e9 ? UInt64(seconds * 1e9) : .max
+    }
+
+    private func add(_ timer: Timer) -> Timer? {
+        timersChanged.locked { () -> Timer? in
+            guard timerThread, let waiter else { return nil }
             timers.append(timer)
-            timersChanged.broadcast()
+            withUnsafePointer(to: waiter) { cmsso_clock_waiter_wake($0) }
             return timer
         }
     }
@@ -136,23 +173,28 @@ public final class Workers: @unchecked Sendable {
         }
     }
 
-    /// The timers' thread, for the pool's life.
-    private func serveTimers() {
+    /// The timers' thread, for the pool's life: it fires what is due, then waits on every clock
+    /// for the next deadline, a change of the timers, or a set of the wall clock.
+    private func serveTimers(_ waiter: cmsso_clock_waiter) {
         timersChanged.locked {
             while true {
-                guard let next = timers.min(by: { $0.due < $1.due }) else {
-                    timersChanged.wait()
+                let now = (monotonic: cmsso_monotonic_ns(), elapsed: cmsso_boottime_ns(), wall: cmsso_realtime_ns())
+                if let next = timers.lazy.filter({ $0.due(now) }).min(by: { $0.monotonic < $1.monotonic }) {
+                    timers.removeAll { $0 === next }
+                    firing = next
+                    timersChanged.unlocked(next.job)
+                    firing = nil
+                    timersChanged.broadcast()
                     continue
                 }
-                guard next.due <= cmsso_monotonic_ns() else {
-                    timersChanged.wait(untilMonotonic: next.due)
-                    continue
+                let (monotonic, elapsed, wall) = timers.reduce((UInt64.max, UInt64.max, UInt64.max)) {
+                    (min($0.0, $1.monotonic), min($0.1, $1.elapsed), min($0.2, $1.wall))
                 }
-                timers.removeAll { $0 === next }
-                firing = next
-                timersChanged.unlocked(next.job)
-                firing = nil
-                timersChanged.broadcast()
+                timersChanged.unlocked {
+                    if withUnsafePointer(to: waiter, { cmsso_clock_waiter_wait($0, monotonic, elapsed, wall) }) != 0 {
+                        usleep(1000) // a timer the kernel would not arm (out of memory): look again shortly
+                    }
+                }
             }
         }
     }
@@ -273,12 +315,6 @@ final class Condition: @unchecked Sendable {
 
     /// Inside ``locked(_:)``: lets go of the lock until signalled (or woken for nothing: check again).
     func wait() { pthread_cond_wait(variable, mutex) }
-
-    /// The same, until the monotonic clock reads `deadline` (ns) at the latest.
-    func wait(untilMonotonic deadline: UInt64) {
-        var time = timespec(tv_sec: Int(deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
-        pthread_cond_timedwait(variable, mutex, &time)
-    }
 
     func signal() { pthread_cond_signal(variable) }
     func broadcast() { pthread_cond_broadcast(variable) }

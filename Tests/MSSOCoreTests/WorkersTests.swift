@@ -143,6 +143,33 @@ final class WorkersTests: XCTestCase {
         XCTAssertFalse(cancelled.withLock { $0 }, "a cancelled timer ran")
     }
 
+    /// What `clock` reads now, in seconds.
+    func reading(_ clock: clockid_t) -> Double {
+        var now = timespec()
+        clock_gettime(clock, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+
+    func testAWindowTimerFiresAtTheFirstOfItsTwoClocks() {
+        let workers = Workers()
+        let far = 1e9 // about 30 years on either clock
+        let wall = { self.reading(CLOCK_REALTIME) }, elapsed = { self.reading(CLOCK_BOOTTIME) }
+        let byTheWallClock = Gate(), byElapsedTime = Gate(), atOnce = Gate()
+        let cancelled = Mutex(false)
+        let never = workers.at(wall: wall() + 0.2, elapsed: elapsed() + far) { cancelled.withLock { $0 = true } }
+        XCTAssertNotNil(workers.at(wall: wall() + 0.05, elapsed: elapsed() + far) { byTheWallClock.open() })
+        XCTAssertNotNil(workers.at(wall: wall() + far, elapsed: elapsed() + 0.05) { byElapsedTime.open() })
+        XCTAssertNotNil(workers.at(wall: wall() - 1, elapsed: elapsed() + far) { atOnce.open() })
+        workers.cancel(never!)
+        XCTAssertEqual(atOnce.waitResult(seconds: 10), .success)
+        XCTAssertEqual(byTheWallClock.waitResult(seconds: 10), .success)
+        XCTAssertEqual(byElapsedTime.waitResult(seconds: 10), .success)
+        let after = Gate()
+        workers.after(0.3) { after.open() }
+        XCTAssertEqual(after.waitResult(seconds: 10), .success)
+        XCTAssertFalse(cancelled.withLock { $0 }, "a cancelled timer ran")
+    }
+
     func testCancellingATimerThatIsFiringWaitsForItsEnd() {
         let workers = Workers()
         let started = Gate(), finish = Gate()

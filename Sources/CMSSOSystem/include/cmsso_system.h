@@ -103,6 +103,31 @@ void cmsso_eventfd_drain(int fd);
 /// CLOCK_MONOTONIC in nanoseconds.
 uint64_t cmsso_monotonic_ns(void);
 
+// MARK: Waiting on three clocks (clocks.c)
+
+/// CLOCK_BOOTTIME in nanoseconds: elapsed time, a suspend included, never set.
+uint64_t cmsso_boottime_ns(void);
+/// CLOCK_REALTIME (the wall clock, which can be set) in nanoseconds since 1970; 0 before it.
+uint64_t cmsso_realtime_ns(void);
+
+/// What the pool's timers thread waits on: `wake`, an eventfd written when its timers change, and
+/// a timerfd for each clock a deadline may be on besides CLOCK_MONOTONIC (poll's own timeout).
+typedef struct {
+    int wake;
+    int wall;
+    int elapsed;
+} cmsso_clock_waiter;
+
+/// Opens the waiter's descriptors (non-blocking, close-on-exec): 0, or -errno with none left open.
+int cmsso_clock_waiter_open(cmsso_clock_waiter *waiter);
+/// Ends a wait in progress (or the next one, at once).
+void cmsso_clock_waiter_wake(const cmsso_clock_waiter *waiter);
+/// Waits until the waiter is woken, CLOCK_MONOTONIC reads `monotonic`, CLOCK_BOOTTIME reads
+/// `elapsed`, or CLOCK_REALTIME reads `wall` or is set (by hand, by NTP stepping it, at a resume
+/// from suspend), in nanoseconds, UINT64_MAX for no deadline on that clock. It may return for
+/// nothing: the caller reads the clocks again. 0, or -errno when a timer could not be armed.
+int cmsso_clock_waiter_wait(const cmsso_clock_waiter *waiter, uint64_t monotonic, uint64_t elapsed, uint64_t wall);
+
 // MARK: What the kernel says about a process
 
 /// Facts about a process that change when it execs or moves to another namespace, read without
