@@ -5,6 +5,8 @@ import MSSOSigning
 struct Published: Sendable {
     struct Group: Sendable {
         var credential: Credential
+        /// Its window, as the actor measured it (``SessionWindow``): the fast path asks the same rule.
+        var window: SessionWindow
         var key: SigningKey?
     }
     /// Groups with a stored, valid-looking session (the window and the token's age are checked
@@ -23,7 +25,7 @@ extension Broker {
         let state = groups[name]
         let entry: Published.Group?
         if !lock.isLocked, let state, state.loaded, !state.corrupt, !state.unsaved, let credential = state.credential {
-            entry = Published.Group(credential: credential, key: signingKeys[name])
+            entry = Published.Group(credential: credential, window: window(of: credential, name), key: signingKeys[name])
         } else {
             entry = nil
         }
@@ -45,13 +47,14 @@ extension Broker {
         let decision = try SignDecision(request, config: config) { nonces?.nonce(for: $0) }
         if dpop && request.dpopNonce != nil { return nil } // a nonce to remember: the actor's
         guard let entry else { return nil }
-        let now = self.now()
-        guard SignDecision.verdict(for: entry.credential, unsaved: false, hasKey: entry.key != nil, config: config, now: now) == .sign else {
+        let now = clock.moment()
+        guard SignDecision.verdict(for: entry.credential, window: entry.window, unsaved: false, hasKey: entry.key != nil, config: config,
+                                   now: now) == .sign else {
             return nil
         }
         do {
             return SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: entry.credential.accessToken,
-                                                                    key: entry.key, dpopNonce: decision.nonce, now: now))
+                                                                    key: entry.key, dpopNonce: decision.nonce, now: now.wall))
         } catch let error as BrokerError {
             throw error
         } catch {

@@ -1,37 +1,61 @@
 import MSSOProtocol
 
 extension Broker {
-    /// Arms the group's `Expiring` and `Expired` timers for its current window.
+    /// Measures the group's window (``SessionWindow``) anew when the credential's stored end moved
+    /// or it is another login's (a login, an extend, a read from the store, an end the IdP made),
+    /// and keeps the measure otherwise (a refresh). ``update(_:_:)`` calls it after every change.
+    func measureWindow(_ name: String) {
+        guard let state = groups[name], let credential = state.credential else {
+            groups[name]?.window = nil
+            return
+        }
+        guard state.windowMeasured?.generation != state.generation || state.windowMeasured?.end != credential.endsAt else { return }
+        groups[name]!.window = SessionWindow(endingAt: credential.endsAt, measuredAt: clock.moment())
+        groups[name]!.windowMeasured = (state.generation, credential.endsAt)
+    }
+
+    /// The window of `credential`, the group's: as measured, or measured now for one that memory
+    /// does not hold (there is none; a fallback, not a second rule).
+    func window(of credential: Credential, _ name: String) -> SessionWindow {
+        if let window = groups[name]?.window, window.end.wall == credential.endsAt { return window }
+        return SessionWindow(endingAt: credential.endsAt, measuredAt: clock.moment())
+    }
+
+    /// Arms the group's `Expiring` and `Expired` timers for its current window: each wakes at its
+    /// time on the wall clock or on the elapsed clock, whichever comes first (``SessionWindow``).
     func armExpiryTimer(_ name: String) {
         groups[name]?.expiryTimer?.cancel()
         groups[name]?.expiringTimer?.cancel()
-        guard let credential = groups[name]?.credential else { return }
-        let delay = credential.endsAt - now()
-        guard delay > 0 else { return }
+        guard let window = groups[name]?.window else { return }
+        let now = clock.moment()
+        guard window.isOpen(at: now) else { return }
         let clock = self.clock
         groups[name]!.expiryTimer = Task { [weak self] in
-            await clock.sleep(delay)
+            await clock.sleep(until: window.end)
             guard !Task.isCancelled else { return }
             await self?.windowPassed(name)
         }
         let lead = configuration.groups[name]?.expiringLead ?? 0
-        guard lead > 0, delay > lead else { return }
+        guard lead > 0, window.remaining(at: now) > lead else { return }
         groups[name]!.expiringTimer = Task { [weak self] in
-            await clock.sleep(delay - lead)
+            await clock.sleep(until: window.before(lead))
             guard !Task.isCancelled else { return }
             await self?.windowClosing(name)
         }
     }
 
     private func windowClosing(_ name: String) {
-        guard let credential = groups[name]?.credential, now() < credential.endsAt,
+        guard let credential = groups[name]?.credential, window(of: credential, name).isOpen(at: clock.moment()),
               let config = configuration.groups[name] else { return }
         emit(.expiring, status(credential, config))
     }
 
     private func windowPassed(_ name: String) {
-        guard let credential = groups[name]?.credential else { return }
-        guard now() >= credential.endsAt else { return armExpiryTimer(name) }
+        guard let credential = groups[name]?.credential, var window = groups[name]?.window else { return }
+        let now = clock.moment()
+        guard !window.isOpen(at: now) else { return armExpiryTimer(name) }
+        window.close(at: now)
+        groups[name]!.window = window
         logger.info("session expired", metadata: ["group": "\(name)"])
         publish(name)
         if let config = configuration.groups[name] { emit(.expired, status(credential, config)) }

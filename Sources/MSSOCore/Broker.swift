@@ -59,6 +59,10 @@ public actor Broker {
         var loading: Task<Credential?, any Error>?
         var expiryTimer: Task<Void, Never>?
         var expiringTimer: Task<Void, Never>?
+        /// The credential's window on both clocks (``Broker/measureWindow(_:)``), and what it was
+        /// measured for.
+        var window: SessionWindow?
+        var windowMeasured: (generation: Int, end: Double)?
         /// When the IdP may be asked for a refresh again, after it was unavailable.
         var backoff = RefreshBackoff()
         /// When a caller last asked for a renewed token (``Broker/token(_:renew:)``).
@@ -249,8 +253,8 @@ public actor Broker {
         let decision = try SignDecision(request, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
         try requireUnlocked()
         var credential = try requireValid(try await credential(config.name), config.name)
-        if SignDecision.verdict(for: credential, unsaved: groups[config.name]?.unsaved == true, hasKey: true, config: config,
-                                now: now()) == .refreshFirst {
+        if SignDecision.verdict(for: credential, window: window(of: credential, config.name), unsaved: groups[config.name]?.unsaved == true,
+                                hasKey: true, config: config, now: clock.moment()) == .refreshFirst {
             credential = try await refreshed(config, credential)
             try requireUnlocked() // locked while the refresh ran
         }
@@ -393,6 +397,7 @@ public actor Broker {
 
     func update(_ name: String, _ change: (inout GroupState) -> Void) {
         change(&groups[name, default: GroupState()])
+        measureWindow(name)
         publish(name)
     }
 
@@ -497,7 +502,7 @@ public actor Broker {
         guard let credential else {
             throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; run `msso login --group \(name)`")
         }
-        guard now() < credential.endsAt else {
+        guard window(of: credential, name).isOpen(at: clock.moment()) else {
             throw BrokerError(.expired, credential.refreshToken == nil && credential.accessTokenExpiresAt < credential.sessionExpiresAt
                 ? "the access token of \"\(name)\" has expired, and its identity provider gave no refresh token to renew it; run `msso login --group \(name)`"
                 : "the SSO session of \"\(name)\" has expired; run `msso login --group \(name)`")
@@ -506,7 +511,7 @@ public actor Broker {
     }
 
     func status(_ credential: Credential, _ config: GroupConfig) -> SessionStatus {
-        var status = credential.status(group: config.name, now: now())
+        var status = credential.status(group: config.name, window: window(of: credential, config.name), now: clock.moment())
         status.admin = config.admin
         return status
     }

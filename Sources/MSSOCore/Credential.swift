@@ -65,17 +65,56 @@ public struct Credential: Codable, Sendable, Equatable {
     /// A Unix time between 2000 and 2200: anything else is not a time this broker wrote.
     static func plausible(_ time: Double) -> Bool { time.isFinite && time > 946_684_800 && time < 7_258_118_400 }
 
-    /// When the session ends: its window's end, or sooner the access token's expiry when the IdP
-    /// gave no refresh token (nothing can renew it then, so no app could sign past it).
+    /// When the session ends on the wall clock: its window's end, or sooner the access token's
+    /// expiry when the IdP gave no refresh token (nothing can renew it then, so no app could sign
+    /// past it). Whether it has ended is ``SessionWindow``'s to say, not a comparison with it.
     public var endsAt: Double {
         refreshToken == nil ? min(sessionExpiresAt, accessTokenExpiresAt) : sessionExpiresAt
     }
 
-    /// The session as a client may see it: times and names, no token.
-    public func status(group: String, now: Double) -> SessionStatus {
-        SessionStatus(group: group, state: now < endsAt ? .valid : .expired, issuer: issuer,
-                      username: username, loggedInAt: loggedInAt, sessionExpiresAt: endsAt,
+    /// The session as a client may see it: times and names, no token; its state and end as
+    /// `window` has them `now`.
+    public func status(group: String, window: SessionWindow, now: Moment) -> SessionStatus {
+        SessionStatus(group: group, state: window.isOpen(at: now) ? .valid : .expired, issuer: issuer,
+                      username: username, loggedInAt: loggedInAt, sessionExpiresAt: window.wallEnd(at: now),
                       sessionMaxAt: sessionMaxAt, accessTokenExpiresAt: accessTokenExpiresAt)
+    }
+}
+
+/// Whether a session's window is open: the one rule that `check`, `status`, both sign paths and the
+/// expiry timers ask.
+///
+/// The window is stored as a wall-clock time (``Credential/endsAt``: a keyring item outlives the
+/// daemon and the boot), but its length is elapsed time, and the wall clock can jump: set by hand
+/// or by NTP, or put right at a resume. So it ends at whichever comes first: its stored end on the
+/// wall clock, or as much elapsed time (CLOCK_BOOTTIME: a suspend counts) as was left of it when
+/// this daemon set it or read it from the store. A jump forward past the end ends it then; a jump
+/// back leaves it no longer than it had left. Once seen to end (``close(at:)``), it stays ended
+/// for the daemon's life, whatever the wall clock does after.
+public struct SessionWindow: Sendable, Equatable {
+    /// The end on each clock: the stored one on the wall clock, and the elapsed clock's.
+    public private(set) var end: Moment
+
+    /// The window that ends at `wall` (a wall-clock time), measured from `now`.
+    public init(endingAt wall: Double, measuredAt now: Moment) {
+        end = Moment(wall: wall, elapsed: now.elapsed + (wall - now.wall))
+    }
+
+    public func isOpen(at now: Moment) -> Bool { !end.reached(by: now) }
+
+    /// Seconds left, by the clock that ends it first (negative once it has ended).
+    public func remaining(at now: Moment) -> Double { min(end.wall - now.wall, end.elapsed - now.elapsed) }
+
+    /// When it ends, as a wall-clock time: what `status` shows and a notification counts down to.
+    public func wallEnd(at now: Moment) -> Double { now.wall + remaining(at: now) }
+
+    /// `lead` seconds before it ends, on both clocks (when `Expiring` is sent).
+    public func before(_ lead: Double) -> Moment { Moment(wall: end.wall - lead, elapsed: end.elapsed - lead) }
+
+    /// Ends it on the elapsed clock at `now`, once it was seen to end: a jump back of the wall clock
+    /// afterwards does not open it again.
+    public mutating func close(at now: Moment) {
+        end.elapsed = min(end.elapsed, now.elapsed)
     }
 }
 

@@ -41,11 +41,12 @@ struct SignDecision {
         }
     }
 
-    /// Whether `credential` signs now, and if not, what comes first.
-    static func verdict(for credential: Credential, unsaved: Bool, hasKey: Bool, config: GroupConfig, now: Double) -> Verdict {
-        guard now < credential.endsAt else { return .expired }
+    /// Whether `credential`, whose window is `window`, signs now, and if not, what comes first.
+    static func verdict(for credential: Credential, window: SessionWindow, unsaved: Bool, hasKey: Bool, config: GroupConfig,
+                        now: Moment) -> Verdict {
+        guard window.isOpen(at: now) else { return .expired }
         // Without a refresh token there is nothing to renew: the token signs until it expires.
-        if (credential.refreshToken != nil && credential.accessTokenExpiresAt - now < config.refreshLead) || unsaved { return .refreshFirst }
+        if (credential.refreshToken != nil && credential.accessTokenExpiresAt - now.wall < config.refreshLead) || unsaved { return .refreshFirst }
         if config.signing.needsKey && !hasKey { return .keyFirst }
         return .sign
     }

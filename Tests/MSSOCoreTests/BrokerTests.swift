@@ -391,6 +391,100 @@ final class BrokerTests: XCTestCase {
         XCTAssertEqual(sink.signals.last?.status?.state, .expired)
     }
 
+    /// A broker with a 600 s window and a 120 s lead, subscribed to by `sink`, logged in, its two
+    /// expiry timers asleep.
+    func loggedInWithTimers(_ sink: RecordingSink) async throws -> Broker {
+        let broker = Broker(configuration: Configuration(groups: [{
+            var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
+            config.sessionTimeout = 600
+            config.expiringLead = 120
+            return config
+        }()]), store: store, identity: idp, logger: Logger(label: "test"), clock: clock)
+        _ = try await broker.subscribe(sink, groups: nil)
+        let before = clock.sleeping
+        _ = try await login(broker)
+        try await waitUntil("both timers asleep") { clock.sleeping == before + 2 }
+        return broker
+    }
+
+    /// Waits (in real time, 5 s at most) for what the broker's tasks do by themselves.
+    func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(5)
+        while !condition() {
+            guard Date() < deadline else { throw NeverHappened(what: what) }
+            await Task.yield()
+        }
+    }
+
+    struct NeverHappened: Error { let what: String }
+
+    func assertExpiredEverywhere(_ broker: Broker, file: StaticString = #filePath, line: UInt = #line) async throws {
+        let state = try await broker.check(nil).state
+        XCTAssertEqual(state, .expired, file: file, line: line)
+        await assertFails(.expired, { try await Self.sign(broker) }, file: file, line: line)
+        XCTAssertNil(try broker.signWithoutWaiting(SignRequest(group: group, method: "GET", url: "https://api.example/x"),
+                                                   group: broker.configuration.groups[group]!), file: file, line: line)
+    }
+
+    func testAJumpForwardPastTheWindowSendsExpiredAtOnceAndAJumpBackDoesNotReviveIt() async throws {
+        let sink = RecordingSink()
+        let broker = try await loggedInWithTimers(sink)
+        let storedEnd = try await broker.check(nil).sessionExpiresAt
+        clock.advance(10)
+        clock.jump(600)
+        try await waitUntil("Expired") { sink.signals.count == 2 }
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expired], "past the end, no Expiring")
+        try await assertExpiredEverywhere(broker)
+        let shown = try await broker.check(nil).sessionExpiresAt
+        XCTAssertEqual(shown, storedEnd, "it ended at its stored end")
+
+        clock.jump(-600)
+        try await assertExpiredEverywhere(broker)
+        _ = try await login(broker)
+        let state = try await broker.check(nil).state
+        XCTAssertEqual(state, .valid, "a new login opens a new window")
+    }
+
+    func testAJumpBackEndsTheWindowAfterTheElapsedTimeItHadLeft() async throws {
+        let sink = RecordingSink()
+        let broker = try await loggedInWithTimers(sink)
+        clock.advance(100)
+        clock.jump(-300)
+        let status = try await broker.check(nil)
+        XCTAssertEqual(status.state, .valid)
+        XCTAssertEqual(status.sessionExpiresAt, clock.now() + 500, "what it had left, on the clock as it now reads")
+        clock.advance(379)
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn])
+        clock.advance(1)
+        try await waitUntil("Expiring") { sink.signals.count == 2 }
+        clock.advance(119)
+        let stillValid = try await broker.check(nil).state
+        XCTAssertEqual(stillValid, .valid)
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expiring])
+        clock.advance(1)
+        try await waitUntil("Expired") { sink.signals.count == 3 }
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expiring, .expired])
+        try await assertExpiredEverywhere(broker)
+    }
+
+    func testAJumpForwardIntoTheLeadSendsExpiringAtOnceAndTheWindowStaysOpen() async throws {
+        let sink = RecordingSink()
+        let broker = try await loggedInWithTimers(sink)
+        clock.jump(500)
+        try await waitUntil("Expiring") { sink.signals.count == 2 }
+        XCTAssertEqual(sink.signals.map(\.signal), [.loggedIn, .expiring])
+        let status = try await broker.check(nil)
+        XCTAssertEqual(status.state, .valid)
+        XCTAssertEqual(status.sessionExpiresAt, clock.now() + 100)
+        let signed = try await Self.sign(broker)
+        XCTAssertEqual(signed, "Bearer at-2", "the access token's expiry is on the wall clock: refreshed")
+        let afterRefresh = try await broker.check(nil).sessionExpiresAt
+        XCTAssertEqual(afterRefresh, clock.now() + 100, "a refresh keeps the window as measured")
+        clock.advance(100)
+        try await waitUntil("Expired") { sink.signals.count == 3 }
+        try await assertExpiredEverywhere(broker)
+    }
+
     func testGroupResolution() async throws {
         let two = Broker(configuration: Configuration(groups: [
             GroupConfig(name: "a", issuer: "https://i", clientID: "c"), GroupConfig(name: "b", issuer: "https://i", clientID: "c"),

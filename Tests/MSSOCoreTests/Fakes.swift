@@ -7,32 +7,47 @@ import MSSOSigning
 // Fakes to inject faults the real keyring and IdP cannot produce on demand. The real parts are
 // exercised end to end by Tests/e2e.
 
-/// A clock the test moves: `sleep` returns when `advance` has moved it past the sleeper's time.
+/// A clock the test moves: `advance` lets time pass (both clocks), `jump` sets the wall clock alone;
+/// a sleeper wakes once either clock has reached its time.
 final class TestClock: BrokerClock, @unchecked Sendable {
     private let lock = NSLock()
     private var time: Double = 1_800_000_000
-    private var sleepers: [(until: Double, wake: CheckedContinuation<Void, Never>)] = []
+    private var sinceBoot: Double = 1_000
+    private var sleepers: [(until: Moment, wake: CheckedContinuation<Void, Never>)] = []
 
     func now() -> Double { lock.withLock { time } }
+    func elapsed() -> Double { lock.withLock { sinceBoot } }
 
     /// How many are sleeping now.
     var sleeping: Int { lock.withLock { sleepers.count } }
 
-    func advance(_ seconds: Double) {
+    /// Time passes: both clocks move.
+    func advance(_ seconds: Double) { move(wall: seconds, elapsed: seconds) }
+
+    /// The wall clock is set `seconds` forward (or back): no time passes.
+    func jump(_ seconds: Double) { move(wall: seconds, elapsed: 0) }
+
+    private func move(wall: Double, elapsed: Double) {
         let due = lock.withLock {
-            time += seconds
-            let due = sleepers.filter { $0.until <= time }
-            sleepers.removeAll { $0.until <= time }
+            time += wall
+            sinceBoot += elapsed
+            let now = Moment(wall: time, elapsed: sinceBoot)
+            let due = sleepers.filter { $0.until.reached(by: now) }
+            sleepers.removeAll { $0.until.reached(by: now) }
             return due
         }
         due.forEach { $0.wake.resume() }
     }
 
     func sleep(_ seconds: Double) async {
+        await sleep(until: Moment(wall: .infinity, elapsed: elapsed() + seconds))
+    }
+
+    func sleep(until deadline: Moment) async {
         await withCheckedContinuation { continuation in
             let wakeNow = lock.withLock {
-                guard seconds > 0 else { return true }
-                sleepers.append((time + seconds, continuation))
+                guard !deadline.reached(by: Moment(wall: time, elapsed: sinceBoot)) else { return true }
+                sleepers.append((deadline, continuation))
                 return false
             }
             if wakeNow { continuation.resume() }

@@ -16,16 +16,31 @@ final class SignDecisionTests: XCTestCase {
                    accessTokenExpiresAt: now + tokenLeft, loggedInAt: now - 10, sessionExpiresAt: now + sessionLeft, sessionMaxAt: now + 3600)
     }
 
+    /// The verdict at wall-clock time 1000, the window measured then.
+    func verdict(_ credential: Credential, unsaved: Bool = false, hasKey: Bool, config: GroupConfig) -> SignDecision.Verdict {
+        let now = Moment(wall: 1000, elapsed: 50)
+        return SignDecision.verdict(for: credential, window: SessionWindow(endingAt: credential.endsAt, measuredAt: now), unsaved: unsaved,
+                                    hasKey: hasKey, config: config, now: now)
+    }
+
     func testTheVerdictTable() throws {
         let bearer = try config(), dpop = try config("dpop")
-        XCTAssertEqual(SignDecision.verdict(for: credential(tokenLeft: 300, sessionLeft: 600), unsaved: false, hasKey: false, config: bearer, now: 1000), .sign)
-        XCTAssertEqual(SignDecision.verdict(for: credential(tokenLeft: 300, sessionLeft: 0), unsaved: false, hasKey: true, config: bearer, now: 1000), .expired)
-        XCTAssertEqual(SignDecision.verdict(for: credential(tokenLeft: 29, sessionLeft: 600), unsaved: false, hasKey: true, config: bearer, now: 1000),
-                       .refreshFirst, "within the 30 s refresh lead")
-        XCTAssertEqual(SignDecision.verdict(for: credential(tokenLeft: 300, sessionLeft: 600), unsaved: true, hasKey: true, config: bearer, now: 1000),
-                       .refreshFirst, "a token the store has not taken yet")
-        XCTAssertEqual(SignDecision.verdict(for: credential(tokenLeft: 300, sessionLeft: 600), unsaved: false, hasKey: false, config: dpop, now: 1000), .keyFirst)
-        XCTAssertEqual(SignDecision.verdict(for: credential(tokenLeft: 300, sessionLeft: 600), unsaved: false, hasKey: true, config: dpop, now: 1000), .sign)
+        XCTAssertEqual(verdict(credential(tokenLeft: 300, sessionLeft: 600), hasKey: false, config: bearer), .sign)
+        XCTAssertEqual(verdict(credential(tokenLeft: 300, sessionLeft: 0), hasKey: true, config: bearer), .expired)
+        XCTAssertEqual(verdict(credential(tokenLeft: 29, sessionLeft: 600), hasKey: true, config: bearer), .refreshFirst, "within the 30 s refresh lead")
+        XCTAssertEqual(verdict(credential(tokenLeft: 300, sessionLeft: 600), unsaved: true, hasKey: true, config: bearer), .refreshFirst,
+                       "a token the store has not taken yet")
+        XCTAssertEqual(verdict(credential(tokenLeft: 300, sessionLeft: 600), hasKey: false, config: dpop), .keyFirst)
+        XCTAssertEqual(verdict(credential(tokenLeft: 300, sessionLeft: 600), hasKey: true, config: dpop), .sign)
+    }
+
+    func testTheWindowDecidesWhetherItIsExpiredWhateverTheWallClockSays() throws {
+        let bearer = try config(), fresh = credential(tokenLeft: 300, sessionLeft: 600)
+        let window = SessionWindow(endingAt: fresh.endsAt, measuredAt: Moment(wall: 1000, elapsed: 50))
+        let jumpedBack = Moment(wall: 400, elapsed: 651) // 601 s elapsed, the wall clock 600 s behind
+        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, unsaved: false, hasKey: true, config: bearer, now: jumpedBack), .expired)
+        let jumpedForward = Moment(wall: 1601, elapsed: 51)
+        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, unsaved: false, hasKey: true, config: bearer, now: jumpedForward), .expired)
     }
 
     func testTheNonceIsTheRequestsElseTheNewestOfItsOriginAndOnlyForDPoP() throws {

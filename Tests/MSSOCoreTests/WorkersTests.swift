@@ -170,6 +170,20 @@ final class WorkersTests: XCTestCase {
         XCTAssertFalse(cancelled.withLock { $0 }, "a cancelled timer ran")
     }
 
+    func testSleepUntilWakesAtItsTimeAndACancelledOneAtOnceLeavingNoTimer() async {
+        let workers = Workers(), clock = SystemClock(workers: workers)
+        let sleeper = Task { await clock.sleep(until: Moment(wall: clock.now() + 3600, elapsed: clock.elapsed() + 3600)) }
+        let started = Date()
+        while workers.timerCount == 0 { await Task.yield() }
+        sleeper.cancel()
+        await sleeper.value
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5)
+        XCTAssertEqual(workers.timerCount, 0, "the timer went with the sleep")
+        let before = clock.now()
+        await clock.sleep(until: Moment(wall: before + 0.05, elapsed: clock.elapsed() + 3600))
+        XCTAssertGreaterThanOrEqual(clock.now(), before + 0.05, "woken by the wall clock, not before")
+    }
+
     func testCancellingATimerThatIsFiringWaitsForItsEnd() {
         let workers = Workers()
         let started = Gate(), finish = Gate()
