@@ -157,3 +157,22 @@ def test_a_locked_keyring_and_an_expired_token_say_to_unlock_and_spend_nothing(d
     finally:
         daemon.stop()
         provider.cleanup()
+
+
+def test_a_bus_down_when_mssod_starts_is_not_read_as_logged_out_and_is_used_once_back(desktop, idp):
+    daemon = Broker(desktop, idp)
+    try:
+        assert daemon.login().returncode == 0
+        remember(desktop.keyring_item())
+        daemon.stop()
+        desktop.stop_bus()
+        daemon.start()
+        done = daemon.msso("check")
+        assert done.returncode == 4 and "no Secret Service on this session bus" in done.stderr, done.stdout + done.stderr
+        desktop.start_bus()
+        desktop.start_keyring()
+        done = daemon.msso("check")
+        assert done.returncode == 0 and "logged in as alice" in done.stdout, done.stdout + done.stderr
+        assert daemon.msso("sign", "--url", URL).returncode == 0
+    finally:
+        daemon.stop()
