@@ -9,9 +9,15 @@ import MSSOProtocol
 /// none is refused), so that a tool asked to send the token elsewhere (git with a hostile remote,
 /// kubectl with a hostile kubeconfig) gets nothing. Both sides are read by one strict parser, on
 /// bytes: absolute http(s), a host of letters, digits, `-`, `_` and `.` (or an IPv6 literal), an
-/// optional port, no user info, nothing but printable ASCII and no backslash. Under an entry with
-/// a path other than `/`, a path with a dot segment (`..`, `%2e%2e`) or an encoded slash (`%2f`,
-/// `%5c`) is refused too: a server could resolve it to somewhere outside the prefix.
+/// optional port, no user info, nothing but printable ASCII and no backslash.
+///
+/// Under an entry with a path other than `/`, a path is refused too when a server could resolve
+/// one of its segments to somewhere outside the prefix (``escape(_:)``, the one rule): a segment
+/// that, percent-decoded until nothing more decodes (`%252e` is `.` to a server that decodes
+/// twice), holds a slash or backslash, or is `.` or `..` up to its first `;` (Java servers such as
+/// Tomcat drop a segment's `;params` before resolving: `/team/..;/admin` runs `/admin`), `?` or `#`
+/// (which end it for a server that decodes before it parses) or NUL (which ends a C string). The
+/// query and fragment are not looked at: no server resolves them.
 public struct Resources: Equatable, Sendable {
     struct Prefix: Equatable, Sendable {
         var https: Bool
@@ -41,8 +47,9 @@ public struct Resources: Equatable, Sendable {
             if !parsed.https, !Loopback.isHost(String(decoding: parsed.host, as: UTF8.self)) {
                 throw Problem("\"\(entry)\": plain http is allowed only on loopback (a bearer token would cross the network in the clear); use https")
             }
-            if parsed.path.count > 1, !Self.plain(parsed.path[...]) {
-                throw Problem("\"\(entry)\": the path holds a dot segment or an encoded slash; write it resolved")
+            if parsed.path.count > 1, let escape = parsed.path.withUnsafeBufferPointer({ Self.escape($0) }) {
+                let segment = String(decoding: parsed.path[escape.segment], as: UTF8.self)
+                throw Problem("\"\(entry)\": its path's segment \"\(segment)\" \(escape.reason(segment)); write the path resolved, without it")
             }
             prefixes.append(parsed)
         }
@@ -63,15 +70,44 @@ public struct Resources: Equatable, Sendable {
 
     func allows(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
         guard let parts = Self.parts(b) else { return false }
-        let host = b[parts.host], path = b[parts.path]
         return prefixes.contains { prefix in
-            guard prefix.https == parts.https, prefix.port == parts.port, prefix.host.count == host.count,
-                  zip(prefix.host, host).allSatisfy({ $0 == $1 | (($1 >= 0x41 && $1 <= 0x5A) ? 0x20 : 0) }) else { return false }
-            if prefix.path.count == 1 { return true } // the whole origin
-            guard path.starts(with: prefix.path) else { return false } // (no path: `/`, within the origin only)
-            let rest = path.dropFirst(prefix.path.count)
-            guard prefix.path.last == UInt8(ascii: "/") || rest.isEmpty || rest.first == UInt8(ascii: "/") else { return false }
-            return Self.plain(path)
+            switch Self.reach(of: prefix, b, parts) {
+            case .none: false
+            case .origin: true
+            case .path: Self.escape(UnsafeBufferPointer(rebasing: b[parts.path])) == nil
+            }
+        }
+    }
+
+    /// How far a prefix covers a URL by its bytes: not at all, as its whole origin, or as a path
+    /// prefix (where ``escape(_:)`` must find nothing).
+    enum Reach { case none, origin, path }
+
+    static func reach(of prefix: Prefix, _ b: UnsafeBufferPointer<UInt8>, _ parts: Parts) -> Reach {
+        // Index loops: `zip` and `starts(with:)` were left generic here, at twice the cost.
+        guard prefix.https == parts.https, prefix.port == parts.port, prefix.host.count == parts.host.count else { return .none }
+        for k in 0..<prefix.host.count {
+            let byte = b[parts.host.lowerBound + k]
+            guard prefix.host[k] == byte | ((byte >= 0x41 && byte <= 0x5A) ? 0x20 : 0) else { return .none }
+        }
+        let count = prefix.path.count
+        if count == 1 { return .origin } // nothing outside it to reach
+        guard parts.path.count >= count else { return .none } // (no path: `/`, within the origin only)
+        for k in 0..<count where prefix.path[k] != b[parts.path.lowerBound + k] { return .none }
+        // Segment by segment: `/team` covers `/team` and `/team/…`, not `/teams`.
+        let next = parts.path.lowerBound + count
+        return prefix.path[count - 1] == UInt8(ascii: "/") || next == parts.path.upperBound || b[next] == UInt8(ascii: "/") ? .path : .none
+    }
+
+    /// For the sentence of a refusal: when `url` is under a path prefix by its bytes, the segment
+    /// that escapes it, and the URL's origin.
+    func escaping(_ url: String) -> (escape: Escape, segment: String, origin: String)? {
+        Array(url.utf8).withUnsafeBufferPointer { b in
+            guard let parts = Self.parts(b), prefixes.contains(where: { Self.reach(of: $0, b, parts) == .path }),
+                  let escape = Self.escape(UnsafeBufferPointer(rebasing: b[parts.path])) else { return nil }
+            let start = parts.path.lowerBound
+            return (escape, String(decoding: b[(start + escape.segment.lowerBound)..<(start + escape.segment.upperBound)].prefix(80), as: UTF8.self),
+                    String(decoding: b[..<start], as: UTF8.self) + "/")
         }
     }
 
@@ -83,6 +119,9 @@ public struct Resources: Equatable, Sendable {
             throw BrokerError(.resourceForbidden, "the access group \"\(group)\" hands out its token only for its resources (\(entries.joined(separator: ", "))), and this \(verb) named none; pass the URL the token is for (`msso token --resource URL`, or `resource` in the call)")
         }
         guard !allows(url) else { return }
+        if let (escape, segment, origin) = escaping(url) {
+            throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is under the resources of the access group \"\(group)\" (\(entries.joined(separator: ", "))) only as written: its path's segment \"\(segment)\" \(escape.reason(segment)), and a server that resolves it can take the request outside them, so msso gives no \(verb) for it; send the request to its path resolved, without such a segment, or, if the whole server should get the group's tokens, add its origin (\(origin.prefix(200))) to `resources` in the group's table of config.toml (msso.toml(5))")
+        }
         throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is not one of the resources of the access group \"\(group)\" (\(entries.joined(separator: ", "))), so msso gives no \(verb) for it; if that server should get the group's tokens, add it to `resources` in the group's table of config.toml (msso.toml(5))")
     }
 
@@ -160,34 +199,75 @@ public struct Resources: Equatable, Sendable {
         (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "f"))
     }
 
-    /// No segment is `.` or `..` (also percent-encoded), and no slash or backslash is encoded.
-    static func plain<Path: Collection<UInt8>>(_ path: Path) -> Bool where Path.Index == Int {
-        var dots = 0, other = false
-        var i = path.startIndex
-        while i <= path.endIndex {
-            if i == path.endIndex || path[i] == UInt8(ascii: "/") {
-                if !other && (dots == 1 || dots == 2) { return false }
-                dots = 0
-                other = false
-                i += 1
-                continue
+    /// A segment of a path that a server could resolve to somewhere outside the path it is under.
+    struct Escape: Equatable {
+        enum Kind { case dot, parent, slash }
+        /// Where the segment is in the path's bytes.
+        var segment: Range<Int>
+        var kind: Kind
+
+        /// Why `segment` (this one's text) escapes, for a sentence: "… segment "..;" is read as …".
+        func reason(_ segment: String) -> String {
+            switch kind {
+            case _ where segment == "." || segment == "..": "is a dot segment"
+            case .dot, .parent: "is read as `\(kind == .dot ? "." : "..")` by servers that drop a segment's `;` parameters or percent-decode more than once"
+            case .slash: "holds an encoded slash or backslash (`%2f`, `%5c`, or encoded again: `%252f`), which some servers decode"
             }
-            if path[i] == UInt8(ascii: "%") {
-                guard i + 2 < path.endIndex else { other = true; i += 1; continue } // a lone %: not a dot
-                let high = path[i + 1], low = path[i + 2] | 0x20
-                if high == UInt8(ascii: "2") && low == UInt8(ascii: "e") {
-                    dots += 1
-                } else if (high == UInt8(ascii: "2") && low == UInt8(ascii: "f")) || (high == UInt8(ascii: "5") && low == UInt8(ascii: "c")) {
-                    return false
-                } else {
-                    other = true
-                }
-                i += 3
-                continue
-            }
-            if path[i] == UInt8(ascii: ".") { dots += 1 } else { other = true }
-            i += 1
         }
-        return true
+    }
+
+    /// The first segment of `path` that escapes (the type's comment says when), or nil. Bytes read
+    /// in place: only a segment holding a `%` is decoded, into a buffer on the stack.
+    static func escape(_ path: UnsafeBufferPointer<UInt8>) -> Escape? {
+        var start = 0, encoded = false
+        for i in 0...path.count {
+            if i < path.count, path[i] != UInt8(ascii: "/") {
+                if path[i] == UInt8(ascii: "%") { encoded = true }
+                continue
+            }
+            let segment = UnsafeBufferPointer(rebasing: path[start..<i])
+            if let kind = encoded ? decodedKind(segment) : dotKind(segment) { return Escape(segment: start..<i, kind: kind) }
+            (start, encoded) = (i + 1, false)
+        }
+        return nil
+    }
+
+    /// Whether a segment's bytes (decoded, if it held a `%`) are `.` or `..` up to the first `;`,
+    /// `?`, `#` or NUL.
+    static func dotKind(_ segment: UnsafeBufferPointer<UInt8>) -> Escape.Kind? {
+        guard segment.first == UInt8(ascii: ".") else { return nil } // most segments: one look
+        var dots = 0
+        for byte in segment {
+            switch byte {
+            case UInt8(ascii: "."): dots += 1
+            case UInt8(ascii: ";"), UInt8(ascii: "?"), UInt8(ascii: "#"), 0: return dots == 1 ? .dot : dots == 2 ? .parent : nil
+            default: return nil
+            }
+        }
+        return dots == 1 ? .dot : dots == 2 ? .parent : nil
+    }
+
+    /// What a segment holding a `%` is to a server that decodes it until nothing more decodes.
+    /// Decoding `%XX` anywhere never undoes another (a `%` is no hex digit), so every order ends
+    /// in the same bytes: this one decodes at the end of what it has written, as soon as a `%XX`
+    /// is complete there, whether read or just decoded (`%%32e` is `%2e`, then `.`). Linear time.
+    static func decodedKind(_ segment: UnsafeBufferPointer<UInt8>) -> Escape.Kind? {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: segment.count) { out -> Escape.Kind? in
+            var n = 0
+            for byte in segment {
+                out[n] = byte
+                n += 1
+                while n >= 3, out[n - 3] == UInt8(ascii: "%"), isHex(out[n - 2]), isHex(out[n - 1]) {
+                    out[n - 3] = hexValue(out[n - 2]) << 4 | hexValue(out[n - 1])
+                    n -= 2
+                    if out[n - 1] == UInt8(ascii: "/") || out[n - 1] == UInt8(ascii: "\\") { return .slash }
+                }
+            }
+            return dotKind(UnsafeBufferPointer(rebasing: out[..<n]))
+        }
+    }
+
+    static func hexValue(_ byte: UInt8) -> UInt8 {
+        byte <= UInt8(ascii: "9") ? byte - UInt8(ascii: "0") : (byte | 0x20) - UInt8(ascii: "a") + 10
     }
 }
