@@ -17,15 +17,23 @@ import Synchronization
 /// - **Rotation** deletes rows older than `maxAge`, and the oldest past `maxRows`, but never the
 ///   newest ``keptPerGroup`` successful calls of a group.
 /// A database that another process holds locked is waited for (bounded); a batch that still cannot
-/// be written is logged and kept for the next flush, never dropped silently.
+/// be written is logged and kept for the next flush, never dropped silently. A log that cannot be
+/// opened (its directory unwritable, a file in its place) is tried again at a later flush, at most
+/// once every `reopenInterval`, on the log's own lane: once the directory is fixed the rows kept
+/// meanwhile are written, without a restart. ``health`` says, until then, what is wrong and what
+/// to do (`msso doctor`, `msso status`).
 public final class AuditLog: AuditTrail {
-    private let database: Database
+    /// The database once opened, and when it was last tried. Used on `lane` (and by `init` and a
+    /// test's `prune`).
+    private let link = Mutex(Link())
     /// Where the database is written and read, one job at a time.
     private let lane = Workers.Lane()
     private let state = Mutex(State())
+    private let path: String
     private let maxRows: Int
     private let maxAge: Double
     private let flushInterval: Double
+    private let reopenInterval: Double
     private let logger: Logger
 
     /// Rows a minute for one caller's identical calls; more are counted, not written one by one.
@@ -43,6 +51,19 @@ public final class AuditLog: AuditTrail {
         var insertsSincePrune = 0
         var counters: [Key: Counter] = [:]
         var lost = 0
+        /// Why rows are not being written now (nil while they are).
+        var failure: Failure?
+    }
+
+    private struct Link {
+        var database: Database?
+        var lastTry: ContinuousClock.Instant?
+    }
+
+    /// What keeps rows from the file, and what the user can do about it.
+    private struct Failure: Equatable {
+        var cause: String
+        var fix: String
     }
 
     /// What makes two rows "the same call" for aggregation.
@@ -69,33 +90,82 @@ public final class AuditLog: AuditTrail {
         var last: AuditEntry
     }
 
-    /// Opens (creating if needed) the log at `path`, readable by the user only.
+    /// Opens (creating if needed) the log at `path`, readable by the user only. A log that cannot
+    /// be opened now is logged, said by ``health``, and tried again later (the type says when).
     public init(path: String, maxRows: Int = 100_000, maxAge: Double = 90 * 86400, flushInterval: Double = 0.1,
-                logger: Logger = Logger(label: "msso.audit")) throws {
-        let directory = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        database = try Database(path: path)
-        chmod(path, 0o600)
+                reopenInterval: Double = 5, logger: Logger = Logger(label: "msso.audit")) {
+        self.path = path
         self.maxRows = maxRows
         self.maxAge = maxAge
         self.flushInterval = flushInterval
+        self.reopenInterval = reopenInterval
         self.logger = logger
-        try database.execute("""
-            PRAGMA journal_mode = WAL;
-            PRAGMA synchronous = NORMAL;
-            CREATE TABLE IF NOT EXISTS audit (
-                id INTEGER PRIMARY KEY,
-                time REAL NOT NULL, uid INTEGER NOT NULL, pid INTEGER NOT NULL,
-                executable TEXT, app TEXT, grp TEXT,
-                verb TEXT NOT NULL, outcome TEXT NOT NULL, error TEXT);
-            CREATE INDEX IF NOT EXISTS audit_time ON audit (time);
-            CREATE TRIGGER IF NOT EXISTS audit_append_only BEFORE UPDATE ON audit
-                BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
-            """)
-        try? database.execute("ALTER TABLE audit ADD COLUMN detail TEXT") // logs made before the column existed
-        try? database.execute("ALTER TABLE audit ADD COLUMN host TEXT") // the remote host of an SSH forward's calls
-        try database.execute("CREATE INDEX IF NOT EXISTS audit_group_ok ON audit (grp, outcome, id)")
+        _ = opened()
     }
+
+    /// Where rows go, and what keeps them from it: the audit check of `msso doctor` and `status`.
+    public var health: AuditHealth? {
+        state.withLock { state in
+            AuditHealth(path: path, problem: state.failure.map { failure in
+                let waiting = "\(state.pending.count) row\(state.pending.count == 1 ? "" : "s") wait\(state.pending.count == 1 ? "s" : "")"
+                let lost = state.lost > 0 ? ", \(state.lost) older \(state.lost == 1 ? "was" : "were") dropped" : ""
+                return "the audit log (\(path)) is not being written: \(failure.cause) (\(waiting) to be written\(lost)); \(failure.fix)"
+            })
+        }
+    }
+
+    /// The database, opened now if it is not and the last try is `reopenInterval` ago.
+    private func opened() -> Database? {
+        let now = ContinuousClock.now
+        let due = link.withLock { link -> Bool in
+            guard link.database == nil, link.lastTry.map({ now - $0 >= .seconds(reopenInterval) }) ?? true else { return false }
+            link.lastTry = now
+            return true
+        }
+        guard due else { return link.withLock { $0.database } }
+        let directory = String(path[..<(path.lastIndex(of: "/") ?? path.startIndex)])
+        let failure: Failure
+        if let cause = Self.makeDirectory(directory) {
+            failure = Failure(cause: cause, fix: "make \(directory) a directory you can write (remove what is in its place, or fix its owner and mode); mssod opens the log by itself at the next call, within \(Self.seconds(reopenInterval)), with no restart")
+        } else {
+            do {
+                let database = try Database(path: path)
+                chmod(path, 0o600)
+                link.withLock { $0.database = database }
+                let (was, waiting) = state.withLock { state in
+                    defer { state.failure = nil }
+                    return (state.failure, state.pending.count)
+                }
+                if was != nil { logger.notice("audit log opened: rows are written again", metadata: ["path": "\(path)", "waiting": "\(waiting)"]) }
+                return database
+            } catch {
+                failure = Failure(cause: "\(error)", fix: "make \(path) a database file you can write, in a directory you can write (or move it away: mssod makes a new one); mssod opens the log by itself at the next call, within \(Self.seconds(reopenInterval)), with no restart")
+            }
+        }
+        let changed = state.withLock { state in
+            defer { state.failure = failure }
+            return state.failure != failure
+        }
+        if changed { logger.error("no audit log: \(failure.cause); \(failure.fix)") }
+        return nil
+    }
+
+    /// `mkdir -p`, with mode 0700 for what it makes: nil once `directory` is a directory, else why not.
+    static func makeDirectory(_ directory: String) -> String? {
+        var status = stat()
+        if stat(directory, &status) == 0 {
+            return status.st_mode & S_IFMT == S_IFDIR ? nil : "\(directory) is not a directory"
+        }
+        guard errno == ENOENT else { return "cannot read \(directory): \(String(cString: strerror(errno)))" }
+        if let slash = directory.lastIndex(of: "/"), slash != directory.startIndex,
+           let cause = makeDirectory(String(directory[..<slash])) { return cause }
+        guard mkdir(directory, 0o700) == 0 || errno == EEXIST else {
+            return "cannot make the directory \(directory): \(String(cString: strerror(errno)))"
+        }
+        return nil
+    }
+
+    static func seconds(_ value: Double) -> String { value == value.rounded() ? "\(Int(value)) s" : "\(value) s" }
 
     deinit { flush() }
 
@@ -151,6 +221,9 @@ public final class AuditLog: AuditTrail {
     public func query(group: String? = nil, since: Double? = nil, limit: Int = 1000) throws -> [AuditEntry] {
         flush()
         return try lane.sync { [self] in
+            guard let database = opened() else {
+                throw BrokerError(.internal, health?.problem ?? "the audit log (\(path)) is not open; see mssod's log")
+            }
             var conditions: [String] = []
             if group != nil { conditions.append("grp = ?1") }
             if since != nil { conditions.append("time >= ?2") }
@@ -188,37 +261,54 @@ public final class AuditLog: AuditTrail {
             return state.pending
         }
         guard !batch.isEmpty else { return }
+        guard let database = opened() else {
+            // Tried again when the next try is due, whether or not more calls come.
+            let next = link.withLock { $0.lastTry.map { .seconds(reopenInterval) - (ContinuousClock.now - $0) } } ?? .zero
+            keep(batch, retryIn: max(next / .seconds(1), flushInterval))
+            return
+        }
         do {
             try database.insert(batch)
-            let prune = state.withLock { state -> Bool in
+            let (prune, was) = state.withLock { state -> (Bool, Failure?) in
+                defer { state.failure = nil }
                 state.insertsSincePrune += batch.count
-                return state.insertsSincePrune >= max(1, maxRows / 10)
+                return (state.insertsSincePrune >= max(1, maxRows / 10), state.failure)
             }
+            if was != nil { logger.notice("audit rows are written again", metadata: ["path": "\(path)", "rows": "\(batch.count)"]) }
             if prune { try self.prune() }
         } catch {
-            // Kept for the next flush: a locked or full database delays rows, never drops them
-            // silently. Past the cap the oldest go, and that is said too.
-            let (reschedule, lost) = state.withLock { state -> (Bool, Int) in
-                state.pending = batch + state.pending
-                let over = state.pending.count - Self.maximumPending
-                if over > 0 {
-                    state.pending.removeFirst(over)
-                    state.lost += over
-                }
-                defer { state.flushScheduled = true }
-                return (!state.flushScheduled, state.lost)
+            state.withLock { state in
+                state.failure = Failure(cause: "\(error)", fix: "make sure \(path) can be written (free disk space, its owner and mode, another process holding it locked); mssod tries again every second")
             }
+            let lost = keep(batch, retryIn: 1)
             logger.error("audit rows not written yet; retrying in 1 s", metadata: ["rows": "\(batch.count)", "error": "\(error)",
                                                                                    "lost": "\(lost)"])
-            if reschedule { lane.after(1) { [weak self] in self?.write() } }
         }
+    }
+
+    /// Kept for a later write: a locked, full or unopenable database delays rows, never drops them
+    /// silently. Past the cap the oldest go, and that is said too (returned: how many in all).
+    @discardableResult
+    private func keep(_ batch: [AuditEntry], retryIn seconds: Double) -> Int {
+        let (reschedule, lost) = state.withLock { state -> (Bool, Int) in
+            state.pending = batch + state.pending
+            let over = state.pending.count - Self.maximumPending
+            if over > 0 {
+                state.pending.removeFirst(over)
+                state.lost += over
+            }
+            defer { state.flushScheduled = true }
+            return (!state.flushScheduled, state.lost)
+        }
+        if reschedule { lane.after(seconds) { [weak self] in self?.write() } }
+        return lost
     }
 
     /// Rotation: drop rows past the age limit, and the oldest rows past the count limit, but
     /// never the newest ``keptPerGroup`` successful calls of a group.
     public func prune() throws {
         state.withLock { $0.insertsSincePrune = 0 }
-        try database.execute("""
+        try opened()?.execute("""
             DELETE FROM audit WHERE time < \(Date().timeIntervalSince1970 - maxAge);
             DELETE FROM audit WHERE id <= (SELECT max(id) FROM audit) - \(maxRows)
                 AND id NOT IN (SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY grp ORDER BY id DESC) AS n
@@ -236,15 +326,34 @@ public struct AuditError: Error, CustomStringConvertible {
 private final class Database: @unchecked Sendable {
     let handle: OpaquePointer
 
+    /// Opens (creating if needed) the database at `path` with its table; the cause when it cannot.
     init(path: String) throws {
         var handle: OpaquePointer?
-        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nil) == SQLITE_OK,
-              let handle else {
-            throw AuditError("cannot open the audit log at \(path)")
-        }
-        self.handle = handle
+        let opened = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nil)
+        guard let handle else { throw AuditError("cannot open \(path): out of memory") }
+        self.handle = handle // closed by deinit, failure or not
+        guard opened == SQLITE_OK else { throw AuditError("cannot open \(path): \(openMessage)") }
         // Another process (a reader, `sqlite3`) may hold the lock for a moment: wait, bounded.
         sqlite3_busy_timeout(handle, 2000)
+        do {
+            try execute("PRAGMA journal_mode = WAL") // the first read and write of the file
+        } catch {
+            throw AuditError("cannot open \(path): \(openMessage)")
+        }
+        try execute("""
+            PRAGMA synchronous = NORMAL;
+            CREATE TABLE IF NOT EXISTS audit (
+                id INTEGER PRIMARY KEY,
+                time REAL NOT NULL, uid INTEGER NOT NULL, pid INTEGER NOT NULL,
+                executable TEXT, app TEXT, grp TEXT,
+                verb TEXT NOT NULL, outcome TEXT NOT NULL, error TEXT);
+            CREATE INDEX IF NOT EXISTS audit_time ON audit (time);
+            CREATE TRIGGER IF NOT EXISTS audit_append_only BEFORE UPDATE ON audit
+                BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+            """)
+        try? execute("ALTER TABLE audit ADD COLUMN detail TEXT") // logs made before the column existed
+        try? execute("ALTER TABLE audit ADD COLUMN host TEXT") // the remote host of an SSH forward's calls
+        try execute("CREATE INDEX IF NOT EXISTS audit_group_ok ON audit (grp, outcome, id)")
     }
 
     deinit { sqlite3_close_v2(handle) }
@@ -289,4 +398,11 @@ private final class Database: @unchecked Sendable {
     }
 
     var message: String { String(cString: sqlite3_errmsg(handle)) }
+
+    /// SQLite's sentence and the system's, for a failure to open ("unable to open database file
+    /// (Permission denied)"); the system's may be stale later on.
+    var openMessage: String {
+        let system = sqlite3_system_errno(handle)
+        return message + (system != 0 ? " (\(String(cString: strerror(system))))" : "")
+    }
 }

@@ -14,6 +14,8 @@ public enum ExitStatus: Int32, Sendable {
     case locked = 8
     case usage = 64
     case internalError = 70
+    /// `msso doctor` only: mssod cannot write its audit log (EX_CANTCREAT).
+    case auditLog = 73
     case config = 78
 
     public init(_ error: BrokerError) {
@@ -45,6 +47,7 @@ public enum ExitStatus: Int32, Sendable {
           8   msso is locked (`msso lock`): run `msso unlock`; also a wrong passphrase for unlock
           64  usage error (bad arguments, unknown group)
           70  internal error
+          73  mssod cannot write its audit log (msso doctor)
           78  invalid configuration
         """
 }

@@ -146,4 +146,10 @@ public protocol AuditTrail: Sendable {
     func record(_ entry: AuditEntry)
     /// The newest `limit` rows (of `group` when named, at or after `since` when given), oldest first.
     func query(group: String?, since: Double?, limit: Int) throws -> [AuditEntry]
+    /// Where rows go and what keeps them from it, for `msso doctor` and `status` (nil: not said).
+    var health: AuditHealth? { get }
+}
+
+extension AuditTrail {
+    public var health: AuditHealth? { nil }
 }

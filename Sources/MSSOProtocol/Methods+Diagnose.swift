@@ -47,6 +47,20 @@ public struct DiscoveryCheck: Codable, Sendable, Equatable {
     }
 }
 
+/// Where the audit log is, and whether its rows are being written.
+public struct AuditHealth: Codable, Sendable, Equatable {
+    /// The database file.
+    public var path: String
+    /// What keeps rows from it (a directory that cannot be written, a full disk), how many wait,
+    /// and what to do; absent while rows are written.
+    public var problem: String?
+
+    public init(path: String, problem: String?) {
+        self.path = path
+        self.problem = problem
+    }
+}
+
 /// The daemon's side of `msso doctor`.
 public struct Diagnosis: Codable, Sendable, Equatable {
     /// The store in use (the Secret Service's default collection, or the kernel keyring): usable.
@@ -71,11 +85,14 @@ public struct Diagnosis: Codable, Sendable, Equatable {
     public var locked: Bool
     /// The `resources` of each group that names them (absent from older daemons).
     public var resources: [String: [String]]?
+    /// The audit log (absent from older daemons, and from a daemon that keeps none).
+    public var audit: AuditHealth?
 
     public init(keyring: Finding, configuration: Finding, configurationChanged: Bool, configurationWarnings: [String],
                 groups: [String], discovery: [DiscoveryCheck], caller: CallerDescription, locked: Bool,
-                resources: [String: [String]]? = nil, store: StoreDescription? = nil) {
+                resources: [String: [String]]? = nil, store: StoreDescription? = nil, audit: AuditHealth? = nil) {
         self.resources = resources
+        self.audit = audit
         self.store = store
         self.keyring = keyring
         self.configuration = configuration

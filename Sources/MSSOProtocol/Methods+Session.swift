@@ -79,11 +79,15 @@ extension Methods {
             public var lockedAt: Double?
             /// Where every group's session is kept, and why there (absent from older daemons).
             public var store: StoreDescription?
-            public init(groups: [SessionStatus], locked: Bool? = nil, lockedAt: Double? = nil, store: StoreDescription? = nil) {
+            /// The audit log, only while its rows are not being written (``AuditHealth/problem``).
+            public var audit: AuditHealth?
+            public init(groups: [SessionStatus], locked: Bool? = nil, lockedAt: Double? = nil, store: StoreDescription? = nil,
+                        audit: AuditHealth? = nil) {
                 self.groups = groups
                 self.locked = locked
                 self.lockedAt = lockedAt
                 self.store = store
+                self.audit = audit
             }
         }
     }

@@ -11,7 +11,8 @@ struct Doctor: ParsableCommand {
             Checks: mssod answers; the Secret Service is there and unlocked; the configuration \
             parses (read again now by mssod); each group's identity provider answers discovery \
             (with the time it took); whether msso is registered for the groups (sign, token and \
-            exec need it) and what that gives away; msso is not locked; a PAM service uses \
+            exec need it) and what that gives away; msso is not locked; mssod writes its audit \
+            log; a PAM service uses \
             pam_msso.so; the systemd user units are installed and enabled. Registration, PAM and \
             the units are optional setup: they are warnings (!), which do not change the exit \
             status. Registering a tool (msso, git-credential-msso) lets any program of yours run \
@@ -19,7 +20,8 @@ struct Doctor: ParsableCommand {
             first (and `confirm = true` on the registration).
 
             Exit status: 0 when every check passes (or only warns); else the status of the first \
-            failed check: 3 broker, 4 keyring, 78 configuration, 5 identity provider, 8 locked. \
+            failed check: 3 broker, 4 keyring, 78 configuration, 5 identity provider, 8 locked, \
+            73 audit log. \
             MSSO_PAM_DIR replaces /etc/pam.d, and SYSTEMD_UNIT_PATH the unit \
             directories (as for systemd), e.g. for tests.
             """)
@@ -44,7 +46,7 @@ struct Doctor: ParsableCommand {
             connected = nil
             report.fail("broker", "mssod does not answer on \(path) (\(error.message)); start it: `systemctl --user start msso.socket`, or run `mssod &`",
                         status: .brokerUnreachable)
-            for name in ["keyring", "configuration", "discovery", "registration", "lock"] {
+            for name in ["keyring", "configuration", "discovery", "registration", "lock", "audit"] {
                 report.skip(name, "not checked: mssod did not answer")
             }
         }
@@ -157,6 +159,13 @@ struct Report: Encodable {
             fail("lock", "msso is locked, so nothing signs or gets a token; run `msso unlock`", status: .locked)
         } else {
             pass("lock", "msso is not locked")
+        }
+
+        // A failure, though mssod serves on: calls go unrecorded until it is fixed.
+        if let audit = found.audit {
+            if let problem = audit.problem { fail("audit", problem, status: .auditLog) } else { pass("audit", "mssod writes its audit log (\(audit.path))") }
+        } else {
+            skip("audit", "not checked: this mssod does not say whether it writes its audit log")
         }
     }
 

@@ -27,6 +27,7 @@ struct Status: ParsableCommand {
             if let store = result.store, store.kind == .kernel {
                 Output.print("Sessions are kept in \(store.place): \(store.reason).")
             }
+            if let problem = result.audit?.problem { Output.print(problem.prefix(1).uppercased() + problem.dropFirst() + ".") }
         }
     }
 }

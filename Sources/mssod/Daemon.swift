@@ -158,7 +158,7 @@ struct Daemon: AsyncParsableCommand {
         await server.close()
         await broker.shutdown()
         await identity.shutdown()
-        audit?.flush()
+        audit.flush()
     }
 
     /// `msso` and `msso-logout` installed beside this daemon: the user's own tools.
@@ -173,17 +173,13 @@ struct Daemon: AsyncParsableCommand {
         UInt64(min(max(seconds.isFinite ? seconds : 1, 0.001), 366 * 86400) * 1_000_000_000)
     }
 
-    /// The audit log in `$XDG_STATE_HOME/msso/audit.sqlite`. Without it mssod still serves, and
-    /// says so loudly: refusing every app because a log file is unwritable helps nobody.
-    static func openAudit(environment: [String: String], policy: Policy, logger: Logger) -> AuditLog? {
+    /// The audit log in `$XDG_STATE_HOME/msso/audit.sqlite`. One that cannot be opened does not
+    /// stop mssod (refusing every app because a log file is unwritable helps nobody): it says so
+    /// (its log, `msso doctor`, `msso status`) and opens it once it can (AuditLog).
+    static func openAudit(environment: [String: String], policy: Policy, logger: Logger) -> AuditLog {
         let home = environment["HOME"] ?? Configuration.homeDirectory()
         let state = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
-        do {
-            return try AuditLog(path: state + "/msso/audit.sqlite", maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge, logger: logger)
-        } catch {
-            logger.error("no audit log: \(error)")
-            return nil
-        }
+        return AuditLog(path: state + "/msso/audit.sqlite", maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge, logger: logger)
     }
 }
 

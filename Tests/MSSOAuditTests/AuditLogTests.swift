@@ -15,7 +15,7 @@ final class AuditLogTests: XCTestCase {
     }
 
     func testRowsAreWrittenInTheBackgroundAndReadBack() throws {
-        let log = try AuditLog(path: path(), flushInterval: 0.05)
+        let log = AuditLog(path: path(), flushInterval: 0.05)
         log.record(entry("login"))
         log.record(entry("sign", error: "NotEntitled"))
         log.record(entry("sign", group: "other"))
@@ -28,7 +28,7 @@ final class AuditLogTests: XCTestCase {
     func testTheFileIsTheUsersAloneAndSurvivesReopening() throws {
         let file = path()
         do {
-            let log = try AuditLog(path: file)
+            let log = AuditLog(path: file)
             log.record(entry("logout"))
             log.flush()
         }
@@ -38,7 +38,7 @@ final class AuditLogTests: XCTestCase {
     }
 
     func testRotationKeepsTheNewestRowsAndDropsOldOnes() throws {
-        let log = try AuditLog(path: path(), maxRows: 50, maxAge: 3600)
+        let log = AuditLog(path: path(), maxRows: 50, maxAge: 3600)
         let now = Date().timeIntervalSince1970
         log.record(entry("ancient", time: now - 7200))
         for i in 0..<120 { log.record(entry("sign-\(i)", error: "NotEntitled")) }
@@ -51,7 +51,7 @@ final class AuditLogTests: XCTestCase {
     }
 
     func testAFloodOfRefusalsCannotRotateAGroupsSuccessfulCallsAway() throws {
-        let log = try AuditLog(path: path(), maxRows: 100, maxAge: 86400)
+        let log = AuditLog(path: path(), maxRows: 100, maxAge: 86400)
         for i in 0..<10 { log.record(entry("sign-\(i)", group: "suite")) }
         let flooder = { (i: Int) in
             AuditEntry(time: Date().timeIntervalSince1970, uid: 1000, pid: 7, executable: "/tmp/flood-\(i % 500)", app: nil,
@@ -66,7 +66,7 @@ final class AuditLogTests: XCTestCase {
     }
 
     func testOneCallersIdenticalCallsAreCountedNotWrittenPastTheLimit() throws {
-        let log = try AuditLog(path: path(), maxRows: 100_000, maxAge: 86400)
+        let log = AuditLog(path: path(), maxRows: 100_000, maxAge: 86400)
         let time = (Date().timeIntervalSince1970 / 60).rounded(.down) * 60 + 1 // all within one minute
         for _ in 0..<10_000 { log.record(entry("status", time: time, error: "NotEntitled")) }
         let rows = try log.query(limit: 100_000)
@@ -76,7 +76,7 @@ final class AuditLogTests: XCTestCase {
 
     func testALockedDatabaseDelaysRowsButLosesNone() throws {
         let file = path()
-        let log = try AuditLog(path: file, flushInterval: 0.02)
+        let log = AuditLog(path: file, flushInterval: 0.02)
         var other: OpaquePointer?
         XCTAssertEqual(sqlite3_open(file, &other), SQLITE_OK)
         XCTAssertEqual(sqlite3_exec(other, "BEGIN IMMEDIATE", nil, nil, nil), SQLITE_OK, "another process holds the write lock")
@@ -88,8 +88,47 @@ final class AuditLogTests: XCTestCase {
         XCTAssertEqual(try log.query().map(\.verb), (0..<5).map { "held-\($0)" })
     }
 
+    /// A log whose directory could not be made when it started (a file in its place) says so,
+    /// keeps its rows, and is opened once the directory can be made, without a new AuditLog; it
+    /// is not tried again sooner than `reopenInterval`. An outside test found mssod never
+    /// recording again, and nothing saying so.
+    func testALogThatCouldNotBeOpenedIsOpenedOnceItsDirectoryCanBeMade() throws {
+        let file = path(), directory = (file as NSString).deletingLastPathComponent
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory, contents: Data()), "a file where the directory should be")
+        let log = AuditLog(path: file, flushInterval: 0.01, reopenInterval: 0.3)
+        let problem = try XCTUnwrap(log.health?.problem)
+        XCTAssertTrue(problem.hasPrefix("the audit log (\(file)) is not being written: \(directory) is not a directory"), problem)
+        XCTAssertTrue(problem.contains("make \(directory) a directory you can write") && problem.contains("with no restart"), problem)
+        log.record(entry("while-closed"))
+        XCTAssertThrowsError(try log.query()) { XCTAssertTrue("\($0)".contains("is not being written"), "\($0)") }
+        XCTAssertTrue(log.health?.problem?.contains("(1 row waits to be written)") == true, log.health?.problem ?? "-")
+
+        try FileManager.default.removeItem(atPath: directory)
+        log.record(entry("after-fix"))
+        // Waits for the reopen (a flush past `reopenInterval`), not for a fixed time.
+        let deadline = Date().addingTimeInterval(10)
+        var rows: [AuditEntry]?
+        while rows == nil, Date() < deadline {
+            rows = try? log.query()
+            if rows == nil { Thread.sleep(forTimeInterval: 0.02) }
+        }
+        XCTAssertEqual(rows?.map(\.verb), ["while-closed", "after-fix"], "the rows kept meanwhile are written")
+        XCTAssertEqual(log.health, AuditHealth(path: file, problem: nil))
+    }
+
+    func testAnUnopenedLogIsNotTriedAgainSoonerThanItsInterval() throws {
+        let file = path(), directory = (file as NSString).deletingLastPathComponent
+        XCTAssertTrue(FileManager.default.createFile(atPath: directory, contents: Data()))
+        let log = AuditLog(path: file, flushInterval: 0.01, reopenInterval: 3600)
+        try FileManager.default.removeItem(atPath: directory)
+        for _ in 0..<50 { log.record(entry("sign")) }
+        log.flush()
+        XCTAssertNotNil(log.health?.problem, "not tried again within the hour")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: directory), "no mkdir was tried either")
+    }
+
     func testSinceAndLimit() throws {
-        let log = try AuditLog(path: path())
+        let log = AuditLog(path: path())
         let now = Date().timeIntervalSince1970
         log.record(entry("old", time: now - 600))
         log.record(entry("new", time: now))

@@ -3,13 +3,15 @@ the user sees: a ✓/✗ line per check, one sentence saying what to do, and the
 first failed check. Registration is optional setup (a warning, never a failure): registering a
 tool gives any program of the user the group's token, so doctor says so and recommends
 `resources` (problem 6)."""
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from harness import BIN, GROUP, ROOT, Broker, free_port
+from harness import BIN, GROUP, ROOT, Broker, free_port, wait_for
 
 PAM_MODULE = ROOT / "pam" / "pam_msso.so"
 
@@ -68,14 +70,15 @@ def test_all_checks_pass(guarded, setup):
     assert out[3].startswith(f"✓ the identity provider of {GROUP} answers discovery at ") and out[3].endswith(" ms")
     assert out[4] == f"✓ {(BIN / 'msso').resolve()} is registered for {GROUP} (only for https://api.example.com/)"
     assert out[5] == "✓ msso is not locked"
-    assert out[6] == f"✓ {setup}/common-session uses pam_msso.so ({PAM_MODULE})"
-    assert out[7].startswith("✓ the systemd user units are installed (") and "msso.socket is enabled" in out[7]
-    assert len(out) == 8
+    assert out[6] == f"✓ mssod writes its audit log ({broker.desktop.home}/.local/state/msso/audit.sqlite)"
+    assert out[7] == f"✓ {setup}/common-session uses pam_msso.so ({PAM_MODULE})"
+    assert out[8].startswith("✓ the systemd user units are installed (") and "msso.socket is enabled" in out[8]
+    assert len(out) == 9
 
     report = json.loads(doctor(broker, setup, "--json").stdout)
     assert report["ok"] is True
     assert [c["name"] for c in report["checks"]] == ["broker", "keyring", "configuration", "discovery", "registration",
-                                                      "lock", "pam", "units"]
+                                                      "lock", "audit", "pam", "units"]
     discovery = report["checks"][3]
     assert discovery["group"] == GROUP and 0 < discovery["seconds"] < 5
 
@@ -97,8 +100,8 @@ def test_broker_down(broker, setup):
     out = lines(done)
     assert out[0].startswith(f"✗ mssod does not answer on {broker.socket} (")
     assert out[0].endswith("start it: `systemctl --user start msso.socket`, or run `mssod &`")
-    assert out[1:6] == ["- not checked: mssod did not answer"] * 5
-    assert out[6].startswith("✓ ") and out[7].startswith("✓ ")  # checked without the broker
+    assert out[1:7] == ["- not checked: mssod did not answer"] * 6
+    assert out[7].startswith("✓ ") and out[8].startswith("✓ ")  # checked without the broker
 
 
 def test_keyring_locked(broker, desktop, setup):
@@ -188,12 +191,59 @@ def test_locked(broker, setup):
     assert broker.msso("unlock", "--passphrase-stdin", input="doctor's orders\n").returncode == 0
 
 
+def test_an_audit_log_that_cannot_be_written_is_reported_and_reopened_without_a_restart(desktop, idp, setup):
+    """An outside test: with the audit directory unwritable when mssod started, mssod served (as it
+    should) but never recorded again once the directory was fixed, and doctor said nothing. A file
+    in the directory's place (root, who runs the tests, is not stopped by permission bits)."""
+    state = desktop.home / ".local" / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "msso").write_text("not a directory\n")
+    desktop.chown(desktop.home / ".local", recursive=True)
+    daemon = Broker(desktop, idp, groups={GROUP: {"resources": ["https://api.example.com/"]}})
+    database = state / "msso" / "audit.sqlite"
+    try:
+        pid = daemon.process.pid
+        done = doctor(daemon, setup)
+        assert done.returncode == 73, done.stdout
+        line = lines(done)[6]
+        assert line.startswith(f"✗ the audit log ({database}) is not being written: {state / 'msso'} is not a directory ("), line
+        assert f"make {state / 'msso'} a directory you can write" in line and "with no restart" in line, line
+        assert marks(doctor(daemon, setup, "--json"))[6] == ("audit", "fail")
+        status = daemon.msso("status")
+        assert status.returncode == 0 and f"The audit log ({database}) is not being written: " in status.stdout, status.stdout
+        assert daemon.msso("audit").returncode != 0, "no rows to show, and it says why"
+        assert f"no audit log: {state / 'msso'} is not a directory" in daemon.log.read_text()
+
+        (state / "msso").unlink()  # the fix
+        assert daemon.msso("check").returncode in (0, 1, 2)  # a call, whatever the session
+
+        def verbs():
+            try:
+                with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+                    return {verb for (verb,) in db.execute("SELECT verb FROM audit")} or None
+            except sqlite3.OperationalError:
+                return None  # not there yet, or its table not yet made
+        written = wait_for(verbs, timeout=30, what="mssod to open its audit log and write the call's row")
+        assert "check" in written, written
+        assert {"diagnose", "status", "audit"} <= written, f"the calls made while it could not be written were kept: {written}"
+        assert daemon.process.pid == pid and daemon.process.poll() is None, "the same mssod"
+        assert "audit log opened: rows are written again" in daemon.log.read_text()
+        shown = daemon.msso("audit", "--json")
+        assert shown.returncode == 0 and "check" in [row["verb"] for row in json.loads(shown.stdout)], shown.stderr
+        done = doctor(daemon, setup)
+        assert done.returncode == 0, done.stdout
+        assert lines(done)[6] == f"✓ mssod writes its audit log ({database})"
+        assert "audit log" not in daemon.msso("status").stdout
+    finally:
+        daemon.stop()
+
+
 def test_pam_line_naming_a_missing_module(broker, setup):
     (setup / "sshd").write_text("session optional /nonexistent/pam_msso.so\n")
     (setup / "common-session").unlink()
     done = doctor(broker, setup)
     assert done.returncode == 78, done.stdout
-    assert lines(done)[6].startswith(f"✗ {setup}/sshd uses /nonexistent/pam_msso.so, but it is not installed")
+    assert lines(done)[7].startswith(f"✗ {setup}/sshd uses /nonexistent/pam_msso.so, but it is not installed")
 
 
 def test_diagnose_is_for_the_users_tools_only(broker):
