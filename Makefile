@@ -77,8 +77,9 @@ bench: setup
 order: setup
 	./scripts/bench --order
 
-# Not part of `make test`: mssod killed (-9, TERM, with its requests or without) and logged out at
-# random moments of refreshes under one-use rotation, many times; counts sessions lost and resurrected.
+# Not part of `make test`: mssod killed (-9, TERM, with its requests or without), logged out, its
+# keyring and bus killed and started again, at random moments of refreshes under one-use rotation,
+# many times; counts sessions lost and resurrected (scripts/faults).
 faults: setup build
 	$(MSSO_TEST_VENV)/bin/python scripts/faults
 

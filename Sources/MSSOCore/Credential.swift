@@ -106,7 +106,12 @@ public struct SessionWindow: Sendable, Equatable {
     public func remaining(at now: Moment) -> Double { min(end.wall - now.wall, end.elapsed - now.elapsed) }
 
     /// When it ends, as a wall-clock time: what `status` shows and a notification counts down to.
-    public func wallEnd(at now: Moment) -> Double { now.wall + remaining(at: now) }
+    /// The stored end itself unless the elapsed clock ends it sooner by more than the two clocks'
+    /// readings differ (a status read twice, or before and after a restart, shows the same time).
+    public func wallEnd(at now: Moment) -> Double {
+        let byElapsed = end.elapsed - now.elapsed
+        return byElapsed < end.wall - now.wall - 0.001 ? now.wall + byElapsed : end.wall
+    }
 
     /// `lead` seconds before it ends, on both clocks (when `Expiring` is sent).
     public func before(_ lead: Double) -> Moment { Moment(wall: end.wall - lead, elapsed: end.elapsed - lead) }

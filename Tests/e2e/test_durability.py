@@ -140,34 +140,43 @@ def test_a_crash_in_a_burst_of_signs_loses_nothing(broker, desktop, idp):
     assert status == 0 and claims["sub"]
 
 
-def test_a_crash_between_rotation_and_the_keyring_write(desktop, idp):
+def test_a_crash_between_rotation_and_the_keyring_write(desktop):
     """The IdP rotates the refresh token on every use. If mssod dies after the IdP answered and before the
     keyring write, the keyring keeps the old, now revoked, refresh token: the session would be lost, but
     mssod-idp kept the answer (in the kernel keyring) and the next mssod takes it. Made deterministic by
-    freezing the keyring so the write hangs; with a sign that refreshes every time (refresh_lead 3600s), a
-    kill -9 in a burst of signs hits this window about half the time (`make faults` counts it)."""
-    daemon = Broker(desktop, idp, groups={GROUP: {"refresh_lead": "3600s"}}, args=["--keyring-timeout", "3"])
+    holding the IdP until the refresh is under way (past the check that the keyring can take its answer),
+    then freezing the keyring so the write hangs; with a sign that refreshes every time (refresh_lead
+    3600s), a kill -9 in a burst of signs hits this window about half the time (`make faults` counts it)."""
+    provider = IdP()
+    daemon = Broker(desktop, provider, groups={GROUP: {"refresh_lead": "3600s"}}, args=["--keyring-timeout", "3"])
     try:
         assert daemon.login().returncode == 0
         _, item = desktop.keyring_item()
         SECRETS.update([item["accessToken"], item["refreshToken"]])
-        with frozen(desktop.keyring.pid):
+        with frozen(provider.pid()):
             sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
+            wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")
+            keyring = frozen(desktop.keyring.pid)
+            keyring.__enter__()
+        try:
             # The IdP has rotated the refresh token (the old one is spent); mssod waits on the keyring to store it.
-            wait_for(lambda: not introspect(idp, item["refreshToken"]), interval=0.1, what="the IdP to rotate")
+            wait_for(lambda: not introspect(provider, item["refreshToken"]), interval=0.1, what="the IdP to rotate")
             kill_hard(daemon)
             sign.wait(timeout=10)
+        finally:
+            keyring.__exit__(None, None, None)
         daemon.start()
         after = daemon.msso("sign", "--url", URL)
         assert after.returncode == 0, after.stderr
         # The rotated token is the one stored now, alive at the IdP, and nothing is kept beside it.
         rotated = stored(desktop)[1]["refreshToken"]
-        assert rotated != item["refreshToken"] and introspect(idp, rotated)
+        assert rotated != item["refreshToken"] and introspect(provider, rotated)
         assert daemon.logged("took the answer to a refresh that an earlier mssod did not store") == 1
         assert not kept_refresh_answer(desktop)
     finally:
         daemon.stop()
+        provider.cleanup()
 
 
 def test_a_stop_during_a_refresh_waits_for_the_answer_and_stores_it(desktop):
