@@ -125,6 +125,19 @@ class IdP:
         answer = session.put(f"{base}/client/{client_id}", json=client, timeout=5)
         assert answer.status_code == 200, answer.text
 
+    def add_user(self, username, password):
+        """One more user at the IdP (another than alice and bob: one named as a Unix account of the
+        machine, say), with every scope of the test client; idempotent."""
+        session, base = self.admin()
+        if session.get(f"{base}/user/{username}", timeout=5).status_code == 200:
+            return
+        answer = session.post(f"{base}/user/", timeout=5, json={
+            "username": username, "password": password, "name": username, "email": f"{username}@example.test",
+            "enabled": True, "scope": ["openid", "app1", "app2", "profile"]})
+        assert answer.status_code == 200, answer.text
+        PASSWORDS.setdefault(username, password)
+        SECRETS.add(password)
+
     def add_client(self, client_id, pubkey_pem):
         """Registers a confidential client that authenticates with private_key_jwt, by its public
         key (PEM), through glewlwyd's admin API."""

@@ -21,13 +21,14 @@ def start_login(broker):
     return cli, url
 
 
-def browser(idp, url, user="alice", approve=True):
-    """What the user does in the browser: log in at the IdP, consent, follow the redirect home."""
+def browser(idp, url, user="alice", approve=True, scope="openid app1 app2"):
+    """What the user does in the browser: log in at the IdP, consent (to `scope`), follow the
+    redirect home."""
     session = requests.Session()
     base = idp.issuer.rsplit("/oidc", 1)[0]
     assert session.post(f"{base}/auth/", json={"username": user, "password": PASSWORDS[user]}, timeout=5).status_code == 200
     if approve:
-        assert session.put(f"{base}/auth/grant/msso", json={"scope": "openid app1 app2"}, timeout=5).status_code == 200
+        assert session.put(f"{base}/auth/grant/msso", json={"scope": scope}, timeout=5).status_code == 200
     answer = session.get(url + "&g_continue", allow_redirects=False, timeout=5)
     assert answer.status_code == 302, answer.text
     return session.get(answer.headers["Location"], timeout=5)
