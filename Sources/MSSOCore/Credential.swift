@@ -142,6 +142,9 @@ public struct TokenSet: Sendable {
     public var username: String?
     /// The provider's id for the user (`sub` of a checked ID token): what ties a refresh to the login.
     public var subject: String?
+    /// The string claims of the login's checked ID token, for the administrator's `account_claim`
+    /// (empty without an ID token).
+    public var claims: [String: String] = [:]
 
     public init(accessToken: String, refreshToken: String?, expiresIn: Double, username: String? = nil, subject: String? = nil) {
         self.accessToken = accessToken

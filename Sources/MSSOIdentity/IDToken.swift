@@ -102,9 +102,19 @@ public enum IDToken {
         var preferredUsername: String?
         var email: String?
         var name: String?
+        /// Every top-level claim whose value is a string (at most ``maximumStrings``), by name.
+        var strings: [String: String] = [:]
+        static let maximumStrings = 256
 
         private enum Member: String, CodingKey {
             case iss, sub, aud, azp, exp, iat, nbf, nonce, preferred_username, email, name
+        }
+
+        private struct AnyMember: CodingKey {
+            var stringValue: String
+            var intValue: Int? { nil }
+            init(stringValue: String) { self.stringValue = stringValue }
+            init?(intValue: Int) { nil }
         }
 
         init(from decoder: Decoder) throws {
@@ -123,6 +133,10 @@ public enum IDToken {
             preferredUsername = text(.preferred_username)
             email = text(.email)
             name = text(.name)
+            let all = try decoder.container(keyedBy: AnyMember.self)
+            for key in all.allKeys.prefix(Self.maximumStrings) {
+                if let value = (try? all.decodeIfPresent(String.self, forKey: key)) ?? nil { strings[key.stringValue] = value }
+            }
         }
 
         /// OpenID Connect Core §3.1.3.7, steps 2–11 (the signature, step 6, is already checked).
@@ -146,7 +160,7 @@ public enum IDToken {
                 guard let nonce, nonce.utf8.elementsEqual(expected.utf8) else { throw .nonce }
             }
             return IDTokenClaims(subject: sub, preferredUsername: preferredUsername, email: email, name: name,
-                                 issuedAt: iat, expiresAt: exp)
+                                 issuedAt: iat, expiresAt: exp, strings: strings)
         }
     }
 }
@@ -161,9 +175,12 @@ public struct IDTokenClaims: Equatable, Sendable {
     /// `iat` and `exp`, in seconds since 1970.
     public var issuedAt: Double
     public var expiresAt: Double
+    /// Every claim whose value is a string, by name (what an administrator's `account_claim` names).
+    public var strings: [String: String]
 
     public init(subject: String, preferredUsername: String? = nil, email: String? = nil, name: String? = nil,
-                issuedAt: Double, expiresAt: Double) {
+                issuedAt: Double, expiresAt: Double, strings: [String: String] = [:]) {
+        self.strings = strings
         self.subject = subject
         self.preferredUsername = preferredUsername
         self.email = email

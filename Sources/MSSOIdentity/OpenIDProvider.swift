@@ -184,6 +184,7 @@ public final class OpenIDProvider: IdentityProvider {
             let claims = try await verifiedClaims(idToken, group: group, nonce: nonce)
             tokens.username = claims.displayName ?? typed ?? (IDTokenClaims.isDisplayable(claims.subject) ? claims.subject : nil)
             tokens.subject = claims.subject
+            tokens.claims = claims.strings
         } else if nonce != nil, group.scopes.contains("openid") {
             // OpenID Connect Core §3.1.3.3: the code flow's answer carries an ID token. Without
             // it, nothing ties the tokens to this login (the nonce is in the ID token alone).
