@@ -38,6 +38,8 @@ public actor Broker {
     public static let maximumInteractiveLogins = 4
     /// `msso lock`: see ``BrokerLock``.
     var lock = BrokerLock()
+    /// The account each group logs in as, remembered across logouts (``AccountBook``).
+    var accountBook = AccountBook()
 
     /// What `sign` needs, as of the last change: read without the actor.
     nonisolated let published = Mutex(Published())
@@ -102,18 +104,28 @@ public actor Broker {
     /// A device or browser login joins the one of the group already waiting for the user, if any
     /// (whichever its flow): `prompt` is called with its code or address (`joined` true), and the
     /// result is the same for everyone. A caller that goes (its task cancelled) leaves it to the
-    /// others; the last one to go ends it.
-    public func login(_ args: LoginArguments, prompt: @escaping @Sendable (LoginPrompt, _ joined: Bool) -> Void) async throws -> SessionStatus {
+    /// others; the last one to go ends it. A login that may make a new account the group's (its
+    /// first, or `newAccount`) is never joined, nor joins: its address or code is shown to the
+    /// one that started it (`requester`, named to whoever is refused meanwhile) alone.
+    ///
+    /// The login must come back as the group's account (``AccountRules``), else it is refused and
+    /// nothing is stored.
+    public func login(_ args: LoginArguments, requester: String? = nil,
+                      prompt: @escaping @Sendable (LoginPrompt, _ joined: Bool) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
         try requireUnlocked()
+        await loadAccounts()
+        try requireUnlocked()
         guard args.flow != .password else { return try await performLogin(args, config) { _ in } }
+        let setsAccount = AccountRules.maySetAccount(config, newAccount: args.newAccount == true, remembered: accountBook.account(of: config))
         if let running = sharedLogins[config.name], !running.abandoned {
+            try refuseJoining(running, config, setsAccount: setsAccount)
             return try await running.wait(prompt: prompt, joined: true)
         }
         guard sharedLogins.values.filter({ !$0.abandoned }).count < Self.maximumInteractiveLogins else {
             throw BrokerError(.busy, "\(Self.maximumInteractiveLogins) logins are already waiting for the user; finish or cancel one of them first")
         }
-        let shared = SharedLogin()
+        let shared = SharedLogin(startedBy: requester ?? "another program", setsAccount: setsAccount)
         sharedLogins[config.name] = shared
         shared.begin(Task {
             let outcome: Result<SessionStatus, any Error>
@@ -154,6 +166,7 @@ public actor Broker {
             refreshToken: tokens.refreshToken, accessTokenExpiresAt: t + tokens.expiresIn, loggedInAt: t,
             sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax,
             subject: tokens.subject)
+        var outcome = AccountOutcome()
         let replaced = try await exclusively(config.name) { () async throws -> String? in
             guard groups[config.name]?.logouts == logoutsBefore else {
                 // "Log out once, and every app is logged out": a logout while the user was still
@@ -162,6 +175,7 @@ public actor Broker {
                 throw BrokerError(.loginDenied, "a logout of \"\(config.name)\" came while this login was in progress, so it was not stored; run `msso login --group \(config.name)` again")
             }
             let previous = try? await loadedCredentialLocked(config.name)
+            let account = try await checkAccount(config, args, tokens, previous: previous, now: t)
             do {
                 try await store.save(credential, group: config.name)
             } catch {
@@ -170,6 +184,8 @@ public actor Broker {
                 throw error
             }
             identity.forgetRescuedRefresh(config) // an answer kept for the session replaced
+            await remember(account, config)
+            outcome = account
             update(config.name) {
                 $0.credential = credential
                 $0.loaded = true
@@ -186,8 +202,9 @@ public actor Broker {
             Task { _ = await identity.revoke(config, token: replaced, hint: .refreshToken) }
         }
         armExpiryTimer(config.name)
-        let status = self.status(credential, config)
+        var status = self.status(credential, config)
         logger.info("logged in", metadata: ["group": "\(config.name)", "until": "\(status.sessionExpiresAt ?? 0)"])
+        if outcome.isNew { announceNewAccount(outcome, config, into: &status) }
         emit(.loggedIn, status)
         return status
     }

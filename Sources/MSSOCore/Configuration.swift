@@ -336,6 +336,21 @@ public struct Configuration: Equatable, Sendable {
                     do { group.resources = try Resources(try value.strings(fail, key)) } catch let problem as Resources.Problem {
                         throw fail(value.line, key, problem.message)
                     }
+                case _ where !admin && (key == "account" || key == "account_claim"):
+                    // The user's own rule would bind nobody: whoever can write the file can change it.
+                    throw fail(value.line, key, "only a group of the administrator's config.toml may set `\(key)`; a group of your own remembers the account it logs in as (see msso(1), --new-account)")
+                case "account":
+                    let text = try value.string(fail, key)
+                    guard let rule = AccountRule(rawValue: text) else {
+                        throw fail(value.line, key, "expected \"login-user\" (the ID token's `account_claim` must be the login name of the user), got \"\(text)\"")
+                    }
+                    group.account = rule
+                case "account_claim":
+                    let text = try value.string(fail, key)
+                    guard AccountFile.isSound(text, maximumBytes: 255) else {
+                        throw fail(value.line, key, "expected the name of an ID token claim, such as \"preferred_username\"")
+                    }
+                    group.accountClaim = text
                 default:
                     throw fail(value.line, key, "unknown key in group \"\(name)\"")
                 }
@@ -355,6 +370,9 @@ public struct Configuration: Equatable, Sendable {
             }
             if group.clientKeyFile != nil, group.clientSecret != .none {
                 throw fail(table.values["client_key"]!.line, "client_key", "give a client secret or client_key, not both")
+            }
+            if table.values["account_claim"] != nil, group.account == nil {
+                throw fail(table.values["account_claim"]!.line, "account_claim", "does nothing without `account = \"login-user\"`")
             }
             if group.sessionMax < group.sessionTimeout {
                 throw fail(table.values["session_max"]?.line ?? table.line, "session_max", "must not be shorter than session_timeout")

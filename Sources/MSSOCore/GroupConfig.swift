@@ -79,6 +79,12 @@ public enum ClientAuthentication: String, Sendable, CaseIterable {
     case none
 }
 
+/// Which accounts an administrator's group may log in as (`account` in its table).
+public enum AccountRule: String, Equatable, Sendable {
+    /// The account whose ID token names the Unix user mssod runs as (`account_claim`).
+    case loginUser = "login-user"
+}
+
 /// One access group: the apps of a suite that share one login, and the IdP they use.
 public struct GroupConfig: Equatable, Sendable {
     public var name: String
@@ -128,6 +134,13 @@ public struct GroupConfig: Equatable, Sendable {
     /// The servers the group's tokens are for (`resources`): nil, the default, holds `sign` and
     /// `token` to nothing; else the daemon refuses a URL outside them (``Resources``).
     public var resources: Resources?
+    /// The administrator's rule for which account the group may log in as (`account`): nil, the
+    /// default, lets the user choose it (the group then remembers the account it logged in as, and
+    /// refuses another unless asked for a new one); `.loginUser`, the ID token's ``accountClaim``
+    /// must be the name of the Unix user mssod runs as. Only the administrator's files set it.
+    public var account: AccountRule?
+    /// The ID token's claim `account = "login-user"` compares with the login name.
+    public var accountClaim = "preferred_username"
 
     /// The `prompt` a browser login sends, if any.
     public var effectivePrompt: String? {

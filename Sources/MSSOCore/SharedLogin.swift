@@ -27,6 +27,17 @@ final class SharedLogin: Sendable {
 
     private let state = Mutex(State())
 
+    /// Who started it, in words (a program and its pid), for those it refuses.
+    let startedBy: String
+    /// Whether it may end in a new account for the group (its first login, or `newAccount`): then
+    /// no other login joins it, and its address or code is shown to whoever started it alone.
+    let setsAccount: Bool
+
+    init(startedBy: String = "another program", setsAccount: Bool = false) {
+        self.startedBy = startedBy
+        self.setsAccount = setsAccount
+    }
+
     /// What a waiter that went is answered (and audited as): as when a login's only caller went.
     static let gone = BrokerError(.loginDenied, "the login was cancelled: the program that asked for it has gone")
 

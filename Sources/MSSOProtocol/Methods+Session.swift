@@ -152,6 +152,12 @@ public struct SessionStatus: Codable, Sendable, Equatable {
     /// True while the broker is locked (`lock`): the session may be valid, but nothing signs
     /// until `unlock`. Absent otherwise.
     public var locked: Bool?
+    /// Only in the answer to the `login` that did it, and its `LoggedIn` signal: true when that
+    /// login made its account the group's (the group's first, or a change asked for with
+    /// `newAccount`). Absent otherwise.
+    public var newAccount: Bool?
+    /// With ``newAccount``: the name of the account it replaced, when the group had one.
+    public var previousAccount: String?
 
     public init(group: String, state: State, issuer: String? = nil, username: String? = nil,
                 loggedInAt: Double? = nil, sessionExpiresAt: Double? = nil, sessionMaxAt: Double? = nil,
@@ -185,12 +191,17 @@ public struct LoginArguments: Codable, Sendable {
     public var username: String?
     /// Only for the password flow. Sent once over the socket, never stored or logged.
     public var password: String?
+    /// The login may end in another account than the group's: it becomes the group's account
+    /// (announced). Without it, a login that comes back as another account is refused. For the
+    /// user's own tools only.
+    public var newAccount: Bool?
 
-    public init(group: String? = nil, flow: LoginFlow, username: String? = nil, password: String? = nil) {
+    public init(group: String? = nil, flow: LoginFlow, username: String? = nil, password: String? = nil, newAccount: Bool? = nil) {
         self.group = group
         self.flow = flow
         self.username = username
         self.password = password
+        self.newAccount = newAccount
     }
 }
 

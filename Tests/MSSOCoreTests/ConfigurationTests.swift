@@ -463,4 +463,31 @@ final class ConfigurationTests: XCTestCase {
         // The user's file cannot say it: [policy] is the administrator's.
         XCTAssertThrowsError(try Configuration.parseFile("[policy]\nforwarding = true\n", file: "/u.toml", admin: false))
     }
+
+    func testOnlyTheAdministratorTiesAGroupToTheLoginUser() throws {
+        let table = "[groups.corp]\nissuer = \"https://i.example\"\nclient_id = \"c\"\n"
+        let admin = try Configuration.parseFile(table + "account = \"login-user\"\naccount_claim = \"email\"\n", file: "/etc/msso/config.toml", admin: true).groups[0]
+        XCTAssertEqual(admin.account, .loginUser)
+        XCTAssertEqual(admin.accountClaim, "email")
+        let plain = try Configuration.parseFile(table + "account = \"login-user\"\n", file: "/etc/msso/config.toml", admin: true).groups[0]
+        XCTAssertEqual(plain.accountClaim, "preferred_username")
+        XCTAssertNil(try Configuration.parseFile(table, file: "/etc/msso/config.toml", admin: true).groups[0].account)
+        for (text, words) in [
+            (table + "account = \"login-user\"\n", "only a group of the administrator's config.toml"),
+            (table + "account_claim = \"sub\"\n", "only a group of the administrator's config.toml"),
+        ] {
+            XCTAssertThrowsError(try Configuration.parseFile(text, file: "/u.toml", admin: false)) { error in
+                XCTAssertTrue("\(error)".contains(words), "\(error)")
+            }
+        }
+        for (text, words) in [
+            (table + "account = \"alice\"\n", "expected \"login-user\""),
+            (table + "account = \"login-user\"\naccount_claim = \"\"\n", "the name of an ID token claim"),
+            (table + "account_claim = \"email\"\n", "does nothing without"),
+        ] {
+            XCTAssertThrowsError(try Configuration.parseFile(text, file: "/etc/msso/config.toml", admin: true)) { error in
+                XCTAssertTrue("\(error)".contains(words), "\(error)")
+            }
+        }
+    }
 }

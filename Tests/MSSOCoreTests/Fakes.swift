@@ -113,13 +113,28 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
     var refreshError: BrokerError?
     var retryAfter: Double?
     var lifetime: Double = 300
+    /// Whom a login's ID token names (nil subject: no ID token).
+    var subject: String? = "alice-sub"
+    var username: String? = "alice"
+    var claims: [String: String] = ["preferred_username": "alice"]
 
     var counts: (refreshes: Int, revoked: [String]) { lock.withLock { (refreshes, revoked) } }
 
     private func next() -> TokenSet {
         lock.withLock {
             issued += 1
-            return TokenSet(accessToken: "at-\(issued)", refreshToken: "rt-\(issued)", expiresIn: lifetime)
+            var tokens = TokenSet(accessToken: "at-\(issued)", refreshToken: "rt-\(issued)", expiresIn: lifetime,
+                                  username: username, subject: subject)
+            tokens.claims = subject == nil ? [:] : claims
+            return tokens
+        }
+    }
+
+    /// The next logins come back as this account.
+    func logInAs(_ name: String?, subject: String?) {
+        lock.withLock {
+            (username, self.subject) = (name, subject)
+            claims = name.map { ["preferred_username": $0] } ?? [:]
         }
     }
 
@@ -223,5 +238,28 @@ final class AsyncGate: @unchecked Sendable {
             return entered
         }
         waiting.forEach { $0.resume() }
+    }
+}
+
+/// The groups' accounts, kept in memory (as ``AccountFile`` keeps them in a file).
+final class MemoryAccounts: AccountMemory, @unchecked Sendable {
+    private let lock = NSLock()
+    private var kept: [String: RememberedAccount]
+    private(set) var saves = 0
+    var damaged: String?
+
+    init(_ kept: [String: RememberedAccount] = [:]) { self.kept = kept }
+
+    var accounts: [String: RememberedAccount] { lock.withLock { kept } }
+
+    func load() async -> (accounts: [String: RememberedAccount], damaged: String?) {
+        lock.withLock { (kept, damaged) }
+    }
+
+    func save(_ accounts: [String: RememberedAccount]) async throws {
+        lock.withLock {
+            kept = accounts
+            saves += 1
+        }
     }
 }

@@ -10,9 +10,14 @@ final class SharedLoginTests: XCTestCase {
     let idp = FakeIdP()
     let group = "com.example.suite"
 
-    func makeBroker() -> Broker {
-        Broker(configuration: Configuration(groups: [GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")]),
-               store: store, identity: idp, logger: Logger(label: "test"))
+    /// A broker whose group remembers alice, as after her first login: a login that can only end
+    /// as her (or be refused) is joined. (One that may set the account is not: AccountsTests.)
+    func makeBroker() async -> Broker {
+        let broker = Broker(configuration: Configuration(groups: [GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")]),
+                            store: store, identity: idp, logger: Logger(label: "test"))
+        await broker.keepAccounts(in: MemoryAccounts([group: RememberedAccount(issuer: "https://idp.example", subject: "alice-sub",
+                                                                                username: "alice", since: 1_800_000_000)]))
+        return broker
     }
 
     /// What one login call was shown: the codes, and whether it joined a login already waiting.
@@ -36,7 +41,7 @@ final class SharedLoginTests: XCTestCase {
 
     func testEveryLoginAskedWhileOneWaitsJoinsItAndGetsItsResult() async throws {
         idp.deviceApproved = false
-        let broker = makeBroker()
+        let broker = await makeBroker()
         let callers = (0..<20).map { _ in Shown() }
         var logins: [Task<SessionStatus, any Error>] = []
         for shown in callers {
@@ -66,7 +71,7 @@ final class SharedLoginTests: XCTestCase {
 
     func testACallerThatGoesLeavesTheLoginToTheOthersAndTheLastOneEndsIt() async throws {
         idp.deviceApproved = false
-        let broker = makeBroker()
+        let broker = await makeBroker()
         let first = Shown(), second = Shown()
         let starter = startLogin(broker, first)
         await waitUntil { !first.all.isEmpty }
@@ -103,7 +108,7 @@ final class SharedLoginTests: XCTestCase {
 
     func testAPasswordLoginNeverJoins() async throws {
         idp.deviceApproved = false
-        let broker = makeBroker()
+        let broker = await makeBroker()
         let shown = Shown()
         let device = startLogin(broker, shown)
         await waitUntil { !shown.all.isEmpty }
