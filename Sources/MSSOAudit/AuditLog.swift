@@ -184,7 +184,9 @@ public final class AuditLog: AuditTrail {
                 Self.summarize(counter, into: &state.pending)
                 counter = Counter(minute: minute, written: 0, suppressed: 0, last: entry)
             }
-            if counter.written < Self.rowsPerMinute {
+            // A login that put a group into a new account is always written: a caller that filled
+            // its minute first must not hide it in a count.
+            if counter.written < Self.rowsPerMinute || (entry.verb == "login" && entry.outcome == "ok" && entry.detail != nil) {
                 counter.written += 1
                 state.pending.append(entry)
             } else {

@@ -26,6 +26,9 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     private let lane = Workers.Lane()
     private var shown: [String: (id: UInt32, action: Action)] = [:]
     private var loggingIn: Set<String> = []
+    /// The new-account notice shown for each group: apart from ``shown``, so that no later
+    /// notification of the group (Expiring, say) replaces it before the user has seen it.
+    private var announced: [String: UInt32] = [:]
     /// Confirmations shown, by notification id, waiting for the user's answer.
     private var questions: [UInt32: CheckedContinuation<ConfirmationAnswer, Never>] = [:]
 
@@ -139,8 +142,14 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     // MARK: Signals in
 
     public func deliver(_ signal: Signal) {
-        guard let config = broker.configuration.groups[signal.group], config.notifications else { return }
+        guard let config = broker.configuration.groups[signal.group] else { return }
         let group = signal.group
+        if signal.signal == .loggedIn, let status = signal.status, status.newAccount == true {
+            // Shown whatever `notifications` says: a program that put the suite into another
+            // account must be seen.
+            announceNewAccount(status)
+        }
+        guard config.notifications else { return }
         switch signal.signal {
         case .expiring:
             let left = max(1, Int((((signal.status?.sessionExpiresAt ?? 0) - Date().timeIntervalSince1970) / 60).rounded(.up)))
@@ -155,6 +164,33 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
             }
         case .devicePrompt, .browserPrompt:
             break
+        }
+    }
+
+    /// "Now logged in as NAME": a login made its account the group's (its first, or a change).
+    /// No action: a click does nothing but close it.
+    private func announceNewAccount(_ status: SessionStatus) {
+        let group = Self.shown(status.group)
+        let account = status.username.map(Self.shown) ?? "an account the identity provider does not name"
+        let body = if let previous = status.previousAccount.map(Self.shown) {
+            "Every app of \(group) now acts as \(account), no longer as \(previous). If you did not log in as \(account), run msso logout --group \(group)."
+        } else {
+            "Every app of \(group) acts as \(account) from now on (the group's first account). If you did not log in as \(account), run msso logout --group \(group)."
+        }
+        let summary = "SSO for \(group): now logged in as \(account)"
+        lane.async { [self] in
+            var none: [UnsafeMutablePointer<CChar>?] = [nil]
+            let id = none.withUnsafeMutableBufferPointer { buffer in
+                buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: 1) {
+                    // Never expires: it stays until the user closes it.
+                    msso_notify(bus, announced[status.group] ?? 0, summary, body, $0, 0, Self.callTimeout)
+                }
+            }
+            if id == 0 {
+                logger.debug("no notification server answered", metadata: ["group": "\(status.group)"])
+            } else {
+                announced[status.group] = id
+            }
         }
     }
 
@@ -246,7 +282,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     private func login(_ group: String) async {
         let flow: LoginFlow = browser ? .browser : .device
         do {
-            _ = try await broker.login(LoginArguments(group: group, flow: flow)) { [self] prompt, joined in
+            _ = try await broker.login(LoginArguments(group: group, flow: flow), requester: "a desktop notification's Log in") { [self] prompt, joined in
                 switch prompt {
                 case .device(let device):
                     show(group, summary: "Log in to SSO for \(group)",

@@ -154,7 +154,13 @@ public struct AccessPolicy: Sendable {
     /// A forwarded host logs in with the device flow only: a password would be typed on the remote
     /// host and cross it, and a browser login's redirect comes back to this machine's loopback,
     /// which a browser there cannot reach.
-    func authorize(_ flow: LoginFlow, role: Role, group: GroupConfig) throws(BrokerError) {
+    ///
+    /// Only the user's own tools ask for a new account (`newAccount`): an app (a sandboxed one
+    /// above all), a remote host or root never change which account a group acts as.
+    func authorize(_ flow: LoginFlow, role: Role, group: GroupConfig, newAccount: Bool = false) throws(BrokerError) {
+        if newAccount, role != .ownTool {
+            throw BrokerError(.forbidden, "only the msso command may log \"\(group.name)\" in as a new account (`msso login --group \(group.name) --new-account`); a login from here must come back as the group's account")
+        }
         if role == .forwarded, flow != .device {
             throw BrokerError(.forbidden, "through an SSH forward only a device login works (msso login --device): a password is never sent from a remote host, and a browser login's redirect comes back to the machine mssod runs on")
         }

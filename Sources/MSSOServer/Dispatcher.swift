@@ -149,11 +149,12 @@ final class Dispatcher: Sendable {
 
     private func answer(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: some CallChannel) async -> [UInt8] {
         var group: String?
+        var detail: String?
         let reply: [UInt8]
         var failure: BrokerError?
         do {
             try authorize(arguments.kind, caller)
-            reply = try await route(serial, arguments, connection: connection, caller: caller, group: &group)
+            reply = try await route(serial, arguments, connection: connection, caller: caller, group: &group, detail: &detail)
         } catch {
             failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
             if failure!.name == .internal {
@@ -161,13 +162,14 @@ final class Dispatcher: Sendable {
             }
             reply = ReplyWriter.error(serial: serial, failure!)
         }
-        record(method, caller, group: group, failure: failure)
+        record(method, caller, group: group, failure: failure, detail: detail)
         return reply
     }
 
     /// The call's audit row (and a debug line). `host`: the remote host, when not the caller's own
     /// (a `forward` call names the host it asked for).
-    func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil) {
+    /// `detail`: what else the row says (a login's new account).
+    func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil, detail: String? = nil) {
         let verb = MethodName.loggable(method)
         let host = host ?? caller.host
         logger.debug("call", metadata: {
@@ -177,7 +179,7 @@ final class Dispatcher: Sendable {
             return metadata
         }())
         guard let audit else { return }
-        var detail: String?
+        var detail = detail
         if failure?.name == .notEntitled, let (expected, actual) = rules.entitlements.pinMismatch(caller.app) {
             detail = "pinned sha256 \(expected), running \(actual ?? "unreadable")"
         }
@@ -188,7 +190,7 @@ final class Dispatcher: Sendable {
     }
 
     private func route(_ serial: UInt32, _ arguments: CallArguments, connection: some CallChannel, caller: Caller,
-                       group: inout String?) async throws -> [UInt8] {
+                       group: inout String?, detail: inout String?) async throws -> [UInt8] {
         let role = caller.role
         func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
         switch arguments {
@@ -207,11 +209,11 @@ final class Dispatcher: Sendable {
             return reply(try await broker.token(config.name, renew: args.renew ?? false, resource: args.resource))
         case .login(var args):
             let config = try resolve(args.group, .login, caller, into: &group)
-            try policy.authorize(args.flow, role: role, group: config)
+            try policy.authorize(args.flow, role: role, group: config, newAccount: args.newAccount == true)
             try await confirm(.login, caller, group: config)
             args.group = config.name
             let name = config.name
-            return reply(try await broker.login(args) { prompt, joined in
+            let status = try await broker.login(args, requester: caller.host == nil ? "\(caller.described) (pid \(caller.pid))" : caller.described) { prompt, joined in
                 switch prompt {
                 case .device(let device):
                     connection.post(WireCodec.frame(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device,
@@ -220,7 +222,12 @@ final class Dispatcher: Sendable {
                     connection.post(WireCodec.frame(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser,
                                                            joined: joined ? true : nil), serial: 0))
                 }
-            })
+            }
+            if status.newAccount == true {
+                // Who put the group into a new account, in the row that names the caller.
+                detail = "new account: \(status.username ?? "unnamed")" + (status.previousAccount.map { ", was \($0)" } ?? ", the group's first")
+            }
+            return reply(status)
         case .extend(let args):
             let config = try resolve(args.group, .extend, caller, into: &group)
             try await confirm(.extend, caller, group: config)

@@ -20,6 +20,11 @@ struct Login: ParsableCommand {
             read from standard input, never from the command line.
             While a device or browser login of the group waits for you, every further one (another \
             terminal, kubectl, git, an app) joins it: the same code or address, one result.
+            A group remembers the account it logs in as (across logouts and restarts): a login \
+            that comes back as another account is refused, and nothing is stored. To make another \
+            account the group's, log in with --new-account; the change (and a group's first login) \
+            is announced on the desktop and in the audit log. A login that may set the account is \
+            not joined: its address or code is shown to the command that started it alone.
             """)
 
     @Flag(help: "Log in through a web browser on this machine.")
@@ -36,6 +41,9 @@ struct Login: ParsableCommand {
     @Flag(help: "Read the password from standard input (with --username).")
     var passwordStdin = false
 
+    @Flag(help: "Let the login end in another account than the group's: every app of the group then acts as it (announced).")
+    var newAccount = false
+
     func validate() throws {
         if passwordStdin && username == nil { throw ValidationError("--password-stdin needs --username") }
         if [browser, device, username != nil].filter({ $0 }).count > 1 { throw ValidationError("give one of --browser, --device and --username") }
@@ -51,12 +59,14 @@ struct Login: ParsableCommand {
                 guard let line = readLine(strippingNewline: true), !line.isEmpty else {
                     throw BrokerError(.badRequest, "no password on standard input")
                 }
-                status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, flow: .password, username: username, password: line))
+                status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, flow: .password, username: username, password: line,
+                                                                            newAccount: newAccount ? true : nil))
             } else {
                 let flow: LoginFlow = browser ? .browser : device ? .device : Login.flowThatFits
-                status = try Login.interactive(broker, group: options.group, flow: flow, quiet: options.json)
+                status = try Login.interactive(broker, group: options.group, flow: flow, quiet: options.json, newAccount: newAccount)
             }
             if options.json { Output.json(status) } else { Output.print(Output.line(status)) }
+            if status.newAccount == true { Output.note(Login.newAccountNote(status)) }
         }
     }
 
@@ -65,15 +75,26 @@ struct Login: ParsableCommand {
     /// for the user (another terminal, kubectl, an app): then the same code or address is shown,
     /// and no second browser window opened.
     @discardableResult
-    static func interactive(_ broker: BrokerConnection, group: String?, flow: LoginFlow, quiet: Bool) throws(BrokerError) -> SessionStatus {
+    static func interactive(_ broker: BrokerConnection, group: String?, flow: LoginFlow, quiet: Bool,
+                            newAccount: Bool = false) throws(BrokerError) -> SessionStatus {
         let countdown = Countdown(quiet: quiet)
         defer { countdown.stop() }
-        return try broker.call(Methods.Login.self, LoginArguments(group: group, flow: flow), untilAnswered: true,
+        return try broker.call(Methods.Login.self, LoginArguments(group: group, flow: flow, newAccount: newAccount ? true : nil),
+                               untilAnswered: true,
                                onSignal: { signal in
                                    if let prompt = signal.prompt { countdown.start(prompt, joined: signal.joined == true) }
                                    if let prompt = signal.browser { Login.open(prompt, joined: signal.joined == true) }
                                },
                                tick: { countdown.tick() })
+    }
+
+    /// What a login that made its account the group's says: which account every app now acts as.
+    static func newAccountNote(_ status: SessionStatus) -> String {
+        let account = status.username ?? "an account the identity provider does not name"
+        if let previous = status.previousAccount {
+            return "\(account) is now the account of \"\(status.group)\", in place of \(previous): every app of the group acts as \(account)."
+        }
+        return "\(account) is now the account of \"\(status.group)\": a later login as another account is refused unless you run `msso login --group \(status.group) --new-account`."
     }
 
     /// The browser flow where this session can show a browser (a display, and xdg-open to open

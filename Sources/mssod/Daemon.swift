@@ -123,6 +123,8 @@ struct Daemon: AsyncParsableCommand {
         }
         let identity = OpenIDProvider(logger: logger, requestTimeout: idpTimeout, environment: environment, keys: store)
         let broker = Broker(rules: rules, store: store, keys: store, identity: identity, logger: logger)
+        // Beside the audit log, where a logout does not reach: the account each group logs in as.
+        await broker.keepAccounts(in: AccountFile(path: Configuration.stateDirectory(environment: environment) + "/accounts.json"))
         var limits = ServerLimits()
         limits.helloTimeout = Self.nanoseconds(helloTimeout)
         limits.frameTimeout = Self.nanoseconds(frameTimeout)
@@ -177,9 +179,8 @@ struct Daemon: AsyncParsableCommand {
     /// stop mssod (refusing every app because a log file is unwritable helps nobody): it says so
     /// (its log, `msso doctor`, `msso status`) and opens it once it can (AuditLog).
     static func openAudit(environment: [String: String], policy: Policy, logger: Logger) -> AuditLog {
-        let home = environment["HOME"] ?? Configuration.homeDirectory()
-        let state = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? home + "/.local/state"
-        return AuditLog(path: state + "/msso/audit.sqlite", maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge, logger: logger)
+        AuditLog(path: Configuration.stateDirectory(environment: environment) + "/audit.sqlite",
+                 maxRows: policy.auditMaxRows, maxAge: policy.auditMaxAge, logger: logger)
     }
 }
 

@@ -60,6 +60,21 @@ final class AccessPolicyTests: XCTestCase {
         XCTAssertEqual(ForwardRule.defaultVerbs, [.token, .sign, .status, .check])
     }
 
+    func testOnlyTheUsersToolsAskForANewAccount() {
+        let group = GroupConfig(name: "corp", issuer: "https://idp.example", clientID: "msso")
+        for flow in [LoginFlow.password, .device, .browser] {
+            XCTAssertNoThrow(try policy.authorize(flow, role: .ownTool, group: group, newAccount: true), "\(flow)")
+        }
+        for role in [AccessPolicy.Role.app, .forwarded, .root] {
+            let flow: LoginFlow = role == .root ? .password : .device
+            XCTAssertThrowsError(try policy.authorize(flow, role: role, group: group, newAccount: true), "\(role)") { error in
+                XCTAssertEqual((error as? BrokerError)?.name, .forbidden)
+                XCTAssertTrue((error as? BrokerError)?.message.contains("--new-account") == true)
+            }
+            XCTAssertNoThrow(try policy.authorize(flow, role: role, group: group, newAccount: false), "\(role): the group's own account")
+        }
+    }
+
     func testAForwardedHostLogsInWithTheDeviceFlowOnly() throws {
         let group = GroupConfig(name: "corp", issuer: "https://idp.example", clientID: "msso")
         XCTAssertNoThrow(try policy.authorize(.device, role: .forwarded, group: group))
