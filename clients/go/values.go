@@ -29,13 +29,18 @@ type SessionStatus struct {
 	AccessTokenExpiresAt time.Time
 	Admin                bool // the administrator defined the group
 	Locked               bool // the broker is locked: nothing signs until unlock
+	// In a login's answer and its LoggedIn event only: the login made its account the group's
+	// (the group's first, or a change asked for with `msso login --new-account`), in place of
+	// PreviousAccount (empty when the group had none).
+	NewAccount      bool
+	PreviousAccount string
 }
 
 func (s *SessionStatus) UnmarshalJSON(data []byte) error {
 	var wire struct {
-		Group, State, Issuer, Username                                   string
+		Group, State, Issuer, Username, PreviousAccount                  string
 		LoggedInAt, SessionExpiresAt, SessionMaxAt, AccessTokenExpiresAt *float64
-		Admin, Locked                                                    bool
+		Admin, Locked, NewAccount                                        bool
 	}
 	if err := json.Unmarshal(data, &wire); err != nil {
 		return err
@@ -43,7 +48,7 @@ func (s *SessionStatus) UnmarshalJSON(data []byte) error {
 	*s = SessionStatus{Group: wire.Group, State: State(wire.State), Issuer: wire.Issuer, Username: wire.Username,
 		LoggedInAt: epoch(wire.LoggedInAt), SessionExpiresAt: epoch(wire.SessionExpiresAt),
 		SessionMaxAt: epoch(wire.SessionMaxAt), AccessTokenExpiresAt: epoch(wire.AccessTokenExpiresAt),
-		Admin: wire.Admin, Locked: wire.Locked}
+		Admin: wire.Admin, Locked: wire.Locked, NewAccount: wire.NewAccount, PreviousAccount: wire.PreviousAccount}
 	return nil
 }
 

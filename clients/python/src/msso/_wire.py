@@ -77,6 +77,11 @@ class SessionStatus(TypedDict):
     accessTokenExpiresAt: NotRequired[float]
     admin: NotRequired[bool]
     locked: NotRequired[bool]
+    # In a login's answer and its LoggedIn event only: the login made its account the group's (the
+    # group's first, or a change asked for with `msso login --new-account`), in place of
+    # previousAccount when the group had one.
+    newAccount: NotRequired[bool]
+    previousAccount: NotRequired[str]
 
 
 class NotRevoked(TypedDict):
