@@ -32,7 +32,8 @@ public struct ErrorName: RawRepresentable, Hashable, Codable, Sendable, CustomSt
     public static let idpUnavailable = ErrorName(rawValue: "IdPUnavailable")
     /// The identity provider refused the username or password.
     public static let invalidCredentials = ErrorName(rawValue: "InvalidCredentials")
-    /// The user denied a device login, or its code expired before approval.
+    /// The user denied a device login, or its code expired before approval; or the login came back
+    /// as another account than the group's (nothing was stored).
     public static let loginDenied = ErrorName(rawValue: "LoginDenied")
     /// The caller may not use this method (another user, or root asking for a state change).
     public static let forbidden = ErrorName(rawValue: "Forbidden")

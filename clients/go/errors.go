@@ -54,7 +54,7 @@ var (
 	ErrLocked             = &Error{Name: "Locked"}             // the broker is locked (`msso lock`), or a wrong unlock
 	ErrIdPUnavailable     = &Error{Name: "IdPUnavailable"}     // the identity provider could not be reached
 	ErrInvalidCredentials = &Error{Name: "InvalidCredentials"} // the identity provider refused the username or password
-	ErrLoginDenied        = &Error{Name: "LoginDenied"}        // a device or browser login was denied, or its code expired
+	ErrLoginDenied        = &Error{Name: "LoginDenied"}        // a login was denied, its code expired, or it came back as another account than the group's
 	ErrForbidden          = &Error{Name: "Forbidden"}          // this caller may not use this method
 	ErrResourceForbidden  = &Error{Name: "ResourceForbidden"}  // the URL is outside the group's resources
 	ErrNotEntitled        = &Error{Name: "NotEntitled"}        // this program is not registered for the group

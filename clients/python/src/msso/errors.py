@@ -94,7 +94,7 @@ class InvalidCredentials(MSSOError):
 
 
 class LoginDenied(MSSOError):
-    """A device or browser login was denied, or its code expired."""
+    """A login was denied, its code expired, or it came back as another account than the group's."""
     name, exit_status = "LoginDenied", 6
 
 
