@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from harness import BIN, GROUP, PASSWORDS, Broker, Desktop, RawClient, free_port, wait_for
+from harness import BIN, GROUP, PASSWORDS, Broker, Desktop, RawClient, free_port
 from test_browser_login import browser
 
 STATE = (".local", "state", "msso", "accounts.json")
@@ -150,7 +150,11 @@ def test_the_groups_first_login_is_not_joined(broker):
     first = subprocess.Popen([BIN / "msso", "login", "--device"], env=broker.env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: "enter the code" in first.stderr.readline(), timeout=30, what="the first login's code")
+        shown = ""
+        while "enter the code" not in shown:  # its code shown: the login waits for the user
+            line = first.stderr.readline()
+            assert line, shown
+            shown += line
         second = broker.msso("login", "--device", timeout=30)
         assert second.returncode == 3, second.stderr
         assert f"started by {BIN.resolve() / 'msso'} (pid {first.pid})" in second.stderr, second.stderr
