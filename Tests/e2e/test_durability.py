@@ -140,98 +140,90 @@ def test_a_crash_in_a_burst_of_signs_loses_nothing(broker, desktop, idp):
     assert status == 0 and claims["sub"]
 
 
-def test_a_crash_between_rotation_and_the_keyring_write(desktop):
-    """The IdP rotates the refresh token on every use. If mssod dies after the IdP answered and before the
-    keyring write, the keyring keeps the old, now revoked, refresh token: the session would be lost, but
-    mssod-idp kept the answer (in the kernel keyring) and the next mssod takes it. Made deterministic by
-    holding the IdP until the refresh is under way (past the check that the keyring can take its answer),
-    then freezing the keyring so the write hangs; with a sign that refreshes every time (refresh_lead
-    3600s), a kill -9 in a burst of signs hits this window about half the time (`make faults` counts it)."""
+@pytest.fixture
+def rotating(desktop):
+    """mssod on an IdP of its own (to be held), every sign a refresh (refresh_lead), alice logged in:
+    (the IdP, mssod, the keyring item)."""
     provider = IdP()
     daemon = Broker(desktop, provider, groups={GROUP: {"refresh_lead": "3600s"}}, args=["--keyring-timeout", "3"])
     try:
         assert daemon.login().returncode == 0
-        _, item = desktop.keyring_item()
-        SECRETS.update([item["accessToken"], item["refreshToken"]])
-        with frozen(provider.pid()):
-            sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")
-            keyring = frozen(desktop.keyring.pid)
-            keyring.__enter__()
-        try:
-            # The IdP has rotated the refresh token (the old one is spent); mssod waits on the keyring to store it.
-            wait_for(lambda: not introspect(provider, item["refreshToken"]), interval=0.1, what="the IdP to rotate")
-            kill_hard(daemon)
-            sign.wait(timeout=10)
-        finally:
-            keyring.__exit__(None, None, None)
-        daemon.start()
-        after = daemon.msso("sign", "--url", URL)
-        assert after.returncode == 0, after.stderr
-        # The rotated token is the one stored now, alive at the IdP, and nothing is kept beside it.
-        rotated = stored(desktop)[1]["refreshToken"]
-        assert rotated != item["refreshToken"] and introspect(provider, rotated)
-        assert daemon.logged("took the answer to a refresh that an earlier mssod did not store") == 1
-        assert not kept_refresh_answer(desktop)
+        _, item = stored(desktop)
+        yield provider, daemon, item
     finally:
         daemon.stop()
         provider.cleanup()
 
 
-def test_a_stop_during_a_refresh_waits_for_the_answer_and_stores_it(desktop):
+def refresh_held_at_the_idp(provider, daemon):
+    """Call inside `frozen(provider.pid())`: starts a sign, whose refresh is then under way, past the check
+    that the store can take its answer, and waiting for the held IdP. (The sign, mssod-idp's pid.)"""
+    sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    return sign, wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")[0]
+
+
+def the_rotated_token_is_stored_alone(desktop, provider, item):
+    """The rotated refresh token is the one stored, alive at the IdP, and no answer is kept beside it."""
+    rotated = stored(desktop)[1]["refreshToken"]
+    assert rotated != item["refreshToken"] and introspect(provider, rotated)
+    assert not kept_refresh_answer(desktop)
+
+
+def test_a_crash_between_rotation_and_the_keyring_write(desktop, rotating):
+    """The IdP rotates the refresh token on every use. If mssod dies after the IdP answered and before the
+    keyring write, the keyring keeps the old, now revoked, refresh token: the session would be lost, but
+    mssod-idp kept the answer (in the kernel keyring) and the next mssod takes it. Made deterministic by
+    holding the IdP until the refresh is under way, then freezing the keyring so the write hangs; a kill -9
+    in a burst of signs that each refresh hits this window about half the time (`make faults` counts it)."""
+    provider, daemon, item = rotating
+    with frozen(provider.pid()):
+        sign, _ = refresh_held_at_the_idp(provider, daemon)
+        keyring = frozen(desktop.keyring.pid)
+        keyring.__enter__()
+    try:
+        # The IdP has rotated the refresh token (the old one is spent); mssod waits on the keyring to store it.
+        wait_for(lambda: not introspect(provider, item["refreshToken"]), interval=0.1, what="the IdP to rotate")
+        kill_hard(daemon)
+        sign.wait(timeout=10)
+    finally:
+        keyring.__exit__(None, None, None)
+    daemon.start()
+    after = daemon.msso("sign", "--url", URL)
+    assert after.returncode == 0, after.stderr
+    the_rotated_token_is_stored_alone(desktop, provider, item)
+    assert daemon.logged("took the answer to a refresh that an earlier mssod did not store") == 1
+
+
+def test_a_stop_during_a_refresh_waits_for_the_answer_and_stores_it(desktop, rotating):
     """SIGTERM (what `systemctl --user stop`, an upgrade or the end of a desktop session sends) while a
     refresh waits for the IdP: mssod waits for the answer (a few seconds at most) and stores the rotated
     token before it goes."""
-    provider = IdP()
-    daemon = Broker(desktop, provider, groups={GROUP: {"refresh_lead": "3600s"}})
-    try:
-        assert daemon.login().returncode == 0
-        _, item = desktop.keyring_item()
-        SECRETS.update([item["accessToken"], item["refreshToken"]])
-        with frozen(provider.pid()):
-            sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")
-            daemon.process.send_signal(signal.SIGTERM)
-            wait_for(lambda: daemon.logged("waiting for the refreshes under way to be stored"), what="mssod to wait")
-        daemon.process.wait(timeout=5)
-        sign.wait(timeout=10)
-        rotated = stored(desktop)[1]["refreshToken"]
-        assert rotated != item["refreshToken"] and introspect(provider, rotated)
-        assert not kept_refresh_answer(desktop)
-        daemon.start()
-        assert daemon.msso("sign", "--url", URL).returncode == 0
-    finally:
-        daemon.stop()
-        provider.cleanup()
+    provider, daemon, item = rotating
+    with frozen(provider.pid()):
+        sign, _ = refresh_held_at_the_idp(provider, daemon)
+        daemon.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: daemon.logged("waiting for the refreshes under way to be stored"), what="mssod to wait")
+    daemon.process.wait(timeout=5)
+    sign.wait(timeout=10)
+    the_rotated_token_is_stored_alone(desktop, provider, item)
+    daemon.start()
+    assert daemon.msso("sign", "--url", URL).returncode == 0
 
 
-def test_a_stop_that_outlasts_the_refresh_leaves_its_answer_to_the_next_mssod(desktop):
+def test_a_stop_that_outlasts_the_refresh_leaves_its_answer_to_the_next_mssod(desktop, rotating):
     """The same, with an IdP that answers only after mssod has given up waiting and gone: mssod-idp
     outlives it, keeps the answer, and the next mssod takes it."""
-    provider = IdP()
-    daemon = Broker(desktop, provider, groups={GROUP: {"refresh_lead": "3600s"}})
-    try:
-        assert daemon.login().returncode == 0
-        _, item = desktop.keyring_item()
-        SECRETS.update([item["accessToken"], item["refreshToken"]])
-        with frozen(provider.pid()):
-            sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
-            helper = wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")[0]
-            daemon.process.send_signal(signal.SIGTERM)
-            daemon.process.wait(timeout=5)
-            os.kill(helper, signal.SIGTERM)  # as a unit's stop sends it to every process of the unit
-        sign.wait(timeout=10)
-        wait_for(lambda: not os.path.exists(f"/proc/{helper}"), what="mssod-idp to end")
-        assert kept_refresh_answer(desktop)
-        assert not introspect(provider, item["refreshToken"])  # spent: only the kept answer holds the session
-        daemon.start()
-        assert daemon.msso("sign", "--url", URL).returncode == 0
-        rotated = stored(desktop)[1]["refreshToken"]
-        assert rotated != item["refreshToken"] and introspect(provider, rotated)
-        assert not kept_refresh_answer(desktop)
-    finally:
-        daemon.stop()
-        provider.cleanup()
+    provider, daemon, item = rotating
+    with frozen(provider.pid()):
+        sign, helper = refresh_held_at_the_idp(provider, daemon)
+        daemon.process.send_signal(signal.SIGTERM)
+        daemon.process.wait(timeout=5)
+        os.kill(helper, signal.SIGTERM)  # as a unit's stop sends it to every process of the unit
+    sign.wait(timeout=10)
+    wait_for(lambda: not os.path.exists(f"/proc/{helper}"), what="mssod-idp to end")
+    assert kept_refresh_answer(desktop)
+    assert not introspect(provider, item["refreshToken"])  # spent: only the kept answer holds the session
+    daemon.start()
+    assert daemon.msso("sign", "--url", URL).returncode == 0
+    the_rotated_token_is_stored_alone(desktop, provider, item)
