@@ -14,18 +14,17 @@ import os
 import re
 import select
 import shutil
-import socket
 import subprocess
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import requests
 
-import fake_broker
 from harness import GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, PlantedSocket, RawClient, answers, as_uid, free_port, wait_for
+import hostile_replies
+from hostile_replies import HostileBrokers
 from swift_sources import swift_exit_statuses
 from test_browser_login import browser
 
@@ -513,67 +512,74 @@ def test_the_rust_example_signs_through_libmsso(profiles, api):
 
 # -- a hostile broker --------------------------------------------------------------------------------
 
-INTERNAL = ("Internal", 70)
-UNREACHABLE = ("BrokerUnreachable", 3)
-OK = ("ok", 0)
-# What the library makes of each of fake_broker.py's hostile answers to `status` (written for the
-# PAM module, whose limits are its own: a long group name or 65 groups are fine here).
-HOSTILE = {
-    "groups-5": INTERNAL, "groups-null": INTERNAL, "groups-object": INTERNAL, "result-array": INTERNAL,
-    "result-null": INTERNAL, "type-null": INTERNAL, "type-number": INTERNAL, "serial-string": INTERNAL,
-    "serial-huge": INTERNAL, "error-without-message": INTERNAL, "error-message-null": INTERNAL,
-    "error-message-too-long": ("NotLoggedIn", 2), "group-null": INTERNAL, "group-number": INTERNAL, "group-empty": OK,
-    "group-too-long": OK, "group-with-nul": INTERNAL, "too-many-groups": OK, "session-not-an-object": INTERNAL,
-    "state-null": INTERNAL, "state-unknown": OK, "admin-string": INTERNAL, "username-number": INTERNAL,
-    "time-1e17": OK, "time-negative": OK, "time-string": INTERNAL, "time-nan": INTERNAL, "time-infinity": INTERNAL,
-    "other-time-infinity": INTERNAL, "not-json": INTERNAL, "invalid-utf8": INTERNAL, "deep-nesting": INTERNAL,
-    "trailing-garbage": INTERNAL, "oversized-frame": INTERNAL, "truncated-frame": UNREACHABLE, "closes": UNREACHABLE,
-    "never-replies": UNREACHABLE, "signals-forever": INTERNAL, "escapes-in-group": OK,
-    "escapes-in-message": ("NotLoggedIn", 2), "corrupt": OK, "escapes-in-login-error": OK, "honest": OK,
-}
+C_VERBS = {"status": ["status"], "check": ["check"], "sign": ["sign", "GET", "https://api.example.com/"],
+           "token": ["token"], "logout": ["logout", "-"], "subscribe": ["subscribe"], "login-device": ["login-device", "-"]}
 
 
-def test_nothing_a_hostile_broker_sends_crashes_the_library(built, tmp_path):
-    """Every scenario of fake_broker.py, each on a socket of its own served from this process: the
-    driver answers each `status` with the error the library makes of it, and never dies."""
-    assert set(HOSTILE) == set(fake_broker.SCENARIOS), "a new scenario: say what the library makes of it"
-    listeners = []
+def c_case(program, path, case):
+    """What libmsso makes of a case of hostile_replies.py: the same fields for every library
+    (hostile_replies.check), and the driver's answer to the verb."""
+    got = {"outcome": "ok", "message": "", "events": None, "ended": None, "endedMessage": ""}
 
-    def serve(listener, responder):
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=fake_broker.serve_quietly, args=(conn, os.devnull, responder), daemon=True).start()
-    for name in HOSTILE:
-        listener = socket.socket(socket.AF_UNIX)
-        listener.bind(str(tmp_path / name))
-        listener.listen()
-        listeners.append(listener)
-        threading.Thread(target=serve, args=(listener, fake_broker.SCENARIOS[name][0]), daemon=True).start()
+    def outcome(answer):
+        return "ok" if answer["ok"] else answer["name"]
+    answer = program("connect", path)
+    if answer["ok"]:
+        assert program("timeout", int(case.timeout * 1000))["ok"]
+        if case.subscribed:
+            assert program("subscribe")["ok"]
+        program.send(*C_VERBS[case.verb])
+        answer = program.line(timeout=30)
+        while "prompt" in answer:  # a login's prompt comes first, on a line of its own
+            answer = program.line(timeout=30)
+    got.update(outcome=outcome(answer), message=answer.get("message", ""))
+    if case.events is not None:
+        got["events"] = 0
+        while (event := program("next", 0))["ok"] and event["event"]:
+            got["events"] += 1
+        got.update(ended=outcome(event), endedMessage=event.get("message", ""))
+    if case.verb == "hello":  # refused at every connect
+        got["after"] = outcome(program("connect", path))
+    else:
+        after = program("call", "ping", '{"data": "after?"}')
+        got["after"] = after["result"]["data"] if after["ok"] else after["name"]
+    return got, answer
+
+
+def test_a_hostile_broker_gets_the_librarys_own_error_and_bounded_memory(built):
+    """Every case of hostile_replies.py (the list the Python and Go libraries' tests use too; every
+    scenario of fake_broker.py among them), each on a socket of its own served from this process:
+    the driver answers each with the error the library makes of it and never dies, serves a ping
+    after it, and its peak resident memory over each case stays within hostile_replies.MEMORY_BOUND."""
+    directory = tempfile.mkdtemp(prefix="msso-hostile-")  # short: a socket's path has 107 bytes at most
+    brokers = HostileBrokers(directory)
     program = Driver({}, connect=False)
+    failures, statuses = [], swift_exit_statuses()
     try:
-        for name, (expected, status) in HOSTILE.items():
-            assert program("connect", tmp_path / name)["ok"], name
-            assert program("timeout", 500)["ok"]
-            answer = program("status", timeout=10)
-            if expected == "ok":
-                assert answer["ok"], (name, answer)
-            else:
-                assert (answer["name"], answer["exitStatus"]) == (expected, status), (name, answer)
-            if name == "escapes-in-message":  # as sent: the caller makes it safe to show
-                assert answer["message"] == "\x1b[31mred\x1b[0m\nfake: line\u009b"
-            if name == "error-message-too-long":
-                assert answer["message"] == "x" * 1023
-            if name == "state-unknown":
-                assert answer["sessions"][0]["state"] == ""
+        for name, case in hostile_replies.CASES.items():
+            before = hostile_replies.rss(program.process.pid)
+            hostile_replies.reset_peak_rss(program.process.pid)
+            got, answer = c_case(program, brokers.path(name), case)
+            got["memory"] = hostile_replies.peak_rss(program.process.pid) - before
+            try:
+                hostile_replies.check(name, got)
+                if got["outcome"] != "ok":
+                    assert answer["exitStatus"] == statuses[got["outcome"]], (name, answer)
+                if name == "escapes-in-message":  # as sent: the caller makes it safe to show
+                    assert answer["message"] == "\x1b[31mred\x1b[0m\nfake: line\u009b"
+                if name == "error-message-too-long":
+                    assert answer["message"] == "x" * 1023
+                if name == "state-unknown":
+                    assert answer["sessions"][0]["state"] == ""
+            except AssertionError as failure:
+                failures.append(str(failure))
             # And the driver lives on: a crash would end its answers (and Driver.close checks its exit).
             assert program("pid")["ok"]
     finally:
         program.close()
-        for listener in listeners:
-            listener.close()
+        brokers.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert not failures, "\n".join(failures)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs another uid to listen")

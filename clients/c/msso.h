@@ -257,7 +257,9 @@ int msso_events_fd(msso_client *client, msso_error *err);
 
 /* The next event: 1 and *out; 0 when none came within `timeout_ms` (0: do not wait; negative:
  * wait for ever); -1 and *err when the connection was lost (subscribe again: the next call
- * reconnects) or the client is not subscribed. */
+ * reconnects) or the client is not subscribed. Events are kept only once subscribed, at most
+ * 4,096 unread (1 MiB of their frames): past that the connection is closed, and this gives the
+ * ones kept, then -1 (BrokerUnreachable) saying so. */
 int msso_next_event(msso_client *client, int timeout_ms, msso_event *out, msso_error *err);
 void msso_event_free(msso_event *event);
 

@@ -27,9 +27,12 @@
  * have closed it (idle for 10 minutes, or restarted), and a call sent into a closed connection
  * would fail where a new connection would not. */
 #define QUIET_MS 1000
-/* Signals read while a call waits, kept for msso_next_event. Past this many unread the connection
- * is closed, as the daemon closes a subscriber that stops reading: subscribe again. */
+/* Signals read while a call waits, kept for msso_next_event. Past this many unread, or this many
+ * bytes of their frames (4,096 frames of 64 KiB would be 256 MiB), the connection is closed, as the
+ * daemon closes a subscriber that stops reading: subscribe again. The Python and Go libraries
+ * keep the same bounds. */
 #define MAX_QUEUED 4096
+#define MAX_QUEUED_BYTES (1 << 20)
 /* Room for the biggest frame plus what one read may bring after it. */
 #define IN_CAPACITY (MSSO_MAX_FRAME + 4 + 4096)
 #define OUT_CAPACITY (MSSO_MAX_FRAME + 4)
@@ -39,6 +42,7 @@
 
 typedef struct queued {
     struct queued *next;
+    size_t bytes; /* its frame's */
     msso_event event;
 } queued;
 
@@ -56,8 +60,9 @@ struct msso_client {
     char *out; /* the frame being sent: wiped once sent */
     json_doc doc;
     queued *head, *tail;
-    size_t queued_count;
-    int subscribed; /* this connection has a subscription */
+    size_t queued_count, queued_bytes;
+    int subscribed;  /* this connection has a subscription */
+    int subscribing; /* a subscribe call waits for its answer: its signals may come first */
     int lost;       /* a subscription ended with its connection: msso_next_event says so, once */
     msso_error lost_error;
     int has_stray; /* an error with serial 0 came: why the daemon is about to close the connection */
@@ -234,7 +239,7 @@ static void free_queue(msso_client *c) {
     }
     c->tail = NULL;
     if (c->queued_count) wake_set(c, 0);
-    c->queued_count = 0;
+    c->queued_count = c->queued_bytes = 0;
 }
 
 /* -- the connection ---------------------------------------------------------------------------- */
@@ -607,9 +612,10 @@ static int give_prompt(const json_doc *doc, uint32_t message, int device, msso_p
     return read;
 }
 
-static int queue_event(msso_client *c, const json_doc *doc, uint32_t message, uint32_t name) {
+static int queue_event(msso_client *c, const json_doc *doc, uint32_t message, uint32_t name, size_t bytes) {
     queued *q = calloc(1, sizeof *q);
     if (!q) return NO_MEMORY;
+    q->bytes = bytes;
     msso_event *e = &q->event;
     e->signal = MSSO_SIGNAL_UNKNOWN;
     for (size_t i = 0; i < sizeof signals / sizeof *signals; i++)
@@ -626,6 +632,7 @@ static int queue_event(msso_client *c, const json_doc *doc, uint32_t message, ui
     if (c->tail) c->tail->next = q;
     else c->head = q;
     c->tail = q;
+    c->queued_bytes += bytes;
     if (c->queued_count++ == 0) wake_set(c, 1);
     return 0;
 }
@@ -708,14 +715,17 @@ static int handle_frame(msso_client *c, const char *payload, size_t length, cons
             long at = json_get(doc, 0, "serial");
             if (!json_is(doc, at, JSON_NUMBER) || json_unsigned(doc, (uint32_t)at, UINT32_MAX, &serial) != 0) read = MALFORMED;
             else if (p->serial && serial == p->serial) read = give_prompt(doc, 0, device, p->on_prompt, p->context);
-        } else if (c->queued_count == MAX_QUEUED) {
+        } else if (!c->subscribed && !c->subscribing) {
+            /* Nobody asked for it: dropped, so that a broker pushing signals makes us hold nothing. */
+        } else if (c->queued_count == MAX_QUEUED || c->queued_bytes + length > MAX_QUEUED_BYTES) {
             msso_error why;
-            set_error(&why, MSSO_E_BROKER_UNREACHABLE, "more than %d events were left unread: the connection was closed; subscribe again", MAX_QUEUED);
+            set_error(&why, MSSO_E_BROKER_UNREACHABLE, "more than %d events (or %d KiB of them) were left unread: the "
+                      "connection was closed; read them as they come, and subscribe again", MAX_QUEUED, MAX_QUEUED_BYTES / 1024);
             close_connection(c, &why);
             if (err) *err = why;
             return BROKEN;
         } else {
-            read = queue_event(c, doc, 0, (uint32_t)name);
+            read = queue_event(c, doc, 0, (uint32_t)name, length);
         }
         if (read == MALFORMED) {
             protocol_error(c, err, "a signal that is not what the protocol says");
@@ -991,7 +1001,7 @@ static int begin(msso_client *c, frame *f, const char *method, msso_error *err) 
  * connection had ended, or ended for idleness as the call came) and may be sent again. */
 static int finish(msso_client *c, frame *f, reader read, void *out, msso_prompt_fn on_prompt, void *context, msso_error *err) {
     long deadline = deadline_after(on_prompt ? -1 : c->timeout_ms);
-    int retry;
+    int retry, subscribe = strcmp(f->method, MSSO_METHOD_SUBSCRIBE) == 0;
     if (send_frame(c, f, deadline, &retry, err) != 0) {
         if (!retry) return -1;
         /* The connection had ended before the call left (the daemon restarted, say): nothing of
@@ -1001,9 +1011,11 @@ static int finish(msso_client *c, frame *f, reader read, void *out, msso_prompt_
         return -2;
     }
     pending p = { .serial = f->serial, .read = read, .out = out, .on_prompt = on_prompt, .context = context };
+    c->subscribing = subscribe; /* (await_answer queues the signals that come with the answer) */
     int answered = await_answer(c, &p, f->method, deadline, err);
+    c->subscribing = 0;
     if (answered == -2) return -2;
-    if (answered == 0 && strcmp(f->method, MSSO_METHOD_SUBSCRIBE) == 0) c->subscribed = 1;
+    if (answered == 0 && subscribe) c->subscribed = 1;
     return answered;
 }
 
@@ -1311,6 +1323,7 @@ PUBLIC int msso_next_event(msso_client *c, int timeout_ms, msso_event *out, msso
             *out = q->event;
             c->head = q->next;
             if (!c->head) c->tail = NULL;
+            c->queued_bytes -= q->bytes;
             free(q);
             if (--c->queued_count == 0) wake_set(c, 0);
             return 1;
