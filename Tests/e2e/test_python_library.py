@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 import zipfile
 from pathlib import Path
 
@@ -32,6 +33,8 @@ import msso.requests
 from api_server import APIServer
 from faults import frozen
 from harness import GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker, Desktop, RawClient
+import hostile_replies
+from hostile_replies import HostileBrokers
 from swift_sources import swift_exit_statuses
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
@@ -491,6 +494,117 @@ def test_the_asyncio_client_reconnects_after_a_lost_connection(broker):
         assert await client.ping("back") == "back"
         await client.close()
     asyncio.run(scenario())
+
+
+# -- a hostile broker -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hostile():
+    """Every case of hostile_replies.py on a socket of its own (a short directory: a socket's path
+    has 107 bytes at most)."""
+    directory = tempfile.mkdtemp(prefix="msso-hostile-")
+    brokers = HostileBrokers(directory)
+    yield brokers
+    brokers.close()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+BLOCKING_VERBS = {
+    "status": lambda client, case: client.status(),
+    "check": lambda client, case: client.check(),
+    "sign": lambda client, case: client.sign("GET", "https://api.example.com/"),
+    "token": lambda client, case: client.token(),
+    "logout": lambda client, case: client.logout(),
+    "subscribe": lambda client, case: client.subscribe(),
+    "hello": lambda client, case: client.ping("hello first"),
+    "login-device": lambda client, case: client.login_device(lambda prompt: None, timeout=case.timeout),
+}
+
+
+def blocking_case(path, case):
+    """What msso.Client makes of a case: the same fields for every library (hostile_replies.check)."""
+    got = {"outcome": hostile_replies.OK, "message": "", "events": None, "ended": None, "endedMessage": ""}
+    client = msso.Client(path, timeout=case.timeout, connect=False)
+    try:
+        if case.subscribed:
+            client.subscribe()
+        try:
+            BLOCKING_VERBS[case.verb](client, case)
+        except msso.MSSOError as error:
+            got.update(outcome=error.name, message=error.message)
+        if case.events is not None:
+            got["events"] = 0
+            try:
+                while client.next_event(timeout=2) is not None:
+                    got["events"] += 1
+            except msso.MSSOError as ended:
+                got.update(ended=ended.name, endedMessage=ended.message)
+        try:
+            got["after"] = client.ping("after?")
+        except msso.MSSOError as error:
+            got["after"] = error.name
+    finally:
+        client.close()
+    return got
+
+
+async def asyncio_case(path, case):
+    """What msso.aio.Client makes of a case."""
+    verbs = {
+        "status": lambda client: client.status(),
+        "check": lambda client: client.check(),
+        "sign": lambda client: client.sign("GET", "https://api.example.com/"),
+        "token": lambda client: client.token(),
+        "logout": lambda client: client.logout(),
+        "subscribe": lambda client: client.subscribe(),
+        "hello": lambda client: client.connect(),
+        "login-device": lambda client: client.login_device(lambda prompt: None, timeout=case.timeout),
+    }
+    got = {"outcome": hostile_replies.OK, "message": "", "events": None, "ended": None, "endedMessage": ""}
+    client = msso.aio.Client(path, timeout=case.timeout)
+    try:
+        if case.subscribed:
+            await client.subscribe()
+        try:
+            await verbs[case.verb](client)
+        except msso.MSSOError as error:
+            got.update(outcome=error.name, message=error.message)
+        if case.events is not None:
+            got["events"] = 0
+            try:
+                while await client.next_event(timeout=2) is not None:
+                    got["events"] += 1
+            except msso.MSSOError as ended:
+                got.update(ended=ended.name, endedMessage=ended.message)
+        try:
+            got["after"] = await client.ping("after?")
+        except msso.MSSOError as error:
+            got["after"] = error.name
+    finally:
+        await client.close()
+    return got
+
+
+@pytest.mark.parametrize("flavour", ["blocking", "asyncio"])
+@pytest.mark.parametrize("name", list(hostile_replies.CASES))
+def test_a_hostile_broker_gets_the_librarys_own_error_and_bounded_memory(hostile, name, flavour):
+    """Every case of hostile_replies.py (the list the Go and C libraries' tests use too): the
+    outcome is `ok` or the library's own error (an MSSOError naming the cause, never another
+    exception); the client serves a ping after it; the signals nobody subscribed to are dropped and
+    a subscriber's queue stops at its bound; tracemalloc's peak over the case stays within
+    hostile_replies.MEMORY_BOUND."""
+    case = hostile_replies.CASES[name]
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        if flavour == "blocking":
+            got = blocking_case(hostile.path(name), case)
+        else:
+            got = asyncio.run(asyncio_case(hostile.path(name), case))
+        got["memory"] = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    hostile_replies.check(name, got)
 
 
 # -- the signing profiles, through requests and httpx ----------------------------------------------

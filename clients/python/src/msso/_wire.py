@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import os
+import re
 import socket
 import struct
 import sys
@@ -17,6 +19,14 @@ from .errors import BrokerUnreachable, Internal, MSSOError, error_for
 PROTOCOL_VERSION = 1
 MAX_FRAME = 65536           # payload cap, both directions
 MAX_SERIAL = 0xFFFFFFFF     # serials are 1 ... 2^32 - 1; 0 means "not an answer to a call"
+# What a broker can make a client hold, as libmsso (clients/c) bounds it: no reply of the protocol
+# nests deeper than a few levels; signals are kept only for a client that subscribed, at most
+# MAX_EVENTS unread and MAX_EVENT_BYTES of their frames (else 4,096 frames of 64 KiB: 256 MiB),
+# past which the connection is closed, as the daemon closes a subscriber that stops reading.
+MAX_DEPTH = 32
+MAX_EVENTS = 4096
+MAX_EVENT_BYTES = 1 << 20
+PROMPTS_KEPT = 4            # a login's prompts not yet shown (the daemon sends one): the newest
 DEFAULT_TIMEOUT = 20.0      # seconds a call may take (the Swift client's default); logins with a prompt wait as long as the daemon does
 SLOW_TIMEOUT = 90.0         # lock and unlock: a wrong passphrase is answered up to 60 s late
 PROMPTS = ("DevicePrompt", "BrowserPrompt")
@@ -195,66 +205,323 @@ def frame(serial: int, method: str, args: Mapping[str, Any]) -> bytes:
     return len(payload).to_bytes(4, "big") + payload
 
 
+class Broken(Exception):
+    """Something the broker sent that is not the protocol (the text says what). The client closes
+    the connection (the stream can no longer be trusted) and raises Internal naming it."""
+
+
+def broken_error(what: str, path: str) -> Internal:
+    return Internal(f"the msso broker at {path} sent {what}: not the protocol (docs/PROTOCOL.md); "
+                    "is the real mssod listening there?")
+
+
 class Frames:
-    """Cuts the byte stream into messages. A partial frame waits in the buffer for the rest."""
+    """Cuts the byte stream into messages, each with its frame's length. A partial frame waits in
+    the buffer for the rest. A frame that is not the protocol ends the feed: `broken` says why."""
 
     def __init__(self) -> None:
         self._buffer = b""
+        self.broken: Broken | None = None
 
-    def feed(self, data: bytes) -> list[dict]:
-        if not self._buffer and len(data) >= 4 and int.from_bytes(data[:4], "big") == len(data) - 4:
-            message = decode(data[4:])   # the usual read: one whole frame
-            return [] if message is None else [message]
+    def feed(self, data: bytes) -> list[tuple[int, dict]]:
+        if not self._buffer and len(data) >= 4 and int.from_bytes(data[:4], "big") == len(data) - 4 <= MAX_FRAME:
+            try:   # the usual read: one whole frame
+                message = decode(data[4:])
+            except Broken as broken:
+                self.broken = broken
+                return []
+            return [] if message is None else [(len(data) - 4, message)]
         buffer = self._buffer + data if self._buffer else data
         messages, at, end = [], 0, len(buffer)
-        while end - at >= 4:
-            length = int.from_bytes(buffer[at:at + 4], "big")
-            if length > MAX_FRAME:
-                raise Internal(f"the broker sent a frame of {length} bytes, over the protocol's limit")
-            if end - at - 4 < length:
-                break
-            messages.append(decode(buffer[at + 4:at + 4 + length]))
-            at += 4 + length
+        try:
+            while end - at >= 4:
+                length = int.from_bytes(buffer[at:at + 4], "big")
+                if length > MAX_FRAME:
+                    raise Broken(f"a frame of {length} bytes, over the protocol's {MAX_FRAME}")
+                if end - at - 4 < length:
+                    break
+                message = decode(buffer[at + 4:at + 4 + length])
+                if message is not None:
+                    messages.append((length, message))
+                at += 4 + length
+        except Broken as broken:
+            self.broken, at = broken, end
         self._buffer = buffer[at:]
-        return [message for message in messages if message is not None]
+        return messages
 
 
-_decoder = json.JSONDecoder()
+def _no_constant(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+_decoder = json.JSONDecoder(parse_constant=_no_constant)   # NaN and Infinity: Python's, not JSON's
+_INSIDE_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_EMPTY_PAIRS = re.compile(r"\[\]|\{\}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _depth_over(text: str, limit: int) -> bool:
+    """Whether JSON text nests deeper than `limit` levels: its brackets outside strings, the
+    innermost empty pairs taken away once per level (each pass in C, not a Python loop per byte)."""
+    brackets = re.sub(r"[^\[\]{}]", "", _INSIDE_STRINGS.sub("", text))
+    for _ in range(limit):
+        brackets, taken = _EMPTY_PAIRS.subn("", brackets)
+        if not brackets or not taken:
+            return False   # (unbalanced: the parser says so)
+    return bool(brackets)
+
+
+def _bad_string(value: Any) -> bool:
+    """Whether a string in this value (keys included) holds a NUL or a lone surrogate (an escape
+    such as \\ud800 that JSON allows and no UTF-8 string holds): libmsso refuses both."""
+    if type(value) is str:
+        return "\0" in value or _SURROGATE.search(value) is not None
+    if type(value) is dict:
+        return any(_bad_string(key) or _bad_string(item) for key, item in value.items())
+    if type(value) is list:
+        return any(_bad_string(item) for item in value)
+    return False
+
+
+def _serial(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_SERIAL
 
 
 def decode(payload: bytes) -> dict | None:
-    """One frame's message; None for JSON that is not an object (ignored, like unknown keys)."""
+    """One frame's message, checked as far as every message goes (docs/PROTOCOL.md, Messages): its
+    type, serial, and the error's name and sentence or the signal's name and group. None for a
+    type of a newer protocol (ignored, like unknown keys); Broken for anything else. The checks
+    that cost more than a look run only when a cheap look finds their cause may be there."""
     try:
         text = payload.decode()
+    except UnicodeDecodeError:
+        raise Broken("a frame that is not UTF-8") from None
+    if payload.count(b"[") + payload.count(b"{") > MAX_DEPTH and _depth_over(text, MAX_DEPTH):
+        raise Broken(f"a frame nested more than {MAX_DEPTH} levels deep")
+    try:
+        message, end = _decoder.raw_decode(text)   # what the daemon writes: no space around it
+        if end != len(text):
+            raise ValueError("more after the object")
+    except ValueError:
         try:
-            message, end = _decoder.raw_decode(text)   # what the daemon writes: no space around it
-            if end != len(text):
-                raise ValueError("more after the object")
+            message = _decoder.decode(text)         # any other JSON, or the error
         except ValueError:
-            message = json.loads(text)                 # any other JSON, or the error
-    except ValueError:  # UnicodeDecodeError included
-        raise Internal("the broker sent a frame that is not UTF-8 JSON") from None
-    return message if isinstance(message, dict) else None
+            raise Broken("a frame that is not JSON") from None
+    if type(message) is not dict:
+        raise Broken("a frame that is not a JSON object")
+    if b"\\" in payload and b"\\u" in payload and _bad_string(message):   # (one byte first, by memchr: most frames have no escape)
+        raise Broken("a string with a NUL or a lone surrogate in it")
+    kind = message.get("type")
+    if kind == "reply" or kind == "error":
+        serial = message.get("serial")
+        if type(serial) is not int or not 0 <= serial <= MAX_SERIAL:
+            raise Broken(f"{'a reply' if kind == 'reply' else 'an error'} without a serial from 0 to {MAX_SERIAL}")
+        if kind == "reply":
+            if "result" not in message:
+                raise Broken("a reply without a result")
+        elif type(message.get("error")) is not str or type(message.get("message")) is not str:
+            raise Broken("an error without a name or a message")
+    elif type(kind) is not str:
+        raise Broken("a message without a type")
+    elif kind == "signal":
+        if type(message.get("signal")) is not str or type(message.get("group")) is not str:
+            raise Broken("a signal without a name or a group")
+        if message["signal"] in PROMPTS and not _serial(message.get("serial")):
+            raise Broken(f"a {message['signal']} without its login's serial")
+    else:
+        return None   # the daemon never calls clients; a newer protocol's type is ignored
+    return message
 
 
 def result_of(message: dict) -> Any:
     """A reply's result, or the error it carries raised."""
-    if message.get("type") == "error":
-        raise error_for(message.get("error"), message.get("message"))
-    if "result" not in message:
-        raise Internal("the broker's reply had no result")
+    if message["type"] == "error":
+        raise error_for(message["error"], message["message"])
     return message["result"]
-
-
-def signal_of(message: dict) -> Signal:
-    return Signal(str(message.get("signal", "")), message.get("group"), message.get("status"), message)
 
 
 def stray_error(message: dict) -> MSSOError | None:
     """An error with serial 0 (why the daemon is about to close the connection), else None."""
-    if message.get("type") == "error" and message.get("serial") == 0:
-        return error_for(message.get("error"), message.get("message"))
+    if message["type"] == "error" and message["serial"] == 0:
+        return error_for(message["error"], message["message"])
     return None
+
+
+# -- each verb's result ------------------------------------------------------------------------------
+# Each takes a reply's result and returns what the verb returns, or raises Broken naming the field
+# that is not what the protocol says (the types every library holds the daemon's values to:
+# libmsso's readers). The objects are the daemon's own, unknown keys kept; a null is an absent key.
+
+STRING, NUMBER, BOOL, OBJECT, LIST = "a string", "a finite number", "true or false", "an object", "a list"
+_TYPES: dict[str, tuple[type, ...]] = {STRING: (str,), NUMBER: (int, float), BOOL: (bool,), OBJECT: (dict,),
+                                       LIST: (list,)}
+
+
+def _object(value: Any, where: str) -> dict:
+    if type(value) is not dict:
+        raise Broken(f"`{where}` is not an object")
+    return value
+
+
+def _field(value: dict, key: str, kind: str, where: str, required: bool = True) -> Any:
+    item = value.get(key)
+    if item is None:
+        if required:
+            raise Broken(f"`{where}.{key}` is missing")
+        value.pop(key, None)
+        return None
+    if type(item) not in _TYPES[kind] or (kind is NUMBER and not math.isfinite(item)):
+        raise Broken(f"`{where}.{key}` is not {kind}")
+    return item
+
+
+def _strings(value: dict, key: str, where: str) -> list[str]:
+    items = _field(value, key, LIST, where)
+    for index, item in enumerate(items):
+        if type(item) is not str:
+            raise Broken(f"`{where}.{key}[{index}]` is not a string")
+    return items
+
+
+def _unsigned(value: dict, key: str, where: str) -> int:
+    item = value.get(key)
+    if type(item) is not int or not 0 <= item <= MAX_SERIAL:
+        raise Broken(f"`{where}.{key}` is not a whole number from 0 to {MAX_SERIAL}")
+    return item
+
+
+def session_of(value: Any, where: str = "result") -> SessionStatus:
+    _object(value, where)
+    for key in ("group", "state"):
+        _field(value, key, STRING, where)
+    for key in ("issuer", "username"):
+        _field(value, key, STRING, where, required=False)
+    for key in ("loggedInAt", "sessionExpiresAt", "sessionMaxAt", "accessTokenExpiresAt"):
+        _field(value, key, NUMBER, where, required=False)
+    for key in ("admin", "locked"):
+        _field(value, key, BOOL, where, required=False)
+    return value  # type: ignore[return-value]
+
+
+def status_of(result: Any) -> list[SessionStatus]:
+    _object(result, "result")
+    groups = _field(result, "groups", LIST, "result")
+    for index, session in enumerate(groups):
+        session_of(session, f"result.groups[{index}]")
+    _field(result, "locked", BOOL, "result", required=False)
+    _field(result, "lockedAt", NUMBER, "result", required=False)
+    _field(result, "store", OBJECT, "result", required=False)
+    return groups
+
+
+def hello_of(result: Any) -> dict:
+    _object(result, "result")
+    _unsigned(result, "version", "result")
+    _field(result, "daemon", STRING, "result")
+    peer = _field(result, "peer", OBJECT, "result")
+    _unsigned(peer, "uid", "result.peer")
+    _unsigned(peer, "pid", "result.peer")
+    _field(peer, "executable", STRING, "result.peer", required=False)
+    return result
+
+
+def ping_of(result: Any) -> str:
+    return _field(_object(result, "result"), "data", STRING, "result")
+
+
+def headers_of(result: Any) -> Headers:
+    pairs = result.get("headers") if type(result) is dict else None   # (sign's hot path: no helper)
+    if type(pairs) is not list:
+        pairs = _field(_object(result, "result"), "headers", LIST, "result")
+    for pair in pairs:
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or type(pair[1]) is not str:
+            raise Broken(f"`result.headers[{pairs.index(pair)}]` is not a pair of strings")
+    return Headers(map(tuple, pairs))
+
+
+def token_of(result: Any) -> Token:
+    _object(result, "result")
+    return Token(_field(result, "accessToken", STRING, "result"), _field(result, "expiresAt", NUMBER, "result"),
+                 _field(result, "header", STRING, "result"))
+
+
+def logout_of(result: Any) -> LogoutResult:
+    _object(result, "result")
+    _strings(result, "loggedOut", "result")
+    _field(result, "revoked", BOOL, "result", required=False)
+    for index, kept in enumerate(_field(result, "notRevoked", LIST, "result", required=False) or []):
+        where = f"result.notRevoked[{index}]"
+        _object(kept, where)
+        _field(kept, "group", STRING, where)
+        _field(kept, "reason", STRING, where)
+        _field(kept, "accessTokenExpiresAt", NUMBER, where, required=False)
+        _field(kept, "refreshToken", BOOL, where)
+    return result  # type: ignore[return-value]
+
+
+def groups_of(result: Any) -> list[str]:
+    return _strings(_object(result, "result"), "groups", "result")
+
+
+def lock_of(result: Any) -> LockState:
+    _object(result, "result")
+    _field(result, "locked", BOOL, "result")
+    _field(result, "lockedAt", NUMBER, "result", required=False)
+    return result  # type: ignore[return-value]
+
+
+def key_of(result: Any) -> KeyDescription:
+    _object(result, "result")
+    for key in ("group", "kind", "keyID", "pem"):
+        _field(result, key, STRING, "result")
+    _field(result, "jwk", OBJECT, "result")
+    return result  # type: ignore[return-value]
+
+
+def entries_of(result: Any) -> list[AuditEntry]:
+    entries = _field(_object(result, "result"), "entries", LIST, "result")
+    for index, entry in enumerate(entries):
+        where = f"result.entries[{index}]"
+        _object(entry, where)
+        _field(entry, "time", NUMBER, where)
+        _unsigned(entry, "uid", where)
+        _unsigned(entry, "pid", where)
+        for key in ("verb", "outcome"):
+            _field(entry, key, STRING, where)
+        for key in ("executable", "app", "group", "error"):
+            _field(entry, key, STRING, where, required=False)
+    return entries
+
+
+def object_of(result: Any) -> dict:
+    return _object(result, "result")
+
+
+def prompt_of(message: dict) -> dict:
+    """A DevicePrompt's `prompt` or a BrowserPrompt's `browser`, for the login's callback."""
+    if message["signal"] == "DevicePrompt":
+        prompt = _object(message.get("prompt"), "prompt")
+        for key in ("verificationURI", "userCode"):
+            _field(prompt, key, STRING, "prompt")
+        _field(prompt, "verificationURIComplete", STRING, "prompt", required=False)
+        where = "prompt"
+    else:
+        prompt = _object(message.get("browser"), "browser")
+        _field(prompt, "url", STRING, "browser")
+        where = "browser"
+    _field(prompt, "expiresAt", NUMBER, where)
+    _field(message, "joined", BOOL, "signal", required=False)
+    return prompt
+
+
+def signal_of(message: dict) -> Signal:
+    """A group's signal; a status that is not an object is taken as none, as libmsso does."""
+    status = message.get("status")
+    if type(status) is dict:
+        session_of(status, "status")
+    else:
+        status = None
+    return Signal(message["signal"], message["group"], status, message)  # type: ignore[arg-type]
 
 
 # -- each verb's arguments ---------------------------------------------------------------------------
@@ -286,14 +553,6 @@ def sign_args(method: str, url: str, headers: Iterable[tuple[str, str]] | Mappin
     if dpop_nonce is not None:
         args["dpopNonce"] = dpop_nonce
     return with_group(args, group)
-
-
-def headers_of(result: dict) -> Headers:
-    return Headers(map(tuple, result["headers"]))
-
-
-def token_of(result: dict) -> Token:
-    return Token(result["accessToken"], result["expiresAt"], result["header"])
 
 
 def read_password(password: str | IO[str]) -> str:

@@ -8,7 +8,9 @@
             ...
 
 One connection, read by a task of its own that hands each reply to its call (by serial) and each
-signal to `next_event`/`events`. Use a client from the event loop that opened it.
+signal to `next_event`/`events`. Use a client from the event loop that opened it. What the broker
+sends is held to the protocol as msso.Client holds it (Internal otherwise, and the connection
+closed), and so are the signals kept (only once subscribed; at most 4,096 unread, 1 MiB of them).
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ import os
 from typing import IO, Any, AsyncIterator, Callable, Iterable, Mapping
 
 from . import _wire
-from ._wire import (AuditEntry, BrowserPrompt, DevicePrompt, Headers, KeyDescription, LockState, LogoutResult,
+from ._wire import (AuditEntry, Broken, BrowserPrompt, DevicePrompt, Headers, KeyDescription, LockState, LogoutResult,
                     SessionStatus, Signal, Token)
-from .errors import BrokerUnreachable, Internal, MSSOError, TimedOut
+from .errors import BrokerUnreachable, MSSOError, TimedOut
 
 __all__ = ["Client", "connect"]
 
@@ -54,53 +56,54 @@ class Client:
         self._opening: asyncio.Lock | None = None
         self._serial = 0
         self._waiting: dict[int, tuple[asyncio.Future[dict], Callable[[Any], Any] | None]] = {}
-        self._signals: collections.deque[Signal] = collections.deque()
+        self._signals: collections.deque[tuple[Signal, int]] = collections.deque()   # each with its frame's length
+        self._signal_bytes = 0
         self._signal_arrived = asyncio.Event()   # set when a signal comes or the signals end
         self._signals_ended: MSSOError | None = None
         self._subscribed = False
+        self._subscribing: set[int] = set()      # subscribe calls waiting: their signals may come first
+        self._ending: dict[asyncio.StreamWriter, MSSOError] = {}   # why this library closes a connection
         self._closed = False
         self._prompting: set[asyncio.Future[Any]] = set()   # coroutine prompt callbacks running
 
     # -- the verbs (as msso.Client's) -----------------------------------------------------------------
 
     async def ping(self, data: str = "") -> str:
-        return (await self.call("ping", {"data": data}))["data"]
+        return await self._verb("ping", {"data": data}, _wire.ping_of)
 
     async def status(self, group: str | None = None) -> list[SessionStatus]:
-        return (await self.call("status", _wire.with_group({}, group)))["groups"]
+        return await self._verb("status", _wire.with_group({}, group), _wire.status_of)
 
     async def check(self, group: str | None = None) -> SessionStatus:
-        return await self.call("check", _wire.with_group({}, group))
+        return await self._verb("check", _wire.with_group({}, group), _wire.session_of)
 
     async def sign(self, method: str, url: str, headers: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
                    body: bytes | str | None = None, *, group: str | None = None, dpop_nonce: str | None = None) -> Headers:
-        return _wire.headers_of(await self.call("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce)))
+        return await self._verb("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce), _wire.headers_of)
 
     async def token(self, *, group: str | None = None, renew: bool = False, resource: str | None = None) -> Token:
-        return _wire.token_of(await self.call("token", _wire.token_args(group, renew, resource)))
+        return await self._verb("token", _wire.token_args(group, renew, resource), _wire.token_of)
 
     async def login(self, username: str, password: str | IO[str], *, group: str | None = None) -> SessionStatus:
-        return await self.call("login", _wire.password_login_args(username, password, group))
+        return await self._verb("login", _wire.password_login_args(username, password, group), _wire.session_of)
 
     async def login_device(self, on_prompt: Callable[[DevicePrompt], Any] = _wire.print_device_prompt, *,
                            group: str | None = None, timeout: float | None = None) -> SessionStatus:
         """`on_prompt` may be a plain function or a coroutine function."""
-        return await self.call("login", _wire.with_group({"flow": "device"}, group), timeout=timeout, on_prompt=on_prompt)
+        return await self._verb("login", _wire.with_group({"flow": "device"}, group), _wire.session_of, timeout, on_prompt)
 
     async def login_browser(self, on_prompt: Callable[[BrowserPrompt], Any] = _wire.open_browser_prompt, *,
                             group: str | None = None, timeout: float | None = None) -> SessionStatus:
-        return await self.call("login", _wire.with_group({"flow": "browser"}, group), timeout=timeout, on_prompt=on_prompt)
+        return await self._verb("login", _wire.with_group({"flow": "browser"}, group), _wire.session_of, timeout, on_prompt)
 
     async def extend(self, group: str | None = None) -> SessionStatus:
-        return await self.call("extend", _wire.with_group({}, group))
+        return await self._verb("extend", _wire.with_group({}, group), _wire.session_of)
 
     async def logout(self, group: str | None = None, *, all: bool = False) -> LogoutResult:
-        return await self.call("logout", _wire.logout_args(group, all))
+        return await self._verb("logout", _wire.logout_args(group, all), _wire.logout_of)
 
     async def subscribe(self, groups: Iterable[str] | None = None) -> list[str]:
-        result = (await self.call("subscribe", _wire.subscribe_args(groups)))["groups"]
-        self._subscribed, self._signals_ended = True, None
-        return result
+        return await self._verb("subscribe", _wire.subscribe_args(groups), _wire.groups_of)
 
     async def next_event(self, timeout: float | None = None) -> Signal | None:
         """The next signal within `timeout` seconds (None: for ever); None on timeout.
@@ -118,7 +121,9 @@ class Client:
                 await asyncio.wait_for(self._signal_arrived.wait(), remaining)
             except TimeoutError:
                 return None
-        return self._signals.popleft()
+        signal, size = self._signals.popleft()
+        self._signal_bytes -= size
+        return signal
 
     async def events(self, groups: Iterable[str] | None = None) -> AsyncIterator[Signal]:
         """Subscribes (now), then the signals as they come, until `close()`: `async for e in await c.events()`."""
@@ -137,23 +142,23 @@ class Client:
         return stream()
 
     async def keys(self, *, group: str | None = None, rotate: bool = False) -> KeyDescription:
-        return await self.call("keys", _wire.keys_args(group, rotate))
+        return await self._verb("keys", _wire.keys_args(group, rotate), _wire.key_of)
 
     async def apps(self) -> dict[str, Any]:
-        return await self.call("apps", {})
+        return await self._verb("apps", {}, _wire.object_of)
 
     async def audit(self, *, group: str | None = None, since: float | None = None,
                     limit: int | None = None) -> list[AuditEntry]:
-        return (await self.call("audit", _wire.audit_args(group, since, limit)))["entries"]
+        return await self._verb("audit", _wire.audit_args(group, since, limit), _wire.entries_of)
 
     async def diagnose(self) -> dict[str, Any]:
-        return await self.call("diagnose", {})
+        return await self._verb("diagnose", {}, _wire.object_of)
 
     async def lock(self, passphrase: str) -> LockState:
-        return await self.call("lock", {"passphrase": passphrase}, timeout=self._slow_timeout())
+        return await self._verb("lock", {"passphrase": passphrase}, _wire.lock_of, self._slow_timeout())
 
     async def unlock(self, passphrase: str) -> LockState:
-        return await self.call("unlock", {"passphrase": passphrase}, timeout=self._slow_timeout())
+        return await self._verb("unlock", {"passphrase": passphrase}, _wire.lock_of, self._slow_timeout())
 
     def _slow_timeout(self) -> float | None:
         return None if self.timeout is None else max(self.timeout, _wire.SLOW_TIMEOUT)
@@ -188,19 +193,26 @@ class Client:
     async def call(self, method: str, args: Mapping[str, Any], *, timeout: float | None = _DEFAULT,
                    on_prompt: Callable[[Any], Any] | None = None) -> Any:
         """Any method by name: the reply's `result`, or the error it carries raised."""
+        return await self._verb(method, args, None, timeout, on_prompt)
+
+    async def _verb(self, method: str, args: Mapping[str, Any], read: Callable[[Any], Any] | None,
+                    timeout: float | None = _DEFAULT, on_prompt: Callable[[Any], Any] | None = None) -> Any:
+        """A call whose result `read` checks and makes into what the verb returns."""
         if timeout is _DEFAULT:
             timeout = None if on_prompt else self.timeout
         try:
-            return await self._call(await self._connected(), method, args, timeout, on_prompt)
+            return await self._call(await self._connected(), method, args, timeout, on_prompt, read)
         except TimedOut:
             # Closed for idleness before the daemon read this call (not carried out): once more.
-            return await self._call(await self._connected(), method, args, timeout, on_prompt)
+            return await self._call(await self._connected(), method, args, timeout, on_prompt, read)
 
     async def _call(self, writer: asyncio.StreamWriter, method: str, arguments: Mapping[str, Any], timeout: float | None,
-                    on_prompt: Callable[[Any], Any] | None) -> Any:
+                    on_prompt: Callable[[Any], Any] | None, read: Callable[[Any], Any] | None = None) -> Any:
         serial = self._next_serial()
         answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
         self._waiting[serial] = (answer, on_prompt)
+        if method == "subscribe":
+            self._subscribing.add(serial)
         try:
             if writer.is_closing():   # the connection ended since it was looked up
                 raise _lost_connection()
@@ -216,7 +228,33 @@ class Client:
             raise _lost_connection() from None
         finally:
             self._waiting.pop(serial, None)
-        return _wire.result_of(message)
+            self._subscribing.discard(serial)
+        result = _wire.result_of(message)
+        if read is None:
+            return result
+        try:
+            return read(result)
+        except Broken as broken:
+            error = _wire.broken_error(f"an answer to {method} in which {broken}", self.socket_path)
+            self._end(writer, error)
+            raise error from None
+
+    def _end(self, writer: asyncio.StreamWriter, reason: MSSOError) -> None:
+        """This library closes the connection (the broker broke the protocol): its calls fail with
+        `reason`, its subscription ends, and the next call opens another."""
+        if self._writer is not writer:
+            return   # ended or replaced already (or still saying hello: _open closes it)
+        self._writer = None
+        self._ending[writer] = reason
+        writer.close()
+        self._ended(reason)
+
+    def _ended(self, reason: MSSOError) -> None:
+        self._fail_pending(reason)
+        self._subscribing.clear()
+        if self._subscribed:
+            self._subscribed, self._signals_ended = False, reason
+        self._signal_arrived.set()
 
     def _next_serial(self) -> int:
         while True:
@@ -258,7 +296,7 @@ class Client:
         task = asyncio.create_task(self._read(reader, writer))
         try:
             hello = await self._call(writer, "hello", {"version": _wire.PROTOCOL_VERSION, "client": self.label},
-                                     self.timeout, None)
+                                     self.timeout, None, _wire.hello_of)
         except BaseException:
             writer.close()
             await asyncio.gather(task, return_exceptions=True)
@@ -267,54 +305,72 @@ class Client:
             writer.close()
             return
         self._writer, self._reader_task = writer, task
-        self.version = hello.get("version", _wire.PROTOCOL_VERSION)
-        self.daemon = hello.get("daemon", "")
-        self.peer = hello.get("peer", {})
+        self.version, self.daemon, self.peer = hello["version"], hello["daemon"], hello["peer"]
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Hands every message to its call or to the signal queue, until the connection ends."""
         ended: MSSOError = _lost_connection()
         stray: MSSOError | None = None
+        ours = False   # this library ends the connection (not the protocol; signals left unread)
         try:
             while True:
                 length = int.from_bytes(await reader.readexactly(4), "big")
                 if length > _wire.MAX_FRAME:
-                    ended = Internal(f"the broker sent a frame of {length} bytes, over the protocol's limit")
-                    break
+                    raise Broken(f"a frame of {length} bytes, over the protocol's {_wire.MAX_FRAME}")
                 message = _wire.decode(await reader.readexactly(length))
                 if message is not None:
-                    stray = self._dispatch(message) or stray
-        except MSSOError as unreadable:   # the stream can no longer be trusted
-            ended = unreadable
+                    stray = self._dispatch(length, message) or stray
+        except Broken as broken:   # the stream can no longer be trusted
+            ended, ours = _wire.broken_error(str(broken), self.socket_path), True
+        except MSSOError as reason:
+            ended, ours = reason, True
         except (asyncio.IncompleteReadError, OSError):
             pass
         writer.close()
+        if self._ending.pop(writer, None) is not None:
+            return   # _end saw to the rest
         if self._writer is writer or self._writer is None:
             if self._writer is writer:
                 self._writer = None
-            reason = stray or ended   # what the daemon said before closing is the better reason
-            self._fail_pending(reason)
-            if self._subscribed:
-                self._subscribed, self._signals_ended = False, reason
-            self._signal_arrived.set()
+            # What the daemon said before closing is the better reason, unless we closed it.
+            self._ended(ended if ours else stray or ended)
 
-    def _dispatch(self, message: dict) -> MSSOError | None:
-        """Files one message; returns a serial-0 error (why the daemon will close the connection)."""
-        kind = message.get("type")
+    def _dispatch(self, size: int, message: dict) -> MSSOError | None:
+        """Files one message (checked by _wire.decode); returns a serial-0 error (why the daemon
+        will close the connection). Raises Broken, or the error to end the connection with."""
+        kind = message["type"]
         if kind == "reply" or kind == "error":
-            waiter = self._waiting.get(message.get("serial"))  # type: ignore[arg-type]
+            serial = message["serial"]
+            waiter = self._waiting.get(serial)
             if waiter is not None and not waiter[0].done():
                 waiter[0].set_result(message)
+                if serial in self._subscribing:   # subscribed from here on in the stream
+                    self._subscribing.discard(serial)
+                    if kind == "reply":
+                        self._subscribed, self._signals_ended = True, None
                 return None
             return _wire.stray_error(message)
-        if kind == "signal":
-            if message.get("signal") in _wire.PROMPTS:
-                waiter = self._waiting.get(message.get("serial"))  # type: ignore[arg-type]
-                if waiter is not None and waiter[1] is not None:
-                    self._prompt(waiter, message.get("prompt") or message.get("browser") or {})
-            else:
-                self._signals.append(_wire.signal_of(message))
-                self._signal_arrived.set()
+        if message["signal"] in _wire.PROMPTS:
+            waiter = self._waiting.get(message["serial"])
+            if waiter is not None and waiter[1] is not None:
+                try:
+                    prompt = _wire.prompt_of(message)
+                except Broken as broken:
+                    raise Broken(f"a {message['signal']} in which {broken}") from None
+                self._prompt(waiter, prompt)
+        elif self._subscribed or self._subscribing:
+            if len(self._signals) >= _wire.MAX_EVENTS or self._signal_bytes + size > _wire.MAX_EVENT_BYTES:
+                raise BrokerUnreachable(f"more than {_wire.MAX_EVENTS} events (or {_wire.MAX_EVENT_BYTES // 1024} KiB of "
+                                        "them) were left unread: the connection was closed; read them as they come "
+                                        "(next_event), and subscribe again")
+            try:
+                signal = _wire.signal_of(message)
+            except Broken as broken:
+                raise Broken(f"a {message['signal']} signal in which {broken}") from None
+            self._signals.append((signal, size))
+            self._signal_bytes += size
+            self._signal_arrived.set()
+        # Signals nobody subscribed to are dropped: a broker that pushes them makes us hold nothing.
         return None
 
     def _prompt(self, waiter: tuple[asyncio.Future[dict], Callable[[Any], Any] | None], prompt: dict) -> None:
@@ -323,6 +379,8 @@ class Client:
         def failed(error: BaseException) -> None:   # the login fails with the callback's error; the reader goes on
             if not answer.done():
                 answer.set_exception(error)
+        if len(self._prompting) >= _wire.PROMPTS_KEPT:
+            return   # callbacks still showing the earlier prompts (the daemon sends one): dropped
         try:
             shown = on_prompt(prompt)  # type: ignore[misc]
         except Exception as error:

@@ -12,7 +12,7 @@ import weakref
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from . import _wire
-from ._wire import (AuditEntry, BrowserPrompt, DevicePrompt, Headers, KeyDescription, LockState, LogoutResult,
+from ._wire import (AuditEntry, Broken, BrowserPrompt, DevicePrompt, Headers, KeyDescription, LockState, LogoutResult,
                     SessionStatus, Signal, Token)
 from .errors import BrokerUnreachable, MSSOError, TimedOut
 
@@ -49,6 +49,12 @@ class Client:
     connection). Every call is bounded by `timeout` seconds (None: none), except logins that wait
     for the user, which the daemon bounds.
 
+    Whatever the broker sends, a call raises only this library's errors: a frame or an answer
+    that is not the protocol is Internal, naming what, and closes the connection (the next call
+    opens another). Signals are kept only once subscribed, at most 4,096 unread (1 MiB of them):
+    past that the connection is closed and `next_event`, once it has given those, raises
+    BrokerUnreachable saying so.
+
     `daemon`, `peer` and `version` hold the answer to the last hello: `peer` is how the daemon
     sees this process (uid, pid, executable: what registrations are matched against).
     """
@@ -82,9 +88,11 @@ class Client:
         self._serial = 0
         self._answers: dict[int, dict | MSSOError | None] = {}   # pending serial -> its answer, once here
         self._prompts: dict[int, collections.deque[dict]] = {}  # a login's DevicePrompt/BrowserPrompt
-        self._signals: collections.deque[Signal] = collections.deque()
+        self._signals: collections.deque[tuple[Signal, int]] = collections.deque()   # each with its frame's length
+        self._signal_bytes = 0
         self._signals_ended: MSSOError | None = None            # the subscribed connection was lost
         self._subscribed = False
+        self._subscribing: set[int] = set()                     # subscribe calls waiting: their signals may come first
         self._reading = False                                   # a waiting thread is reading for all
         self._stray: MSSOError | None = None                    # the last serial-0 error: why it closes
         self._closed = False                                    # close() was called
@@ -94,15 +102,15 @@ class Client:
 
     def ping(self, data: str = "") -> str:
         """The same data back: a round trip that touches no state."""
-        return self.call("ping", {"data": data})["data"]
+        return self._verb("ping", {"data": data}, _wire.ping_of)
 
     def status(self, group: str | None = None) -> list[SessionStatus]:
         """The SessionStatus of the named group, or of every group this program may use."""
-        return self.call("status", _wire.with_group({}, group))["groups"]
+        return self._verb("status", _wire.with_group({}, group), _wire.status_of)
 
     def check(self, group: str | None = None) -> SessionStatus:
         """The group's SessionStatus. A missing or expired session is a `state`, not an error."""
-        return self.call("check", _wire.with_group({}, group))
+        return self._verb("check", _wire.with_group({}, group), _wire.session_of)
 
     def sign(self, method: str, url: str, headers: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
              body: bytes | str | None = None, *, group: str | None = None, dpop_nonce: str | None = None) -> Headers:
@@ -111,55 +119,55 @@ class Client:
         `headers`: those the request already has (an RFC 9421 profile covers content-type). `body`:
         sent as its SHA-256 only, for profiles that cover it. `dpop_nonce`: the `DPoP-Nonce` a
         server answered with (RFC 9449); the daemon keeps it for later proofs to that origin."""
-        return _wire.headers_of(self.call("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce)))
+        return self._verb("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce), _wire.headers_of)
 
     def token(self, *, group: str | None = None, renew: bool = False, resource: str | None = None) -> Token:
         """The access token itself (bearer groups only), for a program that cannot have each request
         signed. `resource`: the URL it will be sent to (required by a group that names `resources`).
         `renew`: refresh it first (a server refused it)."""
-        return _wire.token_of(self.call("token", _wire.token_args(group, renew, resource)))
+        return self._verb("token", _wire.token_args(group, renew, resource), _wire.token_of)
 
     def login(self, username: str, password: str | IO[str], *, group: str | None = None) -> SessionStatus:
         """Logs in with the password grant. `password` is a string or a file to read one line from
         (e.g. sys.stdin); it crosses the socket once and is never stored."""
-        return self.call("login", _wire.password_login_args(username, password, group))
+        return self._verb("login", _wire.password_login_args(username, password, group), _wire.session_of)
 
     def login_device(self, on_prompt: Callable[[DevicePrompt], None] = _wire.print_device_prompt, *,
                      group: str | None = None, timeout: float | None = None) -> SessionStatus:
         """Logs in with the device grant: `on_prompt` gets the address and code to show the user
         (printed to stderr by default); returns once they approved (LoginDenied if not)."""
-        return self.call("login", _wire.with_group({"flow": "device"}, group), timeout=timeout, on_prompt=on_prompt)
+        return self._verb("login", _wire.with_group({"flow": "device"}, group), _wire.session_of, timeout, on_prompt)
 
     def login_browser(self, on_prompt: Callable[[BrowserPrompt], None] = _wire.open_browser_prompt, *,
                       group: str | None = None, timeout: float | None = None) -> SessionStatus:
         """Logs in through a browser on this machine: `on_prompt` gets the URL to open (opened with
         `webbrowser` by default); returns once the browser came back."""
-        return self.call("login", _wire.with_group({"flow": "browser"}, group), timeout=timeout, on_prompt=on_prompt)
+        return self._verb("login", _wire.with_group({"flow": "browser"}, group), _wire.session_of, timeout, on_prompt)
 
     def extend(self, group: str | None = None) -> SessionStatus:
         """Slides the session window (call it while the user is active)."""
-        return self.call("extend", _wire.with_group({}, group))
+        return self._verb("extend", _wire.with_group({}, group), _wire.session_of)
 
     def logout(self, group: str | None = None, *, all: bool = False) -> LogoutResult:
         """Ends the group's session (every group's with all=True) for every app. The result names
         the groups logged out and whether the identity provider revoked their tokens."""
-        return self.call("logout", _wire.logout_args(group, all))
+        return self._verb("logout", _wire.logout_args(group, all), _wire.logout_of)
 
     def subscribe(self, groups: Iterable[str] | None = None) -> list[str]:
         """Asks for the groups' signals (all this program may use when none are named); read them
         with `next_event` or `events`. Returns the groups now subscribed."""
-        result = self.call("subscribe", _wire.subscribe_args(groups))["groups"]
-        with self._lock:
-            self._subscribed, self._signals_ended = True, None
-        return result
+        return self._verb("subscribe", _wire.subscribe_args(groups), _wire.groups_of)
 
     def next_event(self, timeout: float | None = None) -> Signal | None:
         """The next signal, waiting at most `timeout` seconds (None: for ever); None on timeout.
 
-        Raises BrokerUnreachable when the subscribed connection is lost or the client closed."""
+        Raises BrokerUnreachable when the subscribed connection is lost or the client closed, and
+        once the signals it kept are read, when it was closed for leaving too many unread."""
         def ready() -> Signal | None:
             if self._signals:
-                return self._signals.popleft()
+                signal, size = self._signals.popleft()
+                self._signal_bytes -= size
+                return signal
             if self._closed:
                 raise BrokerUnreachable("this msso client was closed")
             if self._signals_ended:
@@ -187,27 +195,27 @@ class Client:
 
     def keys(self, *, group: str | None = None, rotate: bool = False) -> KeyDescription:
         """The public half of the group's signing key (`rotate`: a new one). The user's own tools only."""
-        return self.call("keys", _wire.keys_args(group, rotate))
+        return self._verb("keys", _wire.keys_args(group, rotate), _wire.key_of)
 
     def apps(self) -> dict[str, Any]:
         """The registrations in force and the caller as the daemon sees it. The user's own tools only."""
-        return self.call("apps", {})
+        return self._verb("apps", {}, _wire.object_of)
 
     def audit(self, *, group: str | None = None, since: float | None = None, limit: int | None = None) -> list[AuditEntry]:
         """The audit log, oldest first (the newest `limit`). The user's own tools only."""
-        return self.call("audit", _wire.audit_args(group, since, limit))["entries"]
+        return self._verb("audit", _wire.audit_args(group, since, limit), _wire.entries_of)
 
     def diagnose(self) -> dict[str, Any]:
         """The daemon's side of `msso doctor`. The user's own tools only."""
-        return self.call("diagnose", {})
+        return self._verb("diagnose", {}, _wire.object_of)
 
     def lock(self, passphrase: str) -> LockState:
         """Locks the broker: nothing signs or hands out a token until `unlock` with the same passphrase."""
-        return self.call("lock", {"passphrase": passphrase}, timeout=self._slow_timeout())
+        return self._verb("lock", {"passphrase": passphrase}, _wire.lock_of, self._slow_timeout())
 
     def unlock(self, passphrase: str) -> LockState:
         """Lifts the lock. A wrong passphrase is answered late (up to a minute): Locked."""
-        return self.call("unlock", {"passphrase": passphrase}, timeout=self._slow_timeout())
+        return self._verb("unlock", {"passphrase": passphrase}, _wire.lock_of, self._slow_timeout())
 
     def _slow_timeout(self) -> float | None:
         return None if self.timeout is None else max(self.timeout, _wire.SLOW_TIMEOUT)
@@ -239,17 +247,22 @@ class Client:
 
         The verbs above are thin wrappers; this is public for methods this library does not know.
         `timeout` defaults to the client's (None: wait for ever)."""
+        return self._verb(method, args, None, timeout, on_prompt)
+
+    def _verb(self, method: str, args: Mapping[str, Any], read: Callable[[Any], Any] | None,
+              timeout: float | None = _DEFAULT, on_prompt: Callable[[Any], None] | None = None) -> Any:
+        """A call whose result `read` checks and makes into what the verb returns."""
         if timeout is _DEFAULT:
             timeout = None if on_prompt else self.timeout
         try:
-            return self._call(method, args, timeout, on_prompt)
+            return self._call(method, args, timeout, on_prompt, read)
         except TimedOut:
             # The daemon closed the connection for idleness (or for a frame that came too slowly)
             # before it read this call, so the call was not carried out: once more, on a new one.
-            return self._call(method, args, timeout, on_prompt)
+            return self._call(method, args, timeout, on_prompt, read)
 
     def _call(self, method: str, args: Mapping[str, Any], timeout: float | None,
-              on_prompt: Callable[[Any], None] | None) -> Any:
+              on_prompt: Callable[[Any], None] | None, read: Callable[[Any], Any] | None = None) -> Any:
         with self._lock:
             sock = self._sock
             if sock is None or time.monotonic() - self._last_read > QUIET:
@@ -257,7 +270,9 @@ class Client:
             serial = self._next_serial()
             self._answers[serial] = None
             if on_prompt:
-                self._prompts[serial] = collections.deque()
+                self._prompts[serial] = collections.deque(maxlen=_wire.PROMPTS_KEPT)
+            if method == "subscribe":
+                self._subscribing.add(serial)
         try:
             self._send(sock, _wire.frame(serial, method, args))
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -268,16 +283,33 @@ class Client:
                                             "is mssod stuck? `systemctl --user restart msso.service`")
                 if isinstance(answer, MSSOError):
                     raise answer
-                if answer.get("type") == "signal":   # this login's prompt: show it, keep waiting
-                    on_prompt(answer.get("prompt") or answer.get("browser") or {})  # type: ignore[misc]
+                if answer["type"] == "signal":   # this login's prompt (checked): show it, keep waiting
+                    on_prompt(answer.get("prompt") or answer.get("browser"))  # type: ignore[misc]
                     continue
-                return _wire.result_of(answer)
+                result = _wire.result_of(answer)
+                if read is None:
+                    return result
+                try:
+                    return read(result)
+                except Broken as broken:
+                    raise self._broken(sock, f"an answer to {method} in which {broken}") from None
         finally:
-            if serial in self._answers:   # gave up (timeout, an error in on_prompt): forget the call
+            if serial in self._answers or serial in self._subscribing:   # gave up (timeout, an error in on_prompt)
                 with self._lock:
                     # A reply that comes after we gave up finds no pending serial and is dropped.
                     self._answers.pop(serial, None)
                     self._prompts.pop(serial, None)
+                    self._subscribing.discard(serial)
+
+    def _broken(self, sock: socket.socket, what: str) -> MSSOError:
+        """The broker sent something that is not the protocol: the connection is closed (the next
+        call opens another), and this is the error its calls fail with."""
+        error = _wire.broken_error(what, self.socket_path)
+        with self._lock:
+            self._lost(sock, error, ours=True)
+            if self._sleepers:
+                self._cond.notify_all()
+        return error
 
     def _answer(self, serial: int, deadline: float | None) -> dict | MSSOError | None:
         """The call's answer (then forgotten) or its next prompt, reading the socket meanwhile if
@@ -354,14 +386,23 @@ class Client:
         finally:
             self._lock.acquire()
             self._reading = False
-        for message in messages:
-            self._dispatch(message)
-        if ended is not None:
-            self._lost(sock, ended)
+        self._file(sock, messages, ended)
         if self._sleepers:
             self._cond.notify_all()
 
-    def _read(self, sock: socket.socket, timeout: float | None) -> tuple[list[dict], MSSOError | None]:
+    def _file(self, sock: socket.socket, messages: list[tuple[int, dict]], ended: MSSOError | None) -> None:
+        """With the lock held: files what was read, in order, and ends the connection when it ended
+        or must end (a frame that is not the protocol; signals left unread past the bound)."""
+        ours = ended is not None and not isinstance(ended, BrokerUnreachable)   # (a lost one: the daemon may have said why)
+        try:
+            for size, message in messages:
+                self._dispatch(size, message)
+        except MSSOError as reason:
+            ended, ours = reason, True
+        if ended is not None:
+            self._lost(sock, ended, ours)
+
+    def _read(self, sock: socket.socket, timeout: float | None) -> tuple[list[tuple[int, dict]], MSSOError | None]:
         """What arrives within `timeout` (whole messages), and why the connection ended, if it did.
 
         It waits in a blocking recv, woken by the answer itself: poll and then recv cost a wake-up
@@ -385,10 +426,10 @@ class Client:
             return [], _lost_connection()
         if count == 0:
             return [], _lost_connection()
-        try:
-            return self._frames.feed(self._chunk[:count].tobytes()), None
-        except MSSOError as unreadable:   # the stream can no longer be trusted
-            return [], unreadable
+        messages = self._frames.feed(self._chunk[:count].tobytes())
+        if self._frames.broken is not None:   # the stream can no longer be trusted
+            return messages, _wire.broken_error(str(self._frames.broken), self.socket_path)
+        return messages, None
 
     def _wait_at_most(self, sock: socket.socket, seconds: float | None) -> None:
         """Lets a blocking recv wait about `seconds` at most (None: for ever): set only when that
@@ -401,23 +442,41 @@ class Client:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _TIMEVAL.pack(int(wait), int(wait % 1 * 1_000_000)))
         self._recv_wait = None if seconds is None else wait
 
-    def _dispatch(self, message: dict) -> None:
-        kind = message.get("type")
+    def _dispatch(self, size: int, message: dict) -> None:
+        """Files one message (checked by Frames: its type, serial, names). Raises the error to end
+        the connection with when it must end."""
+        kind = message["type"]
         if kind == "reply" or kind == "error":
-            serial = message.get("serial")
+            serial = message["serial"]
             if serial in self._answers and self._answers[serial] is None:
                 self._answers[serial] = message
+                if serial in self._subscribing:   # subscribed from here on in the stream
+                    self._subscribing.discard(serial)
+                    if kind == "reply":
+                        self._subscribed, self._signals_ended = True, None
             else:
                 self._stray = _wire.stray_error(message) or self._stray
             # Anything else answers a call nobody waits for any more: dropped.
-        elif kind == "signal":
-            if message.get("signal") in _wire.PROMPTS:
-                prompts = self._prompts.get(message.get("serial"))
-                if prompts is not None:
-                    prompts.append(message)
-            else:
-                self._signals.append(_wire.signal_of(message))
-        # The daemon never calls clients; unknown types are ignored, like unknown keys.
+        elif message["signal"] in _wire.PROMPTS:
+            prompts = self._prompts.get(message["serial"])
+            if prompts is not None:
+                try:
+                    _wire.prompt_of(message)
+                except Broken as broken:
+                    raise _wire.broken_error(f"a {message['signal']} in which {broken}", self.socket_path) from None
+                prompts.append(message)
+        elif self._subscribed or self._subscribing:
+            if len(self._signals) >= _wire.MAX_EVENTS or self._signal_bytes + size > _wire.MAX_EVENT_BYTES:
+                raise BrokerUnreachable(f"more than {_wire.MAX_EVENTS} events (or {_wire.MAX_EVENT_BYTES // 1024} KiB of "
+                                        "them) were left unread: the connection was closed; read them as they come "
+                                        "(next_event), and subscribe again")
+            try:
+                signal = _wire.signal_of(message)
+            except Broken as broken:
+                raise _wire.broken_error(f"a {message['signal']} signal in which {broken}", self.socket_path) from None
+            self._signals.append((signal, size))
+            self._signal_bytes += size
+        # Signals nobody subscribed to are dropped: a broker that pushes them makes us hold nothing.
 
     # -- the connection --------------------------------------------------------------------------------
 
@@ -441,11 +500,8 @@ class Client:
         # fail on the dead one. Holds the lock (this read cannot block).
         while True:
             messages, ended = self._read(sock, 0)
-            for message in messages:
-                self._dispatch(message)
-            if ended is not None:
-                self._lost(sock, ended)
-            if ended is not None or not messages:
+            self._file(sock, messages, ended)
+            if self._sock is not sock or not messages:
                 break   # (a TimedOut message comes before the end of the stream: read on to see it)
         if self._sleepers:
             self._cond.notify_all()
@@ -470,16 +526,21 @@ class Client:
             frames = _wire.Frames()
             try:
                 sock.sendall(_wire.frame(serial, "hello", {"version": _wire.PROTOCOL_VERSION, "client": self.label}))
-                hello = None
-                while hello is None:
+                answer = None
+                while answer is None:
                     chunk = sock.recv(_wire.MAX_FRAME + 4)
                     if not chunk:
                         raise self._stray or _lost_connection()
-                    for message in frames.feed(chunk):
-                        if message.get("serial") == serial and message.get("type") in ("reply", "error"):
-                            hello = _wire.result_of(message)
-                        else:
+                    for _, message in frames.feed(chunk):
+                        if message["type"] in ("reply", "error") and message["serial"] == serial:
+                            answer = message
+                        elif message["type"] != "signal":
                             self._stray = _wire.stray_error(message) or self._stray
+                    if frames.broken is not None:
+                        raise _wire.broken_error(str(frames.broken), self.socket_path)
+                hello = _wire.hello_of(_wire.result_of(answer))
+            except Broken as broken:
+                raise _wire.broken_error(f"an answer to hello in which {broken}", self.socket_path) from None
             except TimeoutError:
                 raise BrokerUnreachable(f"the msso broker did not answer hello in time ({self.socket_path}); "
                                         "is mssod stuck? `systemctl --user restart msso.service`") from None
@@ -492,19 +553,20 @@ class Client:
             self._stray = None
         sock.settimeout(None)
         self._frames = frames   # anything read past the hello reply stays for the reader
-        self.version = hello.get("version", _wire.PROTOCOL_VERSION)
-        self.daemon = hello.get("daemon", "")
-        self.peer = hello.get("peer", {})
+        self.version, self.daemon, self.peer = hello["version"], hello["daemon"], hello["peer"]
         return sock
 
-    def _lost(self, sock: socket.socket, reason: MSSOError) -> None:
-        """The connection ended: its pending calls fail, and its subscription ends. Holds the lock."""
+    def _lost(self, sock: socket.socket, reason: MSSOError, ours: bool = False) -> None:
+        """The connection ended (or `ours`: this library ends it): its pending calls fail, and its
+        subscription ends. Holds the lock."""
         if sock is not self._sock:
             return   # closed or replaced already
-        reason = self._stray or reason   # what the daemon said before closing is the better reason
+        if not ours:
+            reason = self._stray or reason   # what the daemon said before closing is the better reason
         self._sock, self._stray = None, None
         _shut(sock)
         self._fail_pending(reason)
+        self._subscribing.clear()
         if self._subscribed:
             self._subscribed, self._signals_ended = False, reason
 
