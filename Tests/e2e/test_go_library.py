@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +21,8 @@ import pytest
 import requests
 
 from harness import BIN, GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, PlantedSocket, as_uid
+import hostile_replies
+from hostile_replies import HostileBrokers
 from registry_server import REPOSITORY, TAG, RegistryServer, digest
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
@@ -115,6 +118,40 @@ def test_the_module_is_standard_library_only_vets_clean_and_passes_its_unit_test
                  "TestTokensAndHeadersNeverPrintTheirSecret", "TestARegistryIsNamedAsTheURLItsTokenGoesTo",
                  "TestGetAnswersTheTokenAsTheAuthorizationHeaderUntilItExpires", "TestARegistryIsNamedAsItsIndexURL"):
         assert f"--- PASS: {name}" in out, out
+
+
+# -- a hostile broker -------------------------------------------------------------------------------
+
+def test_a_hostile_broker_gets_the_librarys_own_error_and_bounded_memory(built):
+    """Every case of hostile_replies.py (the list the Python and C libraries' tests use too), each
+    on a socket of its own served from here, through TestHostileReplies (e2e_test.go): the outcome
+    is `ok` or an *msso.Error naming the cause, never another error or a panic; the client serves a
+    ping after it; signals nobody subscribed to are dropped and a subscription's queue stops at
+    its bound; the test binary's peak resident memory over each case stays within
+    hostile_replies.MEMORY_BOUND."""
+    directory = Path(tempfile.mkdtemp(prefix="msso-hostile-"))  # short: a socket's path has 107 bytes at most
+    brokers = HostileBrokers(directory)
+    try:
+        cases = [{"name": name, "socket": brokers.path(name), "verb": case.verb, "timeoutMs": int(case.timeout * 1000),
+                  "subscribed": case.subscribed, "events": case.events is not None}
+                 for name, case in hostile_replies.CASES.items()]
+        (directory / "cases.json").write_text(json.dumps(cases))
+        done = subprocess.run([built.tests, "-test.run", "^TestHostileReplies$", "-test.v", "-test.count=1"],
+                              env=dict(os.environ, MSSO_E2E_HOSTILE=str(directory / "cases.json"),
+                                       MSSO_E2E_HOSTILE_OUT=str(directory / "outcomes.json")),
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        outcomes = json.loads((directory / "outcomes.json").read_text())
+    finally:
+        brokers.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    failures = []
+    for name in hostile_replies.CASES:
+        try:
+            hostile_replies.check(name, outcomes[name])
+        except AssertionError as failure:
+            failures.append(str(failure))
+    assert not failures, "\n".join(failures)
 
 
 # -- the verbs, through the test binary --------------------------------------------------------------

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +32,11 @@ const slowTimeout = 90 * time.Second
 //
 // mssod knows the caller by its executable as the kernel reports it, never by what the client
 // says: a compiled Go program is its own executable, so registering it names exactly that program.
+//
+// Whatever the broker sends, a call returns an *Error (or the context's error), never panics: a
+// frame or an answer that is not the protocol is ErrInternal, naming what, and closes the
+// connection (the next call opens another). A subscription keeps at most 4,096 unread signals (1
+// MiB of them): past that the connection is closed, and the subscription ends saying so.
 type Client struct {
 	// SocketPath is the broker's socket; "" means DefaultSocketPath().
 	SocketPath string
@@ -92,7 +98,7 @@ func (c *Client) timeout() time.Duration {
 }
 
 func (c *Client) call(ctx context.Context, method string, args, result any, timeout time.Duration,
-	prompt func(*message)) error {
+	prompt func(*loginPrompt)) error {
 	for attempt := 0; ; attempt++ {
 		cn, err := c.connection(ctx)
 		if err != nil {
@@ -169,7 +175,7 @@ func dial(ctx context.Context, path, label string, timeout time.Duration) (*conn
 		sock.Close()
 		return nil, Hello{}, err
 	}
-	cn := &conn{sock: sock.(*net.UnixConn), pending: map[uint32]*pending{}, subs: map[*Subscription]bool{},
+	cn := &conn{sock: sock.(*net.UnixConn), path: path, pending: map[uint32]*pending{}, subs: map[*Subscription]bool{},
 		done: make(chan struct{})}
 	go cn.read()
 	var hello Hello
@@ -188,6 +194,7 @@ func dial(ctx context.Context, path, label string, timeout time.Duration) (*conn
 // conn is one connection to the daemon, and the goroutine that reads it.
 type conn struct {
 	sock *net.UnixConn
+	path string
 
 	writing sync.Mutex // one frame at a time on the socket
 
@@ -204,8 +211,8 @@ type conn struct {
 // pending is a call waiting for its answer (the frame, which the caller decodes) and, for a
 // login, its prompt.
 type pending struct {
-	answer   chan []byte // nil once its deadline passed
-	prompts  chan *message
+	answer   chan answer // a nil payload once its deadline passed
+	prompts  chan *loginPrompt
 	deadline time.Time // zero: none
 }
 
@@ -224,7 +231,7 @@ func (cn *conn) ended() bool {
 }
 
 func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, timeout time.Duration,
-	prompt func(*message)) error {
+	show func(*loginPrompt)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -237,9 +244,9 @@ func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, 
 	for cn.serial++; cn.serial == 0 || cn.pending[cn.serial] != nil; cn.serial++ {
 	}
 	serial := cn.serial
-	p := &pending{answer: make(chan []byte, 1)}
-	if prompt != nil {
-		p.prompts = make(chan *message, 4)
+	p := &pending{answer: make(chan answer, 1)}
+	if show != nil {
+		p.prompts = make(chan *loginPrompt, 4) // the daemon sends one; more are dropped
 	}
 	if timeout > 0 {
 		p.deadline = time.Now().Add(timeout)
@@ -259,14 +266,14 @@ func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, 
 	cn.write(data)
 	for {
 		select {
-		case payload := <-p.answer:
-			return answered(payload, method, timeout, result)
+		case a := <-p.answer:
+			return cn.answered(a, method, timeout, result)
 		case m := <-p.prompts:
-			prompt(m)
+			show(m)
 		case <-cn.done:
 			select {
-			case payload := <-p.answer: // it came just before the end
-				return answered(payload, method, timeout, result)
+			case a := <-p.answer: // it came just before the end
+				return cn.answered(a, method, timeout, result)
 			default:
 				return &connectionEnded{cn.reason}
 			}
@@ -277,13 +284,27 @@ func (cn *conn) roundTrip(ctx context.Context, method string, args, result any, 
 	}
 }
 
-// answered decodes a call's answer; none (nil) means its deadline passed.
-func answered(payload []byte, method string, timeout time.Duration, result any) error {
-	if payload == nil {
+// answered decodes a call's answer; none (nil) means its deadline passed. An answer that is not
+// the protocol closes the connection.
+func (cn *conn) answered(a answer, method string, timeout time.Duration, result any) error {
+	if a.payload == nil {
 		return unreachable("the msso broker did not answer %s in %s; is mssod stuck? "+
 			"`systemctl --user restart msso.service`", method, timeout)
 	}
-	return decodeAnswer(payload, result)
+	err := decodeAnswer(a, result)
+	if m, ok := err.(*malformed); ok {
+		return cn.broken("an answer to " + method + " in which " + m.what)
+	}
+	return err
+}
+
+// broken ends the connection because the broker sent something that is not the protocol: the
+// stream can no longer be trusted. The error names what, and is the one its calls fail with.
+func (cn *conn) broken(what string) *Error {
+	err := &Error{Name: "Internal", Message: fmt.Sprintf("the msso broker at %s sent %s: not the protocol "+
+		"(docs/PROTOCOL.md); is the real mssod listening there?", cn.path, what)}
+	cn.end(err)
+	return err
 }
 
 // watchInterval is how often a connection's calls are checked against their deadlines.
@@ -308,7 +329,7 @@ func (cn *conn) watch() {
 				}
 				if now.After(p.deadline) {
 					delete(cn.pending, serial)
-					p.answer <- nil // buffered, and no answer can come any more: never blocks
+					p.answer <- answer{} // buffered, and no answer can come any more: never blocks
 				} else {
 					waiting = true
 				}
@@ -353,7 +374,7 @@ func (cn *conn) read() {
 		}
 		length := binary.BigEndian.Uint32(header[:])
 		if length > maxFrame {
-			cn.end(&Error{Name: "Internal", Message: fmt.Sprintf("the broker sent a frame of %d bytes, over the protocol's limit", length)})
+			cn.broken(fmt.Sprintf("a frame of %d bytes, over the protocol's %d", length, maxFrame))
 			return
 		}
 		payload := make([]byte, length)
@@ -361,70 +382,129 @@ func (cn *conn) read() {
 			cn.end(lostConnection)
 			return
 		}
-		// A reply goes to its caller undecoded (peek reads its type and serial); anything else
-		// is decoded here.
-		if kind, serial, ok := peek(payload); ok && (kind == "reply" || kind == "error" && serial != 0) {
-			cn.answer(serial, payload)
+		if m := checkFrame(payload); m != nil {
+			cn.broken(m.what)
+			return
+		}
+		// A reply goes to its caller undecoded (peek reads its type, serial and the first byte
+		// of its result); anything else is decoded here.
+		if kind, serial, result, ok := peek(payload); ok && (kind == "reply" || kind == "error" && serial != 0) {
+			cn.answer(serial, answer{payload, result})
 			continue
 		}
 		var m message
 		if err := json.Unmarshal(payload, &m); err != nil {
-			if !json.Valid(payload) {
-				cn.end(&Error{Name: "Internal", Message: "the broker sent a frame that is not JSON"})
-				return
+			what := readErr(err).what // a clause: "the frame is not JSON", "`type` is a number, …"
+			if strings.HasPrefix(what, "the frame is") {
+				what = "a frame that is" + strings.TrimPrefix(what, "the frame is")
+			} else {
+				what = "a message in which " + what
 			}
-			continue // JSON that is not a message: ignored, like unknown keys
+			cn.broken(what)
+			return
 		}
-		cn.dispatch(&m, payload)
+		if m := cn.dispatch(&m, payload); m != nil {
+			cn.broken(m.what)
+			return
+		}
+		if cn.ended() { // (signals left unread past the bound)
+			return
+		}
 	}
 }
 
 // answer hands a reply to the call waiting for it; one nobody waits for any more is dropped.
-func (cn *conn) answer(serial uint32, payload []byte) {
+func (cn *conn) answer(serial uint32, a answer) {
 	cn.mu.Lock()
 	p := cn.pending[serial]
 	delete(cn.pending, serial)
 	cn.mu.Unlock()
 	if p != nil {
-		p.answer <- payload // buffered: never blocks
+		p.answer <- a // buffered: never blocks
 	}
 }
 
 var lostConnection = unreachable("the connection to the msso broker was lost; is mssod still running?")
 
-func (cn *conn) dispatch(m *message, payload []byte) {
-	switch m.Type {
+// dispatch files a message other than a reply peek followed, checked as every library checks
+// it (the type, serial, names; a prompt or a status where it is used); what is not the protocol
+// is returned.
+func (cn *conn) dispatch(m *message, payload []byte) *malformed {
+	if m.Type == nil {
+		return &malformed{"a message without a type"}
+	}
+	switch *m.Type {
 	case "reply", "error":
-		if m.Type == "error" && m.Serial == 0 {
+		serial, ok := serialOf(m.Serial)
+		switch {
+		case !ok && *m.Type == "reply":
+			return &malformed{fmt.Sprintf("a reply without a serial from 0 to %d", uint32(math.MaxUint32))}
+		case !ok:
+			return &malformed{fmt.Sprintf("an error without a serial from 0 to %d", uint32(math.MaxUint32))}
+		case *m.Type == "reply" && m.Result == nil:
+			return &malformed{"a reply without a result"}
+		case *m.Type == "error" && (m.Error == nil || m.Message == nil):
+			return &malformed{"an error without a name or a message"}
+		case *m.Type == "error" && serial == 0:
 			cn.mu.Lock()
-			cn.stray = errorOf(m)
+			cn.stray = errorOf(*m.Error, *m.Message)
 			cn.mu.Unlock()
-			return
-		}
-		cn.answer(m.Serial, payload)
-	case "signal":
-		if m.Signal == "DevicePrompt" || m.Signal == "BrowserPrompt" {
-			cn.mu.Lock()
-			p := cn.pending[m.Serial]
-			cn.mu.Unlock()
-			if p != nil && p.prompts != nil {
-				select {
-				case p.prompts <- m:
-				default:
-				}
+		default:
+			var result byte
+			if len(m.Result) > 0 {
+				result = m.Result[0]
 			}
-			return
+			cn.answer(serial, answer{payload, result})
 		}
-		event := Event{Name: m.Signal, Group: m.Group}
-		if m.Status != nil {
-			event.Status = *m.Status
+	case "signal":
+		if m.Signal == nil || m.Group == nil {
+			return &malformed{"a signal without a name or a group"}
+		}
+		if *m.Signal == "DevicePrompt" || *m.Signal == "BrowserPrompt" {
+			serial, ok := serialOf(m.Serial)
+			if !ok {
+				return &malformed{"a " + *m.Signal + " without its login's serial"}
+			}
+			cn.mu.Lock()
+			p := cn.pending[serial]
+			cn.mu.Unlock()
+			if p == nil || p.prompts == nil {
+				return nil
+			}
+			shown, err := promptOf(m)
+			if err != nil {
+				return &malformed{"a " + *m.Signal + " in which " + err.what}
+			}
+			select {
+			case p.prompts <- shown:
+			default:
+			}
+			return nil
 		}
 		cn.mu.Lock()
+		nobody := len(cn.subs) == 0
+		cn.mu.Unlock()
+		if nobody {
+			return nil // nobody subscribed: dropped, so that a broker pushing signals makes us hold nothing
+		}
+		event := Event{Name: *m.Signal, Group: *m.Group}
+		if len(m.Status) > 0 && m.Status[0] == '{' { // (a status that is not an object is none, as libmsso reads it)
+			if err := json.Unmarshal(m.Status, &event.Status); err != nil {
+				return &malformed{"a " + *m.Signal + " signal in which " + readErr(err).what}
+			}
+		}
+		full := false
+		cn.mu.Lock()
 		for s := range cn.subs {
-			s.deliver(event)
+			full = !s.deliver(event, len(payload)) || full
 		}
 		cn.mu.Unlock()
+		if full {
+			cn.end(unreachable("more than %d events (or %d KiB of them) were left unread: the connection was closed; "+
+				"read Events() as they come, and subscribe again", maxEvents, maxEventBytes/1024))
+		}
 	}
+	return nil // a type of a newer protocol: ignored, like unknown keys
 }
 
 // end ends the connection once: pending calls and subscriptions fail with reason (or with what

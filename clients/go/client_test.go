@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,5 +186,50 @@ func TestACallNotAnsweredInTimeIsBrokerUnreachable(t *testing.T) {
 	if _, err := NewClient(filepath.Join(t.TempDir(), "nothing.sock")).Ping(context.Background(), "x"); !errors.Is(err, ErrBrokerUnreachable) ||
 		err.(*Error).ExitStatus() != 3 {
 		t.Fatalf("%v", err)
+	}
+}
+
+func TestASubscriptionLeftUnreadEndsAtItsBound(t *testing.T) {
+	// Signals pushed before each ping's reply: 4,096 small ones are kept, then the connection is
+	// closed (the ping fails, saying so); 60 KiB ones stop at 1 MiB. (Tests/e2e/hostile_replies.py
+	// runs the same bounds, and every hostile reply, against the three libraries.)
+	for _, c := range []struct {
+		name     string
+		username string
+		pushed   int
+		kept     int
+	}{{"small", "", 4096 + 100, 4096}, {"big", strings.Repeat("u", 60000), 100, 17}} {
+		t.Run(c.name, func(t *testing.T) {
+			broker := newFakeBroker(t, func(w *fakeConn, serial uint32, method string, args json.RawMessage) {
+				if method == "ping" {
+					for i := 0; i < c.pushed; i++ {
+						w.send(map[string]any{"type": "signal", "signal": "Expiring", "group": "a",
+							"status": map[string]any{"group": "a", "state": "valid", "username": c.username}})
+					}
+				}
+				w.send(map[string]any{"type": "reply", "serial": serial, "result": map[string]any{"groups": []string{"a"}, "data": "x"}})
+			})
+			client := &Client{SocketPath: broker.path, Timeout: 10 * time.Second}
+			defer client.Close()
+			subscription, err := client.Subscribe(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.Ping(context.Background(), "x"); !errors.Is(err, ErrBrokerUnreachable) ||
+				!strings.Contains(err.Error(), "unread") {
+				t.Fatalf("the call in flight fails with the reason: %v", err)
+			}
+			got := 0
+			for range subscription.Events() {
+				got++
+			}
+			if got != c.kept || !errors.Is(subscription.Err(), ErrBrokerUnreachable) {
+				t.Fatalf("%d signals then %v; want %d then the reason", got, subscription.Err(), c.kept)
+			}
+			// A new connection (not subscribed: its signals are dropped) serves the next call.
+			if data, err := client.Ping(context.Background(), "x"); err != nil || data != "x" {
+				t.Fatal(data, err)
+			}
+		})
 	}
 }

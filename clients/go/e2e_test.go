@@ -10,6 +10,8 @@
 //	MSSO_E2E_APPROVE  a command that approves a device code given as its last argument
 //	MSSO_E2E_SECRETS  a file to which each token a test sees is appended, one a line
 //	MSSO_E2E_PASSWORD alice's password
+//	MSSO_E2E_HOSTILE  TestHostileReplies's cases (Tests/e2e/hostile_replies.py), as JSON, and
+//	                  MSSO_E2E_HOSTILE_OUT the file it writes what the library made of each to
 package msso_test
 
 import (
@@ -23,6 +25,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -543,4 +547,150 @@ func TestHTTPSignatureCoversTheBody(t *testing.T) {
 	if response.StatusCode != 401 || !strings.Contains(strings.ToLower(string(data)), "digest") {
 		t.Fatalf("%d %s", response.StatusCode, data)
 	}
+}
+
+// hostileCase is one case of Tests/e2e/hostile_replies.py, served on Socket by the test that runs
+// this binary; hostileOutcome what the library made of it, which that test holds to what it must.
+type hostileCase struct {
+	Name, Socket, Verb string
+	TimeoutMs          int
+	Subscribed, Events bool
+}
+
+type hostileOutcome struct {
+	Outcome      string `json:"outcome"` // "ok" or the *msso.Error's name
+	Message      string `json:"message"`
+	Events       *int   `json:"events"`
+	Ended        string `json:"ended"`
+	EndedMessage string `json:"endedMessage"`
+	After        string `json:"after"`  // a ping's data after the case, or its error's name
+	Memory       int64  `json:"memory"` // the peak resident memory over the case, less what it was before
+}
+
+// TestHostileReplies runs each case on a client of its own and records the outcome. Anything but
+// an *msso.Error is recorded as such (a panic included: recovered, when the caller's goroutine
+// has it; the library's own goroutines would end the binary, which the test sees too).
+func TestHostileReplies(t *testing.T) {
+	spec, err := os.ReadFile(env(t, "MSSO_E2E_HOSTILE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cases []hostileCase
+	if err := json.Unmarshal(spec, &cases); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]*hostileOutcome{}
+	for _, c := range cases {
+		resetPeakMemory(t)
+		before := memory(t, "VmRSS")
+		got := hostile(c)
+		got.Memory = memory(t, "VmHWM") - before
+		outcomes[c.Name] = got
+	}
+	out, _ := json.Marshal(outcomes)
+	if err := os.WriteFile(env(t, "MSSO_E2E_HOSTILE_OUT"), out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func hostile(c hostileCase) (got *hostileOutcome) {
+	got = &hostileOutcome{Outcome: "ok"}
+	defer func() {
+		if p := recover(); p != nil {
+			got.Outcome = fmt.Sprintf("panic: %v", p)
+		}
+	}()
+	timeout := time.Duration(c.TimeoutMs) * time.Millisecond
+	client := &msso.Client{SocketPath: c.Socket, Timeout: timeout}
+	defer client.Close()
+	name := func(err error) (string, string) {
+		var refused *msso.Error
+		if errors.As(err, &refused) {
+			return refused.Name, refused.Message
+		}
+		return fmt.Sprintf("not an *msso.Error: %T %v", err, err), ""
+	}
+	var subscription *msso.Subscription
+	if c.Subscribed {
+		var err error
+		if subscription, err = client.Subscribe(ctx); err != nil {
+			got.Outcome, got.Message = name(err)
+			return got
+		}
+	}
+	var err error
+	switch c.Verb {
+	case "status":
+		_, err = client.Status(ctx, "")
+	case "check":
+		_, err = client.Check(ctx, "")
+	case "sign":
+		_, err = client.Sign(ctx, msso.SignRequest{URL: "https://api.example.com/"})
+	case "token":
+		_, err = client.Token(ctx, msso.TokenRequest{})
+	case "logout":
+		_, err = client.Logout(ctx, "")
+	case "subscribe":
+		_, err = client.Subscribe(ctx)
+	case "hello":
+		_, err = client.Hello(ctx)
+	case "login-device":
+		login, cancel := context.WithTimeout(ctx, timeout) // logins wait as long as the daemon and ctx let them
+		_, err = client.LoginDevice(login, "", func(msso.DevicePrompt) {})
+		cancel()
+	default:
+		err = fmt.Errorf("no such verb: %s", c.Verb)
+	}
+	if err != nil {
+		got.Outcome, got.Message = name(err)
+	}
+	if c.Events && subscription != nil {
+		count := 0
+		got.Events = &count
+	drain:
+		for {
+			select {
+			case _, open := <-subscription.Events():
+				if !open {
+					break drain
+				}
+				count++
+			case <-time.After(2 * time.Second):
+				break drain
+			}
+		}
+		if err := subscription.Err(); err != nil {
+			got.Ended, got.EndedMessage = name(err)
+		}
+	}
+	if data, err := client.Ping(ctx, "after?"); err != nil {
+		got.After, _ = name(err)
+	} else {
+		got.After = data
+	}
+	return got
+}
+
+// resetPeakMemory sets this process's VmHWM back to its resident memory (Linux 4.0 and later).
+func resetPeakMemory(t *testing.T) {
+	runtime.GC()
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// memory is a line of /proc/self/status (VmRSS, VmHWM), in bytes.
+func memory(t *testing.T, key string) int64 {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == key+":" {
+			kib, _ := strconv.ParseInt(fields[1], 10, 64)
+			return kib * 1024
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", key)
+	return 0
 }

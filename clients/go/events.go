@@ -22,7 +22,10 @@ type Event struct {
 }
 
 // Subscription delivers a connection's signals on a channel. It lasts as long as the connection:
-// when the broker goes (or the client is closed) the channel is closed, and Err says why.
+// when the broker goes (or the client is closed) the channel is closed, and Err says why. At most
+// 4,096 signals (1 MiB of their frames) wait unread: past that the connection is closed (as the
+// daemon closes a subscriber that stops reading), the channel gives those and is closed, and Err
+// says so (ErrBrokerUnreachable): read the channel as signals come, and subscribe again.
 type Subscription struct {
 	// Groups are those the connection gets signals for (the daemon's answer to subscribe).
 	Groups []string
@@ -34,15 +37,23 @@ type Subscription struct {
 	wake   chan struct{}
 	cn     *conn
 
-	mu     sync.Mutex
-	queue  []Event
-	ended  bool
-	reason *Error
+	mu          sync.Mutex
+	queue       []queued
+	unread      int // delivered and not yet received from the channel (the pump holds one)
+	unreadBytes int // their frames'
+	ended       bool
+	reason      *Error
+}
+
+type queued struct {
+	event Event
+	bytes int // its frame's
 }
 
 // Subscribe asks for the signals of the named groups (none: every group this program may use,
 // as the daemon decides) and returns them on a channel. Keep reading it: signals wait in memory
-// here, never in the daemon, which would disconnect a subscriber that leaves them unread.
+// here (4,096 at most, then the connection is closed), never in the daemon, which would
+// disconnect a subscriber that leaves them unread.
 func (c *Client) Subscribe(ctx context.Context, groups ...string) (*Subscription, error) {
 	s := &Subscription{events: make(chan Event), stop: make(chan struct{}), wake: make(chan struct{}, 1)}
 	if len(groups) > 0 {
@@ -55,9 +66,7 @@ func (c *Client) Subscribe(ctx context.Context, groups ...string) (*Subscription
 	if groups != nil {
 		args["groups"] = groups
 	}
-	var result struct {
-		Groups []string `json:"groups"`
-	}
+	var result groupList
 	for attempt := 0; ; attempt++ {
 		cn, err := c.connection(ctx)
 		if err != nil {
@@ -81,7 +90,7 @@ func (c *Client) Subscribe(ctx context.Context, groups ...string) (*Subscription
 		s.cn = cn
 		break
 	}
-	s.Groups = result.Groups
+	s.Groups = result
 	go s.pump()
 	return s, nil
 }
@@ -109,14 +118,26 @@ func (s *Subscription) Close() {
 	}
 }
 
-func (s *Subscription) deliver(event Event) {
+// deliver queues a signal (whose frame was `bytes` long) for the channel; false when the queue is
+// full: the caller closes the connection.
+func (s *Subscription) deliver(event Event, bytes int) bool {
 	if s.only != nil && !s.only[event.Group] {
-		return
+		return true
 	}
 	s.mu.Lock()
-	s.queue = append(s.queue, event)
+	if s.ended {
+		s.mu.Unlock()
+		return true
+	}
+	if s.unread >= maxEvents || s.unreadBytes+bytes > maxEventBytes {
+		s.mu.Unlock()
+		return false
+	}
+	s.queue = append(s.queue, queued{event, bytes})
+	s.unread, s.unreadBytes = s.unread+1, s.unreadBytes+bytes
 	s.mu.Unlock()
 	s.nudge()
+	return true
 }
 
 func (s *Subscription) end(reason *Error) {
@@ -152,11 +173,15 @@ func (s *Subscription) pump() {
 				return
 			}
 		}
-		event := s.queue[0]
+		next := s.queue[0]
+		s.queue[0] = queued{} // (the array would keep its strings until it is reallocated)
 		s.queue = s.queue[1:]
 		s.mu.Unlock()
 		select {
-		case s.events <- event:
+		case s.events <- next.event:
+			s.mu.Lock()
+			s.unread, s.unreadBytes = s.unread-1, s.unreadBytes-next.bytes
+			s.mu.Unlock()
 		case <-s.stop:
 			return
 		}

@@ -74,31 +74,37 @@ func TestTimesAreSecondsSinceTheEpoch(t *testing.T) {
 
 func TestPeekFindsTheTypeAndSerialWithoutDecoding(t *testing.T) {
 	for frame, want := range map[string]string{
-		`{"type":"reply","serial":7,"result":{"headers":[["Authorization","Bearer a\"]}b"]]}}`:   "reply 7 true",
-		`{"result": {"x": [1, {"y": "}"}]}, "serial": 4294967295, "type": "reply"}`:              "reply 4294967295 true",
-		` { "serial" : 3 , "type" : "error" , "error" : "Expired" , "message" : "m" } `:          "error 3 true",
-		`{"type":"signal","signal":"LoggedIn","group":"g","status":{"state":"valid"},"ok":true}`: "signal 0 true",
-		`{"type":"reply","serial":4294967296}`:                                                   " 0 false",
-		`{"typ\u0065":"reply","serial":1}`:                                                       " 0 false", // an escape: decoded whole instead
-		`{"type":"reply","serial":1`:                                                             " 0 false",
-		`{"serial":1}`:                                                                           " 0 false",
-		`[1]`:                                                                                    " 0 false",
-		`{"type":"reply","serial":1,"result":"unterminated}`:                                     " 0 false",
+		`{"type":"reply","serial":7,"result":{"headers":[["Authorization","Bearer a\"]}b"]]}}`:   "reply 7 { true",
+		`{"result": {"x": [1, {"y": "}"}]}, "serial": 4294967295, "type": "reply"}`:              "reply 4294967295 { true",
+		`{"type":"reply","serial":2,"result":null}`:                                              "reply 2 n true",
+		` { "serial" : 3 , "type" : "error" , "error" : "Expired" , "message" : "m" } `:          "error 3 - true",
+		`{"type":"signal","signal":"LoggedIn","group":"g","status":{"state":"valid"},"ok":true}`: "signal 0 - true",
+		`{"type":"reply","serial":4294967296}`:                                                   " 0 - false",
+		`{"typ\u0065":"reply","serial":1}`:                                                       " 0 - false", // an escape: decoded whole instead
+		`{"type":"reply","serial":1`:                                                             " 0 - false",
+		`{"type":"reply","serial":1.0,"result":{}}`:                                              " 0 - false",
+		`{"serial":1}`: " 0 - false",
+		`[1]`:          " 0 - false",
+		`{"type":"reply","serial":1,"result":"unterminated}`: " 0 - false",
 	} {
-		kind, serial, ok := peek([]byte(frame))
+		kind, serial, result, ok := peek([]byte(frame))
 		if kind == "" && !ok {
-			serial = 0
+			serial, result = 0, 0
 		}
-		if got := fmt.Sprint(kind, " ", serial, " ", ok); got != want {
+		first := "-"
+		if result != 0 && ok {
+			first = string(result)
+		}
+		if got := fmt.Sprint(kind, " ", serial, " ", first, " ", ok); got != want {
 			t.Errorf("%s: %s, want %s", frame, got, want)
 		}
 	}
-	var result struct{ Headers [][2]string }
-	if err := decodeAnswer([]byte(`{"type":"reply","serial":7,"result":{"headers":[["A","b"]]}}`), &result); err != nil ||
-		fmt.Sprint(result.Headers) != "[[A b]]" {
+	var result signResult
+	if err := decodeAnswer(answer{[]byte(`{"type":"reply","serial":7,"result":{"headers":[["A","b"]]}}`), '{'}, &result); err != nil ||
+		len(*result.Headers) != 1 || *(*result.Headers)[0][1] != "b" {
 		t.Fatal(result, err)
 	}
-	err := decodeAnswer([]byte(`{"type":"error","serial":7,"error":"Expired","message":"log in"}`), &result)
+	err := decodeAnswer(answer{[]byte(`{"type":"error","serial":7,"error":"Expired","message":"log in"}`), 0}, &result)
 	if !errors.Is(err, ErrExpired) || err.Error() != "log in" {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package msso
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"time"
 )
@@ -36,16 +37,27 @@ type SessionStatus struct {
 	PreviousAccount string
 }
 
+// The daemon's values are held to the protocol as they are read (as every library reads them):
+// a required field missing, or any of the wrong type, is an error (*malformed, or json's), which
+// the client reports as ErrInternal and closes the connection for; a null is an absent field.
+
 func (s *SessionStatus) UnmarshalJSON(data []byte) error {
+	if err := object(data, "a session"); err != nil {
+		return err
+	}
 	var wire struct {
-		Group, State, Issuer, Username, PreviousAccount                  string
+		Group, State                                                     *string
+		Issuer, Username, PreviousAccount                                string
 		LoggedInAt, SessionExpiresAt, SessionMaxAt, AccessTokenExpiresAt *float64
 		Admin, Locked, NewAccount                                        bool
 	}
-	if err := json.Unmarshal(data, &wire); err != nil {
+	if err := decode(data, &wire); err != nil {
 		return err
 	}
-	*s = SessionStatus{Group: wire.Group, State: State(wire.State), Issuer: wire.Issuer, Username: wire.Username,
+	if wire.Group == nil || wire.State == nil {
+		return &malformed{"a session has no group or state"}
+	}
+	*s = SessionStatus{Group: *wire.Group, State: State(*wire.State), Issuer: wire.Issuer, Username: wire.Username,
 		LoggedInAt: epoch(wire.LoggedInAt), SessionExpiresAt: epoch(wire.SessionExpiresAt),
 		SessionMaxAt: epoch(wire.SessionMaxAt), AccessTokenExpiresAt: epoch(wire.AccessTokenExpiresAt),
 		Admin: wire.Admin, Locked: wire.Locked, NewAccount: wire.NewAccount, PreviousAccount: wire.PreviousAccount}
@@ -61,16 +73,22 @@ type Status struct {
 }
 
 func (s *Status) UnmarshalJSON(data []byte) error {
+	if err := object(data, "the status"); err != nil {
+		return err
+	}
 	var wire struct {
-		Groups   []SessionStatus
+		Groups   *[]SessionStatus
 		Locked   bool
 		LockedAt *float64
 		Store    *Store
 	}
-	if err := json.Unmarshal(data, &wire); err != nil {
+	if err := decode(data, &wire); err != nil {
 		return err
 	}
-	*s = Status{Groups: wire.Groups, Locked: wire.Locked, LockedAt: epoch(wire.LockedAt), Store: wire.Store}
+	if wire.Groups == nil {
+		return missing("groups")
+	}
+	*s = Status{Groups: *wire.Groups, Locked: wire.Locked, LockedAt: epoch(wire.LockedAt), Store: wire.Store}
 	return nil
 }
 
@@ -95,6 +113,32 @@ type Peer struct {
 	Executable string `json:"executable"`
 }
 
+func (h *Hello) UnmarshalJSON(data []byte) error {
+	if err := object(data, "the hello"); err != nil {
+		return err
+	}
+	var wire struct {
+		Version *uint32
+		Daemon  *string
+		Peer    *struct {
+			UID, PID   *uint32
+			Executable string
+		}
+	}
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	switch {
+	case wire.Version == nil || wire.Daemon == nil || wire.Peer == nil:
+		return &malformed{"the hello has no version, daemon or peer"}
+	case wire.Peer.UID == nil || wire.Peer.PID == nil:
+		return &malformed{"the hello's peer has no uid or pid"}
+	}
+	*h = Hello{Version: int(*wire.Version), Daemon: *wire.Daemon,
+		Peer: Peer{UID: int(*wire.Peer.UID), PID: int(*wire.Peer.PID), Executable: wire.Peer.Executable}}
+	return nil
+}
+
 // LogoutResult says which groups a logout ended and whether the identity provider revoked their
 // tokens: Revoked is false when nothing was logged out, or when one of them stays valid there
 // (NotRevoked says which, why and until when).
@@ -102,6 +146,26 @@ type LogoutResult struct {
 	LoggedOut  []string
 	Revoked    bool
 	NotRevoked []NotRevoked
+}
+
+func (l *LogoutResult) UnmarshalJSON(data []byte) error {
+	if err := object(data, "the logout's result"); err != nil {
+		return err
+	}
+	var wire struct {
+		LoggedOut  *[]*string
+		Revoked    bool
+		NotRevoked []NotRevoked
+	}
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	loggedOut, err := stringList(wire.LoggedOut, "loggedOut")
+	if err != nil {
+		return err
+	}
+	*l = LogoutResult{LoggedOut: loggedOut, Revoked: wire.Revoked, NotRevoked: wire.NotRevoked}
+	return nil
 }
 
 // NotRevoked is an ended session whose tokens the identity provider still honours.
@@ -113,16 +177,22 @@ type NotRevoked struct {
 }
 
 func (n *NotRevoked) UnmarshalJSON(data []byte) error {
-	var wire struct {
-		Group, Reason        string
-		AccessTokenExpiresAt *float64
-		RefreshToken         bool
-	}
-	if err := json.Unmarshal(data, &wire); err != nil {
+	if err := object(data, "a session not revoked"); err != nil {
 		return err
 	}
-	*n = NotRevoked{Group: wire.Group, Reason: wire.Reason, AccessTokenExpiresAt: epoch(wire.AccessTokenExpiresAt),
-		RefreshToken: wire.RefreshToken}
+	var wire struct {
+		Group, Reason        *string
+		AccessTokenExpiresAt *float64
+		RefreshToken         *bool
+	}
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	if wire.Group == nil || wire.Reason == nil || wire.RefreshToken == nil {
+		return &malformed{"a session not revoked has no group, reason or refreshToken"}
+	}
+	*n = NotRevoked{Group: *wire.Group, Reason: *wire.Reason, AccessTokenExpiresAt: epoch(wire.AccessTokenExpiresAt),
+		RefreshToken: *wire.RefreshToken}
 	return nil
 }
 
@@ -133,14 +203,20 @@ type LockState struct {
 }
 
 func (l *LockState) UnmarshalJSON(data []byte) error {
-	var wire struct {
-		Locked   bool
-		LockedAt *float64
-	}
-	if err := json.Unmarshal(data, &wire); err != nil {
+	if err := object(data, "the lock's state"); err != nil {
 		return err
 	}
-	*l = LockState{Locked: wire.Locked, LockedAt: epoch(wire.LockedAt)}
+	var wire struct {
+		Locked   *bool
+		LockedAt *float64
+	}
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	if wire.Locked == nil {
+		return missing("locked")
+	}
+	*l = LockState{Locked: *wire.Locked, LockedAt: epoch(wire.LockedAt)}
 	return nil
 }
 
@@ -171,7 +247,7 @@ func (a *AuditEntry) UnmarshalJSON(data []byte) error {
 		UID, PID                                     int
 		Executable, App, Group, Verb, Outcome, Error string
 	}
-	if err := json.Unmarshal(data, &wire); err != nil {
+	if err := decode(data, &wire); err != nil {
 		return err
 	}
 	*a = AuditEntry{Time: epoch(&wire.Time), UID: wire.UID, PID: wire.PID, Executable: wire.Executable, App: wire.App,
@@ -212,4 +288,143 @@ func epoch(seconds *float64) time.Time {
 
 func seconds(t time.Time) float64 {
 	return float64(t.UnixNano()) / 1e9
+}
+
+// The results of the verbs that return no type of their own, checked after json decoded them
+// (decodeAnswer calls check).
+
+type pingResult struct {
+	Data *string `json:"data"`
+}
+
+func (r *pingResult) check() *malformed {
+	if r.Data == nil {
+		return missing("data")
+	}
+	return nil
+}
+
+type signResult struct {
+	Headers *[][]*string `json:"headers"`
+}
+
+func (r *signResult) check() *malformed {
+	if r.Headers == nil {
+		return missing("headers")
+	}
+	for i, pair := range *r.Headers {
+		if len(pair) != 2 || pair[0] == nil || pair[1] == nil {
+			return &malformed{fmt.Sprintf("`headers[%d]` is not a pair of strings", i)}
+		}
+	}
+	return nil
+}
+
+type tokenResult struct {
+	AccessToken *string  `json:"accessToken"`
+	ExpiresAt   *float64 `json:"expiresAt"`
+	Header      *string  `json:"header"`
+}
+
+func (r *tokenResult) check() *malformed {
+	if r.AccessToken == nil || r.ExpiresAt == nil || r.Header == nil {
+		return &malformed{"the token has no accessToken, expiresAt or header"}
+	}
+	return nil
+}
+
+// groupList is subscribe's result: its groups.
+type groupList []string
+
+func (g *groupList) UnmarshalJSON(data []byte) error {
+	if err := object(data, "the subscription"); err != nil {
+		return err
+	}
+	var wire struct{ Groups *[]*string }
+	if err := decode(data, &wire); err != nil {
+		return err
+	}
+	groups, err := stringList(wire.Groups, "groups")
+	*g = groups
+	return err
+}
+
+// decode is json.Unmarshal whose error names the field (json would name the outer one instead).
+func decode(data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return readErr(err)
+	}
+	return nil
+}
+
+// object is an error unless data is a JSON object (json would take null for an empty one).
+func object(data []byte, what string) error {
+	if len(data) == 0 || data[0] != '{' {
+		return &malformed{what + " is not an object"}
+	}
+	return nil
+}
+
+func missing(key string) *malformed {
+	return &malformed{"`" + key + "` is missing"}
+}
+
+// stringList is a required list of strings (nil: missing; a null in it is not a string).
+func stringList(list *[]*string, key string) ([]string, error) {
+	if list == nil {
+		return nil, missing(key)
+	}
+	out := make([]string, len(*list))
+	for i, item := range *list {
+		if item == nil {
+			return nil, &malformed{fmt.Sprintf("`%s[%d]` is not a string", key, i)}
+		}
+		out[i] = *item
+	}
+	return out, nil
+}
+
+// loginPrompt is what a device or browser login asks the user to do, read from its signal.
+type loginPrompt struct {
+	group, verificationURI, verificationURIComplete, userCode, url string
+	expiresAt                                                      float64
+	joined                                                         bool
+}
+
+// promptOf reads a DevicePrompt's `prompt` or a BrowserPrompt's `browser`, as libmsso does.
+func promptOf(m *message) (*loginPrompt, *malformed) {
+	device := *m.Signal == "DevicePrompt"
+	raw, key := m.Browser, "browser"
+	if device {
+		raw, key = m.Prompt, "prompt"
+	}
+	if len(raw) == 0 || raw[0] != '{' {
+		return nil, &malformed{"`" + key + "` is not an object"}
+	}
+	var wire struct {
+		VerificationURI, UserCode, URL *string
+		VerificationURIComplete        string
+		ExpiresAt                      *float64
+	}
+	if err := json.Unmarshal(raw, &wire); err != nil {
+		return nil, readErr(err)
+	}
+	if joined := string(m.Joined); joined != "" && joined != "true" && joined != "false" && joined != "null" {
+		return nil, &malformed{"`joined` is not true or false"}
+	}
+	p := &loginPrompt{group: *m.Group, verificationURIComplete: wire.VerificationURIComplete, joined: string(m.Joined) == "true"}
+	switch {
+	case wire.ExpiresAt == nil:
+		return nil, missing(key + ".expiresAt")
+	case device && (wire.VerificationURI == nil || wire.UserCode == nil):
+		return nil, &malformed{"`prompt` has no verificationURI or userCode"}
+	case device:
+		p.verificationURI, p.userCode = *wire.VerificationURI, *wire.UserCode
+	case wire.URL == nil:
+		return nil, missing("browser.url")
+	default:
+		p.url = *wire.URL
+	}
+	p.expiresAt = *wire.ExpiresAt
+	return p, nil
 }

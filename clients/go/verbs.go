@@ -21,11 +21,11 @@ type groupArgs struct {
 
 // Ping is a round trip that touches no state: data comes back.
 func (c *Client) Ping(ctx context.Context, data string) (string, error) {
-	var result struct {
-		Data string `json:"data"`
+	var result pingResult
+	if err := c.Call(ctx, "ping", map[string]string{"data": data}, &result); err != nil {
+		return "", err
 	}
-	err := c.Call(ctx, "ping", map[string]string{"data": data}, &result)
-	return result.Data, err
+	return *result.Data, nil
 }
 
 // Status describes the named group's session, or every group's this program may use.
@@ -104,15 +104,13 @@ func (c *Client) Sign(ctx context.Context, r SignRequest) (Headers, error) {
 	if digest != nil {
 		args.BodySHA256 = base64.StdEncoding.EncodeToString(digest)
 	}
-	var result struct {
-		Headers [][2]string `json:"headers"`
-	}
+	var result signResult
 	if err := c.Call(ctx, "sign", args, &result); err != nil {
 		return nil, err
 	}
-	headers := make(Headers, len(result.Headers))
-	for i, pair := range result.Headers {
-		headers[i] = Header{Name: pair[0], Value: pair[1]}
+	headers := make(Headers, len(*result.Headers))
+	for i, pair := range *result.Headers {
+		headers[i] = Header{Name: *pair[0], Value: *pair[1]}
 	}
 	return headers, nil
 }
@@ -135,15 +133,11 @@ func (c *Client) Token(ctx context.Context, r TokenRequest) (*Token, error) {
 		Resource string `json:"resource,omitempty"`
 		Renew    bool   `json:"renew,omitempty"`
 	}{r.Group, r.Resource, r.Renew}
-	var result struct {
-		AccessToken string  `json:"accessToken"`
-		ExpiresAt   float64 `json:"expiresAt"`
-		Header      string  `json:"header"`
-	}
+	var result tokenResult
 	if err := c.Call(ctx, "token", args, &result); err != nil {
 		return nil, err
 	}
-	return &Token{AccessToken: result.AccessToken, TokenType: result.Header, Expiry: epoch(&result.ExpiresAt)}, nil
+	return &Token{AccessToken: *result.AccessToken, TokenType: *result.Header, Expiry: epoch(result.ExpiresAt)}, nil
 }
 
 // Login logs the user in with the password grant; the password crosses the socket once and is
@@ -166,13 +160,9 @@ func (c *Client) LoginDevice(ctx context.Context, group string, prompt func(Devi
 	if prompt == nil {
 		prompt = PrintDevicePrompt
 	}
-	show := func(m *message) {
-		p := DevicePrompt{Group: m.Group, Joined: m.Joined}
-		if m.Prompt != nil {
-			p.VerificationURI, p.VerificationURIComplete = m.Prompt.VerificationURI, m.Prompt.VerificationURIComplete
-			p.UserCode, p.ExpiresAt = m.Prompt.UserCode, epoch(m.Prompt.ExpiresAt)
-		}
-		prompt(p)
+	show := func(p *loginPrompt) {
+		prompt(DevicePrompt{Group: p.group, VerificationURI: p.verificationURI, VerificationURIComplete: p.verificationURIComplete,
+			UserCode: p.userCode, ExpiresAt: epoch(&p.expiresAt), Joined: p.joined})
 	}
 	var result SessionStatus
 	if err := c.call(ctx, "login", groupFlow{group, "device"}, &result, -1, show); err != nil {
@@ -188,12 +178,8 @@ func (c *Client) LoginBrowser(ctx context.Context, group string, prompt func(Bro
 	if prompt == nil {
 		prompt = OpenBrowser
 	}
-	show := func(m *message) {
-		p := BrowserPrompt{Group: m.Group, Joined: m.Joined}
-		if m.Browser != nil {
-			p.URL, p.ExpiresAt = m.Browser.URL, epoch(m.Browser.ExpiresAt)
-		}
-		prompt(p)
+	show := func(p *loginPrompt) {
+		prompt(BrowserPrompt{Group: p.group, URL: p.url, ExpiresAt: epoch(&p.expiresAt), Joined: p.joined})
 	}
 	var result SessionStatus
 	if err := c.call(ctx, "login", groupFlow{group, "browser"}, &result, -1, show); err != nil {
