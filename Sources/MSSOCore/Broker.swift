@@ -481,6 +481,10 @@ public actor Broker {
             return
         }
         guard let kept = await identity.rescuedRefresh(config, spent: credential.refreshToken) else { return }
+        if kept.tokens.refreshToken != nil, kept.tokens.refreshToken == credential.refreshToken {
+            // Stored already (the process died between the store and forgetting the answer).
+            return identity.forgetRescuedRefresh(config)
+        }
         guard kept.answersStored, kept.tokens.subject == nil || credential.subject == nil || kept.tokens.subject == credential.subject else {
             return await dropRescuedRefresh(config, spent: credential.refreshToken)
         }
@@ -502,11 +506,12 @@ public actor Broker {
         }
     }
 
-    /// Drops a kept refresh answer that is not the stored session's, revoking its refresh token.
+    /// Drops a kept refresh answer that is not the stored session's, revoking its refresh token
+    /// (unless it is the stored session's own, which the answer's refresh was stored as).
     private func dropRescuedRefresh(_ config: GroupConfig, spent: String?) async {
         guard let kept = await identity.rescuedRefresh(config, spent: spent), !kept.answersStored else { return }
         identity.forgetRescuedRefresh(config)
-        if let token = kept.tokens.refreshToken {
+        if let token = kept.tokens.refreshToken, token != spent {
             let identity = self.identity
             Task { _ = await identity.revoke(config, token: token, hint: .refreshToken) }
         }

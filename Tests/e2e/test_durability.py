@@ -1,4 +1,6 @@
 """`kill -9` of mssod never loses or resurrects a session: the keyring is the truth after a crash."""
+import base64
+import hashlib
 import json
 import os
 import signal
@@ -226,4 +228,24 @@ def test_a_stop_that_outlasts_the_refresh_leaves_its_answer_to_the_next_mssod(de
     assert not introspect(provider, item["refreshToken"])  # spent: only the kept answer holds the session
     daemon.start()
     assert daemon.msso("sign", "--url", URL).returncode == 0
+    the_rotated_token_is_stored_alone(desktop, provider, item)
+
+
+def test_an_answer_kept_past_its_store_is_dropped_without_revoking_the_session(desktop, rotating):
+    """mssod killed after it stored a refresh's answer and before it removed the kept copy: the next
+    mssod finds an answer that does not answer the stored refresh token (it is the stored one). It drops
+    it, and must not revoke its refresh token, which is the session's own (`make faults` lost 5 of 25
+    sessions to this before). Planted as mssod-idp writes it: the tag, a line feed, the IdP's body."""
+    provider, daemon, item = rotating
+    daemon.stop()
+    spent = base64.urlsafe_b64encode(hashlib.sha256(b"an earlier refresh token").digest()).rstrip(b"=").decode()
+    body = json.dumps({"access_token": item["accessToken"], "refresh_token": item["refreshToken"],
+                       "token_type": "bearer", "expires_in": 3600})
+    planted = desktop.run(["keyctl", "session", "-", "sh", "-c",
+                           f'keyctl padd user "msso:rescue:{GROUP}" "$(keyctl get_persistent @s)"'],
+                          input=f"{spent} {int(time.time())}\n{body}")
+    assert planted.returncode == 0, planted.stderr
+    daemon.start()
+    assert daemon.msso("sign", "--url", URL).returncode == 0  # refreshes (refresh_lead) with the stored token
+    assert not kept_refresh_answer(desktop)
     the_rotated_token_is_stored_alone(desktop, provider, item)
