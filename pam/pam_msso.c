@@ -13,7 +13,7 @@
  * 1000), socket=PATH (default /run/user/%u/msso/broker.sock, %u = the user's uid), mssod=PATH
  * (the installed daemon, default MSSOD_PATH: only it gets the password or is believed by
  * `enforce`), login, try_first_pass,
- * enforce, logout_on_close, quiet, debug.  See the README for the PAM lines.
+ * enforce, logout_on_close, quiet, debug.  See docs/GUIDE.md ("At session start") for the PAM lines.
  *
  * Everything the broker sends is checked (replies.c) before use, and shown only through say(),
  * which replaces control characters: the module runs as root in sshd or login, and the broker is

@@ -210,7 +210,7 @@ struct Report: Encodable {
                 return pass("pam", "\(directory)/\(file) uses pam_msso.so (\(found))")
             }
         }
-        warn("pam", "no PAM service in \(directory) uses pam_msso.so, so logins do not show the SSO state; optional: add `session optional pam_msso.so` (README, At session start)")
+        warn("pam", "no PAM service in \(directory) uses pam_msso.so, so logins do not show the SSO state; optional: add `session optional pam_msso.so` (docs/GUIDE.md, At session start)")
     }
 
     /// msso.socket and msso.service installed for systemd's user manager, and the socket enabled

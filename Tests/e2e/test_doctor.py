@@ -87,7 +87,7 @@ def test_optional_setup_absent_only_warns(broker, tmp_path):
     done = doctor(broker, tmp_path, units=tmp_path)
     assert done.returncode == 0, done.stdout
     assert lines(done)[-2] == (f"! no PAM service in {tmp_path} uses pam_msso.so, so logins do not show the SSO state; "
-                               "optional: add `session optional pam_msso.so` (README, At session start)")
+                               "optional: add `session optional pam_msso.so` (docs/GUIDE.md, At session start)")
     assert lines(done)[-1].startswith("! the systemd user units (msso.socket, msso.service) are not installed")
 
 
