@@ -91,7 +91,7 @@ let package = Package(
         // git's credential helper (gitcredentials(7)): a fresh access token as the password.
         .executableTarget(name: "git-credential-msso", dependencies: ["MSSOClient"]),
 
-        // Example apps of one suite, sharing one login (see examples/README.md).
+        // Example apps of one suite, sharing one login (examples/README.md).
         .target(name: "SuiteKit", dependencies: ["MSSOClientFoundation"], path: "examples/SuiteKit"),
         .executableTarget(name: "App1", dependencies: ["SuiteKit"], path: "examples/App1"),
         .executableTarget(name: "App2", dependencies: ["SuiteKit"], path: "examples/App2"),

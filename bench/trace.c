@@ -10,7 +10,8 @@
  * that child); SIGTERM, SIGINT and SIGHUP are passed on to the program.
  *
  * A sampling profiler would miss what runs once (start-up, a login), which is exactly what stays
- * resident; valgrind cannot run mssod (it drops the SCM_PIDFD every call needs).
+ * resident. valgrind could not run mssod when every call carried an SCM_PIDFD (it dropped it); mssod
+ * now takes the pidfd once, at accept (SO_PEERPIDFD), and whether valgrind runs it is untried.
  */
 #define _GNU_SOURCE
 #include <errno.h>

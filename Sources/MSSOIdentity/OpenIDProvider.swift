@@ -52,7 +52,8 @@ public final class OpenIDProvider: IdentityProvider {
         self.revokeTimeout = revokeTimeout
     }
 
-    /// Closes the HTTP clients (before the process ends).
+    /// Ends the requests to identity providers under way (before the process ends): their mssod-idp
+    /// helpers are killed, but for those whose answer is kept (``IdPHTTP/shutdown()``).
     public func shutdown() async {
         await http.shutdown()
     }

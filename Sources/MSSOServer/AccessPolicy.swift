@@ -70,9 +70,11 @@ public struct AccessPolicy: Sendable {
         public var ownTool: Access
         public var app: Access
         public var forwarded: Access
-        /// Whether the method works while msso is locked (`msso lock`). The broker enforces a
-        /// `false` inside the actor turn that does the work, so a call that was waiting when the
-        /// lock took effect is refused too (``Broker``'s `requireUnlocked`).
+        /// Whether the method works while msso is locked (`msso lock`). No call is refused from
+        /// here: the broker refuses one with `requireUnlocked()` in each verb the lock stops,
+        /// inside the actor turn that does the work, so a call that was waiting when the lock
+        /// took effect is refused too. This column records which methods those are
+        /// (`AccessPolicyTests` checks it against that list).
         public var whileLocked: Bool
         /// Whether a success hands the caller a token or a signature (what `confirm` guards).
         public var givesCredentials: Bool

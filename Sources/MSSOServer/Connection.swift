@@ -531,5 +531,6 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     }
 }
 
-/// The daemon's version, reported by `hello`.
+/// The daemon's version, reported by `hello`: the upstream version of dist/debian/changelog's top
+/// entry, written here too (VersionTests and Tests/e2e/test_readme.py hold the two together).
 public let brokerVersion = "0.2.0"

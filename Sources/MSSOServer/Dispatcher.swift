@@ -64,7 +64,9 @@ extension Connection: CallChannel {
 
 /// Decides whether this caller may make this call on this group, answers a `sign` on a fresh
 /// token at once (on the reactor's thread), runs everything else on the broker, audits each
-/// call. The one place that maps method names to broker verbs.
+/// call. It maps every method to its broker verb but three, which ``Connection`` answers itself
+/// on the reactor's thread: `hello` (the handshake), `ping` (the floor, touching no state) and
+/// `forward` (a socket for `msso ssh`, held by the connection that asked).
 final class Dispatcher: Sendable {
     let broker: Broker
     let policy: AccessPolicy

@@ -21,8 +21,9 @@ extension ReactorHandler {
 /// read, written and timed here, and nowhere else.
 ///
 /// Why not SwiftNIO here: the broker judges every call by the process that sent it, which takes
-/// `recvmsg` with `SCM_CREDENTIALS`/`SCM_PIDFD` on a stream socket, and NIO's stream channels
-/// read with `read(2)`, dropping that. The loop is small: a wake-up descriptor for work handed
+/// `recvmsg` with `SCM_CREDENTIALS` on a stream socket (each call's sender, checked against the
+/// pidfd the connection took at accept, `SO_PEERPIDFD`), and NIO's stream channels read with
+/// `read(2)`, dropping that. The loop is small: a wake-up descriptor for work handed
 /// in from other threads (``execute(_:)``), handlers by token, and a tick for deadlines.
 final class Reactor: @unchecked Sendable {
     private let epoll: Int32

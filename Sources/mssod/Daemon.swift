@@ -137,7 +137,7 @@ struct Daemon: AsyncParsableCommand {
                                             ownTools: Self.ownTools(), logger: logger, limits: limits)
         } catch {
             logger.critical("cannot listen: \(error)")
-            await identity.shutdown() // an HTTP client dropped unshut stops the process with a trap
+            await identity.shutdown() // ends the mssod-idp requests under way (but those whose answer is kept)
             throw ExitCode(1)
         }
         reloads.set {

@@ -2,8 +2,9 @@ import Foundation
 @testable import MSSOServer
 import XCTest
 
-/// The version is written in one place, the top entry of dist/debian/changelog (README); the
-/// daemon's own (said in `hello`) must be that entry's upstream version.
+/// The version is the top entry of dist/debian/changelog, also written in Connection.swift and the
+/// Python package (docs/GUIDE.md, "Packages"); the daemon's own (said in `hello`) must be that
+/// entry's upstream version. Tests/e2e/test_readme.py checks all three.
 final class VersionTests: XCTestCase {
     func testTheDaemonSaysTheChangelogsVersion() throws {
         let changelog = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../dist/debian/changelog")

@@ -83,7 +83,7 @@ void msso_close(msso_client *client);
  * Logins that wait for the user (device, browser) wait as long as the daemon lets them. */
 void msso_set_timeout(msso_client *client, int milliseconds);
 
-/* From the last hello: the daemon's name and version ("mssod 0.1.0"), and the executable the
+/* From the last hello: the daemon's name and version ("mssod 0.2.0"), and the executable the
  * daemon sees behind this process (what an app registration must name), or NULL when the kernel
  * would not say. Valid until the next call or msso_close. */
 const char *msso_daemon(const msso_client *client);

@@ -15,6 +15,7 @@ from .client import Client
 from .errors import *  # noqa: F403 (the exception classes, one per protocol error name)
 from .errors import __all__ as _errors
 
+# msso's version: the top entry of dist/debian/changelog, written here too (Tests/e2e/test_readme.py).
 __version__ = "0.2.0"
 
 __all__ = ["Client", "PROTOCOL_VERSION", "AuditEntry", "BrowserPrompt", "DevicePrompt", "Headers", "KeyDescription",
