@@ -16,11 +16,11 @@ import Synchronization
 ///   how many more there were.
 /// - **Rotation** deletes rows older than `maxAge`, and the oldest past `maxRows`, but never the
 ///   newest ``keptPerGroup`` successful calls of a group.
-/// A database that another process holds locked is waited for (bounded); a batch that still cannot
-/// be written is logged and kept for the next flush, never dropped silently. A log that cannot be
-/// opened (its directory unwritable, a file in its place) is tried again at a later flush, at most
-/// once every `reopenInterval`, on the log's own lane: once the directory is fixed the rows kept
-/// meanwhile are written, without a restart. ``health`` says, until then, what is wrong and what
+/// A database that another process holds locked is waited for (up to `busyTimeout`); a batch that
+/// still cannot be written is logged and kept, and tried again after `retryInterval`, never dropped
+/// silently. A log that cannot be opened (its directory unwritable, a file in its place) is tried
+/// again at a later flush, at most once every `reopenInterval`, on the log's own lane: once the
+/// directory is fixed the rows kept meanwhile are written, without a restart. ``health`` says, until then, what is wrong and what
 /// to do (`msso doctor`, `msso status`).
 public final class AuditLog: AuditTrail {
     /// The database once opened, and when it was last tried. Used on `lane` (and by `init` and a
@@ -34,6 +34,8 @@ public final class AuditLog: AuditTrail {
     private let maxAge: Double
     private let flushInterval: Double
     private let reopenInterval: Double
+    private let busyTimeout: Double
+    private let retryInterval: Double
     private let logger: Logger
 
     /// Rows a minute for one caller's identical calls; more are counted, not written one by one.
@@ -92,13 +94,18 @@ public final class AuditLog: AuditTrail {
 
     /// Opens (creating if needed) the log at `path`, readable by the user only. A log that cannot
     /// be opened now is logged, said by ``health``, and tried again later (the type says when).
+    /// `busyTimeout`: how long a write waits for a lock another process holds; `retryInterval`: when
+    /// a batch that could not be written is tried again (seconds both; tests make them short).
     public init(path: String, maxRows: Int = 100_000, maxAge: Double = 90 * 86400, flushInterval: Double = 0.1,
-                reopenInterval: Double = 5, logger: Logger = Logger(label: "msso.audit")) {
+                reopenInterval: Double = 5, busyTimeout: Double = 2, retryInterval: Double = 1,
+                logger: Logger = Logger(label: "msso.audit")) {
         self.path = path
         self.maxRows = maxRows
         self.maxAge = maxAge
         self.flushInterval = flushInterval
         self.reopenInterval = reopenInterval
+        self.busyTimeout = busyTimeout
+        self.retryInterval = retryInterval
         self.logger = logger
         _ = opened()
     }
@@ -129,7 +136,7 @@ public final class AuditLog: AuditTrail {
             failure = Failure(cause: cause, fix: "make \(directory) a directory you can write (remove what is in its place, or fix its owner and mode); mssod opens the log by itself at the next call, within \(Self.seconds(reopenInterval)), with no restart")
         } else {
             do {
-                let database = try Database(path: path)
+                let database = try Database(path: path, busyTimeout: busyTimeout)
                 chmod(path, 0o600)
                 link.withLock { $0.database = database }
                 let (was, waiting) = state.withLock { state in
@@ -279,11 +286,12 @@ public final class AuditLog: AuditTrail {
             if was != nil { logger.notice("audit rows are written again", metadata: ["path": "\(path)", "rows": "\(batch.count)"]) }
             if prune { try self.prune() }
         } catch {
+            // The rows back in the queue first: `health` never says the log fails with none waiting.
+            let lost = keep(batch, retryIn: retryInterval)
             state.withLock { state in
-                state.failure = Failure(cause: "\(error)", fix: "make sure \(path) can be written (free disk space, its owner and mode, another process holding it locked); mssod tries again every second")
+                state.failure = Failure(cause: "\(error)", fix: "make sure \(path) can be written (free disk space, its owner and mode, another process holding it locked); mssod tries again every \(Self.seconds(retryInterval))")
             }
-            let lost = keep(batch, retryIn: 1)
-            logger.error("audit rows not written yet; retrying in 1 s", metadata: ["rows": "\(batch.count)", "error": "\(error)",
+            logger.error("audit rows not written yet; retrying in \(Self.seconds(retryInterval))", metadata: ["rows": "\(batch.count)", "error": "\(error)",
                                                                                    "lost": "\(lost)"])
         }
     }
@@ -329,14 +337,14 @@ private final class Database: @unchecked Sendable {
     let handle: OpaquePointer
 
     /// Opens (creating if needed) the database at `path` with its table; the cause when it cannot.
-    init(path: String) throws {
+    init(path: String, busyTimeout: Double) throws {
         var handle: OpaquePointer?
         let opened = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nil)
         guard let handle else { throw AuditError("cannot open \(path): out of memory") }
         self.handle = handle // closed by deinit, failure or not
         guard opened == SQLITE_OK else { throw AuditError("cannot open \(path): \(openMessage)") }
         // Another process (a reader, `sqlite3`) may hold the lock for a moment: wait, bounded.
-        sqlite3_busy_timeout(handle, 2000)
+        sqlite3_busy_timeout(handle, Int32(clamping: Int((busyTimeout * 1000).rounded())))
         do {
             try execute("PRAGMA journal_mode = WAL") // the first read and write of the file
         } catch {

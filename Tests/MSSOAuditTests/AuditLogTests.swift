@@ -74,18 +74,35 @@ final class AuditLogTests: XCTestCase {
         XCTAssertEqual(rows.last?.detail?.hasPrefix("and \(10_000 - AuditLog.rowsPerMinute) more like this"), true, rows.last?.detail ?? "-")
     }
 
+    /// Another process holds the write lock past the busy timeout: the batch fails, `health` says
+    /// so (what `msso doctor` shows) with the rows waiting, and once the lock is let go the retry
+    /// writes them all, without a query to push it. The timeouts are the test's (2 s and 1 s in
+    /// mssod), and it waits for each event, not for a time.
     func testALockedDatabaseDelaysRowsButLosesNone() throws {
         let file = path()
-        let log = AuditLog(path: file, flushInterval: 0.02)
+        let log = AuditLog(path: file, flushInterval: 0.02, busyTimeout: 0.05, retryInterval: 0.05)
         var other: OpaquePointer?
         XCTAssertEqual(sqlite3_open(file, &other), SQLITE_OK)
         XCTAssertEqual(sqlite3_exec(other, "BEGIN IMMEDIATE", nil, nil, nil), SQLITE_OK, "another process holds the write lock")
         for i in 0..<5 { log.record(entry("held-\(i)")) }
-        Thread.sleep(forTimeInterval: 2.5) // past the busy timeout: the batch fails, is kept and retried
+        let problem = waitFor { log.health?.problem }
+        XCTAssertTrue(problem?.contains("is not being written: audit log: database is locked (5 rows wait to be written)") == true,
+                      problem ?? "the failed write was never said")
+        XCTAssertTrue(problem?.contains("mssod tries again every 0.05 s") == true, problem ?? "-")
         XCTAssertEqual(sqlite3_exec(other, "COMMIT", nil, nil, nil), SQLITE_OK)
         sqlite3_close(other)
-        Thread.sleep(forTimeInterval: 1.5)
+        XCTAssertNotNil(waitFor { log.health?.problem == nil ? true : nil }, "the retry wrote the rows: \(log.health?.problem ?? "-")")
         XCTAssertEqual(try log.query().map(\.verb), (0..<5).map { "held-\($0)" })
+    }
+
+    /// `condition`'s first non-nil value, polled until it comes (nil after 10 s).
+    func waitFor<T>(_ condition: () -> T?) -> T? {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if let value = condition() { return value }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        return nil
     }
 
     /// A log whose directory could not be made when it started (a file in its place) says so,
