@@ -282,32 +282,47 @@ final class BrokerTests: XCTestCase {
         XCTAssertNotNil(again.notRevoked?.first?.accessTokenExpiresAt, "and it is said to stay valid")
     }
 
+    /// 16 tasks sign while a logout runs. The logout starts once signs are under way (64 have
+    /// succeeded: a count, not a time), and each task goes on until it has started 20 signs after
+    /// the logout returned. None of those may succeed, and there must be some: before, a run whose
+    /// signs were all over before the logout began passed as well.
     func testNoSignSucceedsAfterLogoutReturnsWhileSignsRace() async throws {
         let broker = makeBroker()
         _ = try await login(broker)
         store.saveDelay = 1_000_000
-        let finished = ManagedFlag()
-        let lateSuccesses = try await withThrowingTaskGroup(of: Int.self) { tasks in
+        let finished = ManagedFlag(), succeeded = ManagedCounter()
+        let deadline = Date().addingTimeInterval(10) // a bound on every loop below, should the logout never end
+        typealias Late = (started: Int, succeeded: Int, errors: Set<String>)
+        let lates = try await withThrowingTaskGroup(of: Late.self) { tasks in
             for _ in 0..<16 {
                 tasks.addTask {
-                    var late = 0
-                    for _ in 0..<200 {
+                    var late: Late = (0, 0, [])
+                    while late.started < 20, Date() < deadline {
                         let startedAfterLogout = finished.value
-                        if (try? await Self.sign(broker)) != nil, startedAfterLogout { late += 1 }
+                        do {
+                            _ = try await Self.sign(broker)
+                            if startedAfterLogout { late.succeeded += 1 } else { succeeded.increment() }
+                        } catch {
+                            if startedAfterLogout { late.errors.insert("\((error as? BrokerError)?.name.rawValue ?? "\(error)")") }
+                        }
+                        if startedAfterLogout { late.started += 1 }
                         await Task.yield()
                     }
                     return late
                 }
             }
             tasks.addTask {
-                try await Task.sleep(nanoseconds: 2_000_000)
+                while succeeded.value < 64, Date() < deadline { await Task.yield() }
                 _ = try await broker.logout(nil, all: false)
                 finished.set()
-                return 0
+                return (0, 0, [])
             }
-            return try await tasks.reduce(0, +)
+            return try await tasks.reduce(into: [Late]()) { $0.append($1) }
         }
-        XCTAssertEqual(lateSuccesses, 0)
+        let started = lates.map(\.started).reduce(0, +), late = lates.map(\.succeeded).reduce(0, +)
+        XCTAssertEqual(started, 16 * 20, "every signer started signs after the logout returned")
+        XCTAssertEqual(late, 0, "\(late) of the \(started) signs started after the logout returned succeeded")
+        XCTAssertEqual(lates.reduce(into: Set<String>()) { $0.formUnion($1.errors) }, [ErrorName.notLoggedIn.rawValue])
     }
 
     func testLockedKeyringIsAnErrorAndDeletesNothing() async throws {
@@ -509,4 +524,11 @@ final class ManagedFlag: @unchecked Sendable {
     private var flag = false
     var value: Bool { lock.withLock { flag } }
     func set() { lock.withLock { flag = true } }
+}
+
+final class ManagedCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    var value: Int { lock.withLock { count } }
+    func increment() { lock.withLock { count += 1 } }
 }
