@@ -82,10 +82,15 @@ def test_extend_slides_the_window_and_writes_it(desktop, idp):
     daemon = Broker(desktop, idp, groups={GROUP: {"session_timeout": "10s", "session_max": "1h"}})
     try:
         first = json.loads(daemon.login().stdout.strip() and daemon.msso("check", "--json").stdout)
-        time.sleep(1.1)
+        # No wait: the window is 10 s from the moment extend ran, which is later than the login's
+        # (the times are to the microsecond). A window left where it was fails the bracket.
+        before = time.time()
         extended = json.loads(daemon.msso("extend", "--json").stdout)
-        assert extended["sessionExpiresAt"] > first["sessionExpiresAt"] + 1
-        assert desktop.keyring_item()[1]["sessionExpiresAt"] == pytest.approx(extended["sessionExpiresAt"])
+        after = time.time()
+        assert before + 10 <= extended["sessionExpiresAt"] <= after + 10, (before, extended, after)
+        assert extended["sessionExpiresAt"] > first["sessionExpiresAt"]
+        # To the millisecond: pytest.approx's default (a millionth) is half an hour of a time since 1970.
+        assert desktop.keyring_item()[1]["sessionExpiresAt"] == pytest.approx(extended["sessionExpiresAt"], abs=1e-3)
     finally:
         daemon.stop()
 
