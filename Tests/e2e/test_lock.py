@@ -165,7 +165,9 @@ def test_no_sign_succeeds_after_lock_returns(broker):
             done = lock(broker)
             returned = time.monotonic()
             assert done.returncode == 0, done.stderr
-            time.sleep(0.3)  # the signers go on after lock returned: each of those signs must be refused
+            # The signers go on after lock returned, until each has sent 3 signs since (each must be refused).
+            wait_for(lambda: all(sum(s[0] > returned for s in signer.signs) >= 3 or not signer.is_alive() for signer in signers),
+                     what="3 signs of each signer sent after lock returned")
             stop.set()
             for signer in signers:
                 signer.join(timeout=10)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from harness import GROUP, SECRETS, Broker, IdP
+from harness import GROUP, SECRETS, Broker, IdP, wait_for
 
 from msso import Client as MSSOClient, MSSOError  # the Python library, clients/python
 
@@ -76,8 +76,10 @@ def run_round(broker, clients):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"Logged out of {GROUP}."
 
-    # Keep signing a while after: every one of these must fail.
-    time.sleep(0.3)
+    # Keep signing after, until each signer has sent 3 signs since logout returned: every one of
+    # these must fail.
+    wait_for(lambda: all(sum(s[0] > logout_returned for s in signer.signs) >= 3 or not signer.is_alive() for signer in signers),
+             what="3 signs of each signer sent after logout returned")
     stop.set()
     for signer in signers:
         signer.join(timeout=10)
