@@ -432,13 +432,16 @@ def cpu_seconds(pid):
 # Run by the test's Python as a leaky app of its own: open N connections, say how many the daemon
 # kept, hold them until stdin closes.
 LEAKY_APP = r"""
-import socket, sys, time
+import select, socket, sys
 kept = []
 for _ in range(int(sys.argv[2])):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sys.argv[1])
     kept.append(s)
-time.sleep(0.5)  # the daemon refuses what is past the share: nothing marks when it is done
+# The daemon takes connections in the order they came and refuses those past the share: once the
+# last one is refused (readable: an error frame, then the end), every one before it was decided.
+# A daemon that kept it (no share) makes this wait its 5 s, then the count says so.
+select.select([kept[-1]], [], [], 5)
 alive = 0
 for s in kept:
     s.setblocking(False)
@@ -470,7 +473,6 @@ def test_idle_connections_under_a_systemd_like_descriptor_limit(desktop, idp):
                                  stdout=subprocess.PIPE, text=True)
         kept = int(leaky.stdout.readline())  # well within the 10 s hello timeout
         assert kept == 256, f"the leaky app kept {kept} connections; its share is 256"
-        time.sleep(0.2)  # the refusals are done with
         cpu_before, wall_before = cpu_seconds(daemon.process.pid), time.monotonic()
         time.sleep(1)  # the interval the daemon's CPU time is measured over
         busy = (cpu_seconds(daemon.process.pid) - cpu_before) / (time.monotonic() - wall_before)

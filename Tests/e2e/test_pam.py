@@ -290,10 +290,7 @@ def test_a_daemon_of_another_uid_behind_the_users_socket_file_is_not_talked_to(t
     impostor = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c", script, str(path)],
                                 stdout=subprocess.PIPE, text=True)
     try:
-        for _ in range(100):
-            if path.exists():
-                break
-            time.sleep(0.02)
+        wait_for(path.exists, what="the impostor's socket")
         os.chown(path, os.getuid(), os.getgid())  # the file looks like the user's; the process is not
         stack = Stack(tmp_path, broker, path)
         stack.service(["session optional MODULE"])
