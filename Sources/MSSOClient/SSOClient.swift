@@ -266,9 +266,15 @@ public final class SSOClient: Sendable {
 
 /// A change of a group's SSO session, pushed by the broker to subscribed apps.
 public struct SSOEvent: Sendable, Equatable {
+    // BEGIN GENERATED event-kinds: by scripts/generate-names from protocol/names.json; do not edit
     public enum Kind: String, Sendable {
-        case loggedIn = "LoggedIn", extended = "Extended", loggedOut = "LoggedOut", expiring = "Expiring", expired = "Expired"
+        case loggedIn = "LoggedIn"
+        case extended = "Extended"
+        case loggedOut = "LoggedOut"
+        case expiring = "Expiring"
+        case expired = "Expired"
     }
+    // END GENERATED event-kinds
     public var kind: Kind
     public var group: String
     /// The group's session after the event.

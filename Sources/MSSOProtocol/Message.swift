@@ -69,24 +69,7 @@ public struct ErrorReply: Codable, Sendable {
     public var brokerError: BrokerError { BrokerError(error, message) }
 }
 
-/// The names of the signals the daemon sends.
-public enum SignalName: String, Codable, Sendable {
-    /// A group's session started (any app logged in).
-    case loggedIn = "LoggedIn"
-    /// A group's session window was slid forward.
-    case extended = "Extended"
-    /// A group's session ended by logout: drop any state that depends on it.
-    case loggedOut = "LoggedOut"
-    /// A group's session window closes soon (the group's `expiring_lead` before): a good time
-    /// for an active app to call `extend`, or to warn the user.
-    case expiring = "Expiring"
-    /// A group's session window passed: the user must log in again.
-    case expired = "Expired"
-    /// Sent only to the caller of a device-flow `login`: show this to the user, then wait.
-    case devicePrompt = "DevicePrompt"
-    /// Sent only to the caller of a browser-flow `login`: open this URL, then wait.
-    case browserPrompt = "BrowserPrompt"
-}
+// SignalName, the names of the signals the daemon sends, is in WireNames.swift (generated).
 
 /// A message the daemon sends without being asked: group events to subscribers, and the device
 /// prompt to the caller of a device login (`serial` then names that call).

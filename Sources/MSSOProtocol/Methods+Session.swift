@@ -123,17 +123,7 @@ public struct StoreDescription: Codable, Sendable, Equatable {
 
 /// The state of one group's SSO session. Times are seconds since the Unix epoch.
 public struct SessionStatus: Codable, Sendable, Equatable {
-    public enum State: String, Codable, Sendable, CaseIterable {
-        /// Logged in and inside the session window: `sign` works.
-        case valid
-        /// Logged in once, but the window has passed: `login` again.
-        case expired
-        /// No credential stored.
-        case notLoggedIn
-        /// The stored credential is not one this broker could have written (damaged, or written
-        /// by something else): it signs nothing; `logout` clears it.
-        case corrupt
-    }
+    // State (valid, expired, notLoggedIn, corrupt) is in WireNames.swift (generated).
 
     public var group: String
     public var state: State

@@ -4,9 +4,11 @@ import XCTest
 
 /// C cannot import the Swift definition of the protocol, so its one C copy, libmsso's
 /// clients/c/msso_protocol.h (which the PAM module and the C library both include), is held to
-/// that definition here: the frame cap, the protocol version, the method names, the session states
-/// and the signal names. And pam/ must take them from there, never retype them. (The error names
-/// and their exit statuses, which MSSOClient defines, are held by Tests/e2e/test_c_library.py.)
+/// that definition here: the frame cap, the protocol version and the method names. Its lists of
+/// names (session states, signals, errors) are generated from protocol/names.json, as the Swift
+/// ones are (scripts/generate-names; Tests/e2e/test_wire_names.py checks both are current), and
+/// are compared with the compiled Swift here too. And pam/ must take them from the header, never
+/// retype them.
 final class PAMProtocolTests: XCTestCase {
     func file(_ path: String) throws -> String {
         let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../\(path)")
@@ -64,10 +66,12 @@ final class PAMProtocolTests: XCTestCase {
     func testTheHeaderKnowsEverySignal() throws {
         let signals = try list("MSSO_SIGNALS")
         for entry in signals { XCTAssertNotNil(SignalName(rawValue: entry[1]), entry[1]) }
-        // SignalName lists each signal as a `case`: as many as the header.
-        let message = try file("Sources/MSSOProtocol/Message.swift")
-        let enumeration = try matches(#"public enum SignalName[^{]*\{([^}]*)\}"#, in: message)
-        XCTAssertEqual(try matches(#"case \w+ = "(\w+)""#, in: enumeration.first?.first ?? "").map { $0[0] }, signals.map { $0[1] })
+        // The header's are the definition's, which SignalName is generated from (not CaseIterable:
+        // so the compiled enum is asked about each name of the definition).
+        let definition = try JSONSerialization.jsonObject(with: Data(file("protocol/names.json").utf8)) as? [String: Any]
+        let defined = (definition?["signals"] as? [[String: Any]] ?? []).compactMap { $0["name"] as? String }
+        XCTAssertEqual(signals.map { $0[1] }, defined)
+        for name in defined { XCTAssertEqual(SignalName(rawValue: name)?.rawValue, name) }
     }
 
     func testTheModuleRetypesNoConstant() throws {

@@ -2,7 +2,7 @@
 verb through the test driver (clients/c/tests/driver.c, one msso_client fed commands on its
 standard input), each signing profile through the msso-get example against a server that checks
 what it gets, events through the descriptor a caller polls, the Rust example, what a hostile
-broker sends, the error table against the Swift sources, and the installed files.
+broker sends, the error table against protocol/names.json, and the installed files.
 
 mssod knows a compiled program by its executable: the driver and the examples are registered by
 path, as an app would be. Two brokers serve the module: `broker` with one group, for the verbs,
@@ -25,7 +25,7 @@ import requests
 from harness import GROUP, PASSWORDS, ROOT, SECRETS, Broker, Desktop, PlantedSocket, RawClient, answers, as_uid, free_port, wait_for
 import hostile_replies
 from hostile_replies import HostileBrokers
-from swift_sources import swift_exit_statuses
+from wire_names import exit_statuses
 from test_browser_login import browser
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
@@ -185,13 +185,13 @@ def test_the_library_exports_its_api_alone_versioned_and_needs_only_libc(built):
             assert done.returncode == 0, (compiler, done.stderr)
 
 
-def test_the_error_table_is_the_swift_sources(built):
+def test_the_error_table_is_the_definition(built):
     """msso_protocol.h's MSSO_ERRORS as compiled into the library: each code's name and exit status
-    are ErrorName.swift's and ExitStatus.swift's, and none is missing."""
+    are protocol/names.json's (which the header is generated from), and none is missing."""
     program = Driver({}, connect=False)
     table = program("errors")
     program.close()
-    expected = swift_exit_statuses()
+    expected = exit_statuses()
     assert len(expected) >= 21 and expected["NotLoggedIn"] == 2 and expected["Internal"] == 70
     assert {name: status for _, name, status in table["errors"]} == expected
     assert [code for code, _, _ in table["errors"]] == list(range(1, len(expected) + 1))
@@ -554,7 +554,7 @@ def test_a_hostile_broker_gets_the_librarys_own_error_and_bounded_memory(built):
     directory = tempfile.mkdtemp(prefix="msso-hostile-")  # short: a socket's path has 107 bytes at most
     brokers = HostileBrokers(directory)
     program = Driver({}, connect=False)
-    failures, statuses = [], swift_exit_statuses()
+    failures, statuses = [], exit_statuses()
     try:
         for name, case in hostile_replies.CASES.items():
             before = hostile_replies.rss(program.process.pid)

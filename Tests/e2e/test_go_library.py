@@ -112,9 +112,9 @@ def test_the_module_is_standard_library_only_vets_clean_and_passes_its_unit_test
     assert formatted.returncode == 0 and formatted.stdout == "", f"not gofmt'ed: {formatted.stdout}"
     go("vet", "./...")
     go("vet", "-tags", "e2e", "./...")
-    # The unit tests (no daemon) include the error names and exit statuses against the Swift sources.
+    # The unit tests (no daemon) include the error names and exit statuses against the definition.
     out = go("test", "-count=1", "-v", "./...")
-    for name in ("TestErrorNamesAndExitStatusesAreTheSwiftSources", "TestRepliesAreMatchedToCallsBySerial",
+    for name in ("TestErrorNamesAndExitStatusesAreTheDefinition", "TestRepliesAreMatchedToCallsBySerial",
                  "TestTokensAndHeadersNeverPrintTheirSecret", "TestARegistryIsNamedAsTheURLItsTokenGoesTo",
                  "TestGetAnswersTheTokenAsTheAuthorizationHeaderUntilItExpires", "TestARegistryIsNamedAsItsIndexURL"):
         assert f"--- PASS: {name}" in out, out

@@ -35,7 +35,7 @@ from faults import frozen
 from harness import GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker, Desktop, RawClient
 import hostile_replies
 from hostile_replies import HostileBrokers
-from swift_sources import swift_exit_statuses
+from wire_names import exit_statuses
 
 DPOP, SIGNED = "com.example.dpop", "com.example.signed"
 LIBRARY = ROOT / "clients" / "python"
@@ -182,8 +182,8 @@ def test_errors_are_named_exceptions_with_the_clis_exit_statuses(client, broker)
     assert client.ping("still here") == "still here"
 
 
-def test_error_names_and_exit_statuses_are_the_swift_sources(client):
-    expected = swift_exit_statuses()
+def test_error_names_and_exit_statuses_are_the_definition(client):
+    expected = exit_statuses()
     assert len(expected) >= 21 and expected["NotLoggedIn"] == 2 and expected["Internal"] == 70
     assert {name: cls.exit_status for name, cls in msso.ERRORS.items()} == expected
     for name, cls in msso.ERRORS.items():

@@ -1,6 +1,8 @@
 /* The constants of the msso wire protocol (docs/PROTOCOL.md), for C: the one C copy of them.
- * libmsso (msso.h) and the PAM module (pam/) both take them from here, and PAMProtocolTests
- * (Tests/MSSOProtocolTests) holds every one to the Swift definition, Sources/MSSOProtocol.
+ * libmsso (msso.h) and the PAM module (pam/) both take them from here. The lists of names (session
+ * states, signals, errors with their exit statuses) are generated from protocol/names.json by
+ * scripts/generate-names; PAMProtocolTests (Tests/MSSOProtocolTests) holds the rest (the frame cap,
+ * the version, the method names) to the Swift definition, Sources/MSSOProtocol.
  *
  * The lists of names are X-macros: each user names its own identifiers, e.g.
  *     #define STATE_ENUM(id, name) MSSO_STATE_##id,
@@ -39,27 +41,28 @@
 #define MSSO_METHOD_DIAGNOSE "diagnose"
 #define MSSO_METHOD_FORWARD "forward"
 
+/* BEGIN GENERATED names: by scripts/generate-names from protocol/names.json; do not edit */
 /* A session's `state` (SessionStatus): X(ID, "name"). */
-#define MSSO_SESSION_STATES(X)         \
-    X(VALID, "valid")                  \
-    X(EXPIRED, "expired")              \
-    X(NOT_LOGGED_IN, "notLoggedIn")    \
+#define MSSO_SESSION_STATES(X)      \
+    X(VALID, "valid")               \
+    X(EXPIRED, "expired")           \
+    X(NOT_LOGGED_IN, "notLoggedIn") \
     X(CORRUPT, "corrupt")
 
 /* The signals: X(ID, "name"). */
-#define MSSO_SIGNALS(X)                    \
-    X(LOGGED_IN, "LoggedIn")               \
-    X(EXTENDED, "Extended")                \
-    X(LOGGED_OUT, "LoggedOut")             \
-    X(EXPIRING, "Expiring")                \
-    X(EXPIRED, "Expired")                  \
-    X(DEVICE_PROMPT, "DevicePrompt")       \
+#define MSSO_SIGNALS(X)                \
+    X(LOGGED_IN, "LoggedIn")           \
+    X(EXTENDED, "Extended")            \
+    X(LOGGED_OUT, "LoggedOut")         \
+    X(EXPIRING, "Expiring")            \
+    X(EXPIRED, "Expired")              \
+    X(DEVICE_PROMPT, "DevicePrompt")   \
     X(BROWSER_PROMPT, "BrowserPrompt")
 
-/* The error names, each with the exit status the msso command gives it (Sources/MSSOClient/
- * ExitStatus.swift): X(ID, "Name", status). BrokerUnreachable is the clients' own (nothing
- * answers on the socket); the daemon never sends it. A name not listed here is to be treated as
- * Internal. Append only: libmsso's error codes (msso.h) follow this order. */
+/* The error names, each with the exit status the msso command gives it: X(ID, "Name", status).
+ * BrokerUnreachable is the clients' own (nothing answers on the socket); the daemon never sends
+ * it. A name not listed here is to be treated as Internal. Append only: libmsso's error codes
+ * (msso.h) follow this order. */
 #define MSSO_ERRORS(X)                               \
     X(NOT_LOGGED_IN, "NotLoggedIn", 2)               \
     X(EXPIRED, "Expired", 1)                         \
@@ -82,5 +85,6 @@
     X(CONFIG_INVALID, "ConfigInvalid", 78)           \
     X(BROKER_UNREACHABLE, "BrokerUnreachable", 3)    \
     X(INTERNAL, "Internal", 70)
+/* END GENERATED names */
 
 #endif

@@ -1,64 +1,59 @@
 package msso
 
 import (
+	"encoding/json"
 	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 )
 
-// swiftExitStatuses reads the protocol's error names (Sources/MSSOProtocol/ErrorName.swift) and
-// the msso command's exit status for each (Sources/MSSOClient/ExitStatus.swift), as
-// Tests/e2e/test_python_library.py does for the Python library.
-func swiftExitStatuses(t *testing.T) map[string]int {
-	read := func(path string) string {
-		data, err := os.ReadFile(filepath.Join("..", "..", "Sources", path))
-		if err != nil {
-			t.Fatalf("the Swift sources are not beside this module: %v", err)
+// definedExitStatuses reads the one definition of the protocol's names, protocol/names.json (which
+// names.go is generated from): each error name and the msso command's exit status for it.
+func definedExitStatuses(t *testing.T) map[string]int {
+	data, err := os.ReadFile(filepath.Join("..", "..", "protocol", "names.json"))
+	if err != nil {
+		t.Fatalf("the definition is not beside this module: %v", err)
+	}
+	var names struct {
+		ExitStatuses []struct {
+			Swift  string
+			Status int
 		}
-		return string(data)
+		Errors []struct {
+			Name string
+			Exit string
+		}
 	}
-	names := map[string]string{} // Swift identifier → the name on the wire
-	for _, m := range regexp.MustCompile("static let `?(\\w+)`? = ErrorName\\(rawValue: \"(\\w+)\"\\)").
-		FindAllStringSubmatch(read("MSSOProtocol/ErrorName.swift"), -1) {
-		names[m[1]] = m[2]
+	if err := json.Unmarshal(data, &names); err != nil {
+		t.Fatal(err)
 	}
-	text := read("MSSOClient/ExitStatus.swift")
 	statuses := map[string]int{}
-	for _, m := range regexp.MustCompile(`case (\w+) = (\d+)`).FindAllStringSubmatch(text, -1) {
-		statuses[m[1]], _ = strconv.Atoi(m[2])
+	for _, entry := range names.ExitStatuses {
+		statuses[entry.Swift] = entry.Status
 	}
-	mapping := map[string]int{}
-	for _, m := range regexp.MustCompile("case ((?:\\.`?\\w+`?,?\\s*)+): self = \\.(\\w+)").FindAllStringSubmatch(text, -1) {
-		for _, c := range regexp.MustCompile("\\.`?(\\w+)`?").FindAllStringSubmatch(m[1], -1) {
-			mapping[names[c[1]]] = statuses[m[2]]
-		}
-	}
-	fallback := statuses[regexp.MustCompile(`default: self = \.(\w+)`).FindStringSubmatch(text)[1]]
 	expected := map[string]int{}
-	for _, name := range names {
-		if status, ok := mapping[name]; ok {
-			expected[name] = status
-		} else {
-			expected[name] = fallback
+	for _, entry := range names.Errors {
+		status, ok := statuses[entry.Exit]
+		if !ok {
+			t.Fatalf("%s: exit %q is not an exit status of the definition", entry.Name, entry.Exit)
 		}
+		expected[entry.Name] = status
 	}
 	return expected
 }
 
-func TestErrorNamesAndExitStatusesAreTheSwiftSources(t *testing.T) {
-	expected := swiftExitStatuses(t)
+func TestErrorNamesAndExitStatusesAreTheDefinition(t *testing.T) {
+	expected := definedExitStatuses(t)
 	if len(expected) < 21 || expected["NotLoggedIn"] != 2 || expected["Internal"] != 70 {
-		t.Fatalf("the Swift sources did not read as expected: %v", expected)
+		t.Fatalf("the definition did not read as expected: %v", expected)
 	}
-	// Every Err variable of errors.go, by name: ErrX must be the error named X.
-	file, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+	// Every Err variable of names.go, by name: ErrX must be the error named X.
+	file, err := parser.ParseFile(token.NewFileSet(), "names.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,19 +74,19 @@ func TestErrorNamesAndExitStatusesAreTheSwiftSources(t *testing.T) {
 		ErrResourceForbidden, ErrNotEntitled, ErrUnknownGroup, ErrUnknownMethod, ErrBadRequest,
 		ErrUnsupportedVersion, ErrConfigInvalid, ErrBrokerUnreachable, ErrInternal}
 	if len(declared) != len(sentinels) || len(sentinels) != len(expected) {
-		t.Fatalf("%d Err variables, %d listed here, %d names in the Swift sources", len(declared), len(sentinels), len(expected))
+		t.Fatalf("%d Err variables, %d listed here, %d names in the definition", len(declared), len(sentinels), len(expected))
 	}
 	for _, sentinel := range sentinels {
 		status, ok := expected[sentinel.Name]
 		if !ok || !declared[sentinel.Name] {
-			t.Errorf("%s: not a name of the Swift sources, or not declared as Err%s", sentinel.Name, sentinel.Name)
+			t.Errorf("%s: not a name of the definition, or not declared as Err%s", sentinel.Name, sentinel.Name)
 		}
 		if sentinel.ExitStatus() != status {
-			t.Errorf("%s: exit status %d, the Swift sources say %d", sentinel.Name, sentinel.ExitStatus(), status)
+			t.Errorf("%s: exit status %d, the definition says %d", sentinel.Name, sentinel.ExitStatus(), status)
 		}
 	}
 	if len(exitStatuses) != len(expected) {
-		t.Errorf("exitStatuses has %d names, the Swift sources %d", len(exitStatuses), len(expected))
+		t.Errorf("exitStatuses has %d names, the definition %d", len(exitStatuses), len(expected))
 	}
 }
 

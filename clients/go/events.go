@@ -5,15 +5,6 @@ import (
 	"sync"
 )
 
-// The names of the group events a subscription receives.
-const (
-	EventLoggedIn  = "LoggedIn"  // a login succeeded
-	EventExtended  = "Extended"  // the session window moved
-	EventLoggedOut = "LoggedOut" // the session ended by logout: drop any state that depends on it
-	EventExpiring  = "Expiring"  // the window closes soon: extend if the user is active, or warn them
-	EventExpired   = "Expired"   // the window passed (or the IdP ended the session): the user must log in
-)
-
 // Event is a signal from the broker about a group, with its SessionStatus after the event.
 type Event struct {
 	Name   string // EventLoggedIn, EventExtended, …

@@ -7,16 +7,9 @@ import (
 	"time"
 )
 
-// State is a group's session state.
+// State is a group's session state. Its values, StateValid, StateExpired, StateNotLoggedIn and
+// StateCorrupt, are in names.go (generated from protocol/names.json).
 type State string
-
-// The four states of SessionStatus.State.
-const (
-	StateValid       State = "valid"       // sign works
-	StateExpired     State = "expired"     // logged in once, but the session window has passed
-	StateNotLoggedIn State = "notLoggedIn" // no credential
-	StateCorrupt     State = "corrupt"     // the stored credential is damaged; logout clears it
-)
 
 // SessionStatus is one group's session. Times absent from the daemon's answer are zero.
 type SessionStatus struct {

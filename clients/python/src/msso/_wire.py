@@ -29,7 +29,10 @@ MAX_EVENT_BYTES = 1 << 20
 PROMPTS_KEPT = 4            # a login's prompts not yet shown (the daemon sends one): the newest
 DEFAULT_TIMEOUT = 20.0      # seconds a call may take (the Swift client's default); logins with a prompt wait as long as the daemon does
 SLOW_TIMEOUT = 90.0         # lock and unlock: a wrong passphrase is answered up to 60 s late
+# BEGIN GENERATED prompts: by scripts/generate-names from protocol/names.json; do not edit
+# The signals a login's caller gets (its prompts), rather than a group's subscribers.
 PROMPTS = ("DevicePrompt", "BrowserPrompt")
+# END GENERATED prompts
 
 # Request headers a signing profile can cover (RFC 9421 profiles: content-type, content-digest);
 # the Auth classes pass only these to `sign`, so cookies and the like never cross the socket.
@@ -76,9 +79,15 @@ def default_label() -> str:
 # -- values ----------------------------------------------------------------------------------------
 # TypedDicts: the JSON objects as the daemon sends them (camelCase keys, unknown keys kept).
 
+# BEGIN GENERATED states: by scripts/generate-names from protocol/names.json; do not edit
+# A session's state (SessionStatus's `state`).
+SessionState = Literal["valid", "expired", "notLoggedIn", "corrupt"]
+# END GENERATED states
+
+
 class SessionStatus(TypedDict):
     group: str
-    state: Literal["valid", "expired", "notLoggedIn", "corrupt"]
+    state: SessionState
     issuer: NotRequired[str]
     username: NotRequired[str]
     loggedInAt: NotRequired[float]

@@ -2,17 +2,20 @@
 
 Each carries `name` (the protocol's stable name: branch on the class or on it), `message` (the
 daemon's sentence for the user, which never holds a secret) and `exit_status` (what the `msso`
-command exits with for it, Sources/MSSOClient/ExitStatus.swift), so a Python tool can exit as the
-CLI would. Tests/e2e/test_python_library.py checks both lists against the Swift sources.
+command exits with for it), so a Python tool can exit as the CLI would. The classes and their exit
+statuses are generated from protocol/names.json, the one definition of the protocol's names, by
+scripts/generate-names.
 """
 from __future__ import annotations
 
+# BEGIN GENERATED all: by scripts/generate-names from protocol/names.json; do not edit
 __all__ = [
     "MSSOError", "NotLoggedIn", "Expired", "Corrupt", "Busy", "TimedOut", "KeyringLocked", "KeyringUnavailable",
     "Locked", "IdPUnavailable", "InvalidCredentials", "LoginDenied", "Forbidden", "ResourceForbidden",
     "NotEntitled", "UnknownGroup", "UnknownMethod", "BadRequest", "UnsupportedVersion", "ConfigInvalid",
     "BrokerUnreachable", "Internal", "ERRORS", "error_for",
 ]
+# END GENERATED all
 
 
 class MSSOError(Exception):
@@ -43,6 +46,7 @@ class MSSOError(Exception):
         return type(self)(self.message, name=self.name)
 
 
+# BEGIN GENERATED errors: by scripts/generate-names from protocol/names.json; do not edit
 class NotLoggedIn(MSSOError):
     """No credential is stored for the group: log in."""
     name, exit_status = "NotLoggedIn", 2
@@ -59,7 +63,8 @@ class Corrupt(MSSOError):
 
 
 class Busy(MSSOError):
-    """The daemon is at a limit (connections, logins waiting for the user, confirmations): try again later."""
+    """The daemon is at a limit (connections, logins waiting for the user, confirmations): try again
+    later."""
     name, exit_status = "Busy", 3
 
 
@@ -79,7 +84,8 @@ class KeyringUnavailable(MSSOError):
 
 
 class Locked(MSSOError):
-    """The broker is locked (`msso lock`); also a wrong or paused unlock, and lock when already locked."""
+    """The broker is locked (`msso lock`); also a wrong or paused unlock, and lock when already
+    locked."""
     name, exit_status = "Locked", 8
 
 
@@ -148,6 +154,7 @@ class Internal(MSSOError):
     """A bug in the daemon (see its log), an error name this library does not know, or a frame it
     cannot read."""
     name, exit_status = "Internal", 70
+# END GENERATED errors
 
 
 ERRORS: dict[str, type[MSSOError]] = {cls.name: cls for cls in MSSOError.__subclasses__()}
