@@ -33,7 +33,7 @@ CXX_ARCHIVE := $(shell clang -print-file-name=libstdc++.a 2>/dev/null)
 STATIC_CXX = $(RELEASE)/static-c++
 DAEMON_CXX = $(if $(filter /%,$(CXX_ARCHIVE)),-Xswiftc -L$(abspath $(STATIC_CXX)))
 
-.PHONY: demo test setup build unit e2e bench order faults fuzz release release-daemon release-clients docs install deb clean
+.PHONY: demo test setup build unit e2e bench order faults fuzz release release-daemon release-clients docs install deb clean names
 
 demo: setup build
 	./examples/demo.sh
@@ -48,6 +48,11 @@ test: setup
 
 setup:
 	./scripts/setup
+
+# The wire's names in every language, written from their one definition, protocol/names.json
+# (docs/ARCHITECTURE.md, "One definition of the protocol"); Tests/e2e/test_wire_names.py checks them.
+names:
+	./scripts/generate-names
 
 # The tests' debug build, without DWARF beyond line tables, which only an interactive debugger
 # reads (a crash's or gdb's backtrace still names each file and line). `swift test` is given the
