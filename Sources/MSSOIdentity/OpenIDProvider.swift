@@ -241,6 +241,13 @@ public final class OpenIDProvider: IdentityProvider {
     }
 
     public func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet {
+        // The token may be being spent already, by the request of a mssod that died or stopped
+        // (its mssod-idp goes on): its answer is this refresh's, for spending it twice would end
+        // the session at a provider that rotates refresh tokens.
+        if let elsewhere = await RescuedRefresh.answerElsewhere(group, spending: refreshToken, within: requestTimeout + IdPHTTP.grace) {
+            logger.notice("took the answer of a refresh an earlier mssod had under way", metadata: ["group": "\(group.name)"])
+            return try await keptTokens(elsewhere.body, askedAt: elsewhere.askedAt, group: group)
+        }
         let outcome: Exchange
         do {
             // Its answer is kept where it outlives this process until the broker has stored it.

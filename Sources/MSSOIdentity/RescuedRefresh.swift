@@ -24,9 +24,16 @@ enum RescuedRefresh {
         Base64URL.encode(Data(SHA256.hash(data: Data(refreshToken.utf8))))
     }
 
-    /// The kept answer of the group: the fingerprint of the token it answered, when it was asked,
-    /// and the IdP's body. Nil when there is none, or it cannot be read as one.
-    static func read(_ group: GroupConfig) -> (fingerprint: String, askedAt: Double, body: Data)? {
+    /// What is kept for the group: an answer, or a request still under way elsewhere.
+    enum Kept {
+        /// The fingerprint of the token it answered, when it was asked, and the IdP's body.
+        case answer(fingerprint: String, askedAt: Double, body: Data)
+        /// A `mssod-idp` (of this mssod, or of one that died or stopped) spending that token now.
+        case underWay(fingerprint: String, askedAt: Double, pid: Int32)
+    }
+
+    /// What is kept for the group; nil when nothing is, or it cannot be read as either.
+    static func read(_ group: GroupConfig) -> Kept? {
         var persistent: Int32 = 0
         let home = cmsso_keys_home(&persistent)
         guard home > 0, group.name.utf8.allSatisfy({ $0 != 0 }) else { return nil }
@@ -37,8 +44,37 @@ enum RescuedRefresh {
         defer { buffer.withUnsafeMutableBytes { explicit_bzero($0.baseAddress!, $0.count) } }
         guard length > 0, length <= buffer.count, let newline = buffer[..<length].firstIndex(of: 10) else { return nil }
         let tag = String(decoding: buffer[..<newline], as: UTF8.self).split(separator: " ")
-        guard tag.count == 2, let askedAt = Double(tag[1]), askedAt.isFinite else { return nil }
-        return (String(tag[0]), askedAt, Data(buffer[(newline + 1)..<length]))
+        guard tag.count >= 2, let askedAt = Double(tag[1]), askedAt.isFinite else { return nil }
+        if tag.count == 3, newline + 1 == length, let pid = Int32(tag[2]), pid > 0 {
+            return .underWay(fingerprint: String(tag[0]), askedAt: askedAt, pid: pid)
+        }
+        guard tag.count == 2 else { return nil }
+        return .answer(fingerprint: String(tag[0]), askedAt: askedAt, body: Data(buffer[(newline + 1)..<length]))
+    }
+
+    /// Whether `pid` is still a `mssod-idp` (its name; it is not dumpable, so not its executable).
+    static func running(_ pid: Int32) -> Bool {
+        guard kill(pid, 0) == 0 || errno == EPERM,
+              let name = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) else { return false }
+        return name == "mssod-idp\n"
+    }
+
+    /// Before a refresh of `refreshToken`: the answer of a request that is spending it already (a
+    /// mssod that died or stopped left it under way), waited for while its `mssod-idp` runs, at
+    /// most `seconds`. Nil when there is none: the token is then this refresh's to spend.
+    static func answerElsewhere(_ group: GroupConfig, spending refreshToken: String, within seconds: Double) async -> (askedAt: Double, body: Data)? {
+        let fingerprint = fingerprint(refreshToken)
+        let end = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while true {
+            switch read(group) {
+            case .answer(fingerprint, let askedAt, let body)?:
+                return (askedAt, body)
+            case .underWay(fingerprint, _, let pid)? where running(pid) && ContinuousClock.now < end:
+                try? await Task.sleep(for: .milliseconds(20))
+            default:
+                return nil
+            }
+        }
     }
 
     /// Removes the group's kept answer, if any.
@@ -53,13 +89,11 @@ enum RescuedRefresh {
 
 extension OpenIDProvider {
     public func rescuedRefresh(_ group: GroupConfig, spent refreshToken: String?) async -> RescuedTokens? {
-        guard let kept = RescuedRefresh.read(group) else { return nil }
-        let matches = refreshToken.map { RescuedRefresh.fingerprint($0) == kept.fingerprint } ?? false
+        // One still under way is waited for by the refresh that would spend its token.
+        guard case .answer(let fingerprint, let askedAt, let body)? = RescuedRefresh.read(group) else { return nil }
+        let matches = refreshToken.map { RescuedRefresh.fingerprint($0) == fingerprint } ?? false
         do {
-            var tokens = try await refreshedTokens(kept.body, group: group, dpop: group.signing.token == .dpop)
-            // Its lifetime counts from when it was asked, not from now.
-            tokens.expiresIn = max(0, kept.askedAt + tokens.expiresIn - Date().timeIntervalSince1970)
-            return RescuedTokens(tokens: tokens, answersStored: matches)
+            return RescuedTokens(tokens: try await keptTokens(body, askedAt: askedAt, group: group), answersStored: matches)
         } catch {
             logger.warning("a kept refresh answer could not be read; it is dropped", metadata: ["group": "\(group.name)", "error": "\(error)"])
             RescuedRefresh.forget(group)
@@ -69,5 +103,12 @@ extension OpenIDProvider {
 
     public func forgetRescuedRefresh(_ group: GroupConfig) {
         RescuedRefresh.forget(group)
+    }
+
+    /// The tokens of a kept answer; their lifetime counts from when it was asked, not from now.
+    func keptTokens(_ body: Data, askedAt: Double, group: GroupConfig) async throws(BrokerError) -> TokenSet {
+        var tokens = try await refreshedTokens(body, group: group, dpop: group.signing.token == .dpop)
+        tokens.expiresIn = max(0, askedAt + tokens.expiresIn - Date().timeIntervalSince1970)
+        return tokens
     }
 }

@@ -25,7 +25,9 @@
 // sends (it ends at its own deadline all the same), and before it answers it keeps a 200 answer in
 // the kernel keyring (the persistent keyring msso's kernel store uses) as a "user" key of that
 // name: the tag, a line feed, the body. mssod removes it once it has stored the answer, and reads
-// it when it finds it after a restart.
+// it when it finds it after a restart. While the request is under way the key says so (the tag and
+// this process's pid, no body): a mssod started meanwhile waits for the answer instead of spending
+// the same refresh token again.
 #define _GNU_SOURCE
 #include <curl/curl.h>
 #include "cmsso_system.h"
@@ -247,20 +249,43 @@ static CURLcode perform(const request_t *request, answer_t *answer) {
     return done;
 }
 
-/// Keeps a 200 answer where a later mssod finds it (see the top of this file). Best effort: a full
-/// key quota or a kernel without keyrings leaves it to mssod alone.
-static void rescue(const request_t *request, const answer_t *answer) {
+/// The kernel keyring msso keeps its items in (the kernel store's), or 0 where there is none.
+static int32_t keys_home(void) {
+    int persistent;
+    int32_t home = cmsso_keys_home(&persistent);
+    return home > 0 ? home : 0;
+}
+
+/// Says, under the rescue key, that this process is spending the refresh token: the tag, a space,
+/// this pid, a line feed and nothing more. A mssod started meanwhile waits for the answer that
+/// replaces it rather than spend the same token again (the IdP would end the session).
+static void announce(const request_t *request) {
     const char *key = text(request, 7), *tag = text(request, 8);
+    char line[512];
+    int length = snprintf(line, sizeof line, "%s %ld\n", tag, (long)getpid());
+    int32_t home = keys_home();
+    if (home && length > 0 && (size_t)length < sizeof line) cmsso_keys_write(home, key, line, (size_t)length);
+}
+
+/// Keeps a 200 answer where a later mssod finds it (see the top of this file), in place of the
+/// announcement; any other outcome takes the announcement back. Best effort: a full key quota or
+/// a kernel without keyrings leaves it to mssod alone.
+static void rescue(const request_t *request, const answer_t *answer, int answered) {
+    const char *key = text(request, 7), *tag = text(request, 8);
+    int32_t home = keys_home();
+    if (!home) return;
     size_t tagged = request->lengths[8] + 1 + answer->length;
-    if (!*key || answer->status != 200 || !answer->length || tagged > 32767 /* a "user" key's most */) return;
+    if (!answered || answer->status != 200 || !answer->length || tagged > 32767 /* a "user" key's most */) {
+        int32_t announced = cmsso_keys_find(home, key);
+        if (announced > 0) cmsso_keys_delete(home, announced);
+        return;
+    }
     char *payload = malloc(tagged);
     if (!payload) return;
     memcpy(payload, tag, request->lengths[8]);
     payload[request->lengths[8]] = '\n';
     memcpy(payload + request->lengths[8] + 1, answer->body, answer->length);
-    int persistent;
-    int32_t home = cmsso_keys_home(&persistent);
-    if (home > 0) cmsso_keys_write(home, key, payload, tagged);
+    cmsso_keys_write(home, key, payload, tagged);
     explicit_bzero(payload, tagged);
     free(payload);
 }
@@ -281,8 +306,11 @@ int main(void) {
     request_t request = {0};
     read_request(&request);
     if (request.count < FIXED_FIELDS) refuse("the request is incomplete");
-    if (*text(&request, 7)) {
-        /* Its answer outlives mssod: see the top of this file. Its deadline still ends it. */
+    int kept = *text(&request, 7) != 0;
+    if (kept) {
+        /* Its answer outlives mssod (see the top of this file): announced first, so that no mssod
+           started after a death of this one's can miss it. Its deadline still ends it. */
+        announce(&request);
         prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0);
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
@@ -291,7 +319,7 @@ int main(void) {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) refuse("libcurl could not be initialised");
     answer_t answer = {0};
     CURLcode done = perform(&request, &answer);
-    if (done == CURLE_OK && !answer.too_large) rescue(&request, &answer);
+    if (kept) rescue(&request, &answer, done == CURLE_OK && !answer.too_large);
     /* A secret of the request (a password, a client secret, a refresh token) is not kept longer
        than it must be. */
     for (size_t i = 0; i < request.count; i++) explicit_bzero(request.fields[i], request.lengths[i]);

@@ -161,12 +161,15 @@ def rotating(desktop):
         provider.cleanup()
 
 
-def refresh_held_at_the_idp(provider, daemon):
+def refresh_held_at_the_idp(desktop, provider, daemon):
     """Call inside `frozen(provider.pid())`: starts a sign, whose refresh is then under way, past the check
-    that the store can take its answer, and waiting for the held IdP. (The sign, mssod-idp's pid.)"""
+    that the store can take its answer, announced by mssod-idp, and waiting for the held IdP. (The sign,
+    mssod-idp's pid.)"""
     sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    return sign, wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")[0]
+    helper = wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")[0]
+    wait_for(lambda: kept_refresh_answer(desktop), what="mssod-idp to announce the refresh")
+    return sign, helper
 
 
 def the_rotated_token_is_stored_alone(desktop, provider, item):
@@ -184,7 +187,7 @@ def test_a_crash_between_rotation_and_the_keyring_write(desktop, rotating):
     in a burst of signs that each refresh hits this window about half the time (`make faults` counts it)."""
     provider, daemon, item = rotating
     with frozen(provider.pid()):
-        sign, _ = refresh_held_at_the_idp(provider, daemon)
+        sign, _ = refresh_held_at_the_idp(desktop, provider, daemon)
         keyring = frozen(desktop.keyring.pid)
         keyring.__enter__()
     try:
@@ -207,7 +210,7 @@ def test_a_stop_during_a_refresh_waits_for_the_answer_and_stores_it(desktop, rot
     token before it goes."""
     provider, daemon, item = rotating
     with frozen(provider.pid()):
-        sign, _ = refresh_held_at_the_idp(provider, daemon)
+        sign, _ = refresh_held_at_the_idp(desktop, provider, daemon)
         daemon.process.send_signal(signal.SIGTERM)
         wait_for(lambda: daemon.logged("waiting for the refreshes under way to be stored"), what="mssod to wait")
     daemon.process.wait(timeout=5)
@@ -222,7 +225,7 @@ def test_a_stop_that_outlasts_the_refresh_leaves_its_answer_to_the_next_mssod(de
     outlives it, keeps the answer, and the next mssod takes it."""
     provider, daemon, item = rotating
     with frozen(provider.pid()):
-        sign, helper = refresh_held_at_the_idp(provider, daemon)
+        sign, helper = refresh_held_at_the_idp(desktop, provider, daemon)
         daemon.process.send_signal(signal.SIGTERM)
         daemon.process.wait(timeout=5)
         os.kill(helper, signal.SIGTERM)  # as a unit's stop sends it to every process of the unit
@@ -252,4 +255,27 @@ def test_an_answer_kept_past_its_store_is_dropped_without_revoking_the_session(d
     daemon.start()
     assert daemon.msso("sign", "--url", URL).returncode == 0  # refreshes (refresh_lead) with the stored token
     assert not kept_refresh_answer(desktop)
+    the_rotated_token_is_stored_alone(desktop, provider, item)
+
+
+def test_a_new_mssod_waits_for_the_refresh_a_killed_one_left_under_way(desktop, rotating):
+    """mssod killed while its refresh waits for the IdP, and started again at once (socket activation,
+    `systemctl restart`): its first sign must not spend the same refresh token again (glewlwyd, seeing
+    it twice, ends the whole chain: an outside attack lost 6 of 6 sessions so). It waits for the answer
+    the killed mssod's mssod-idp brings, and takes it."""
+    provider, daemon, item = rotating
+    with frozen(provider.pid()):
+        first, helper = refresh_held_at_the_idp(desktop, provider, daemon)
+        kill_hard(daemon)
+        first.wait(timeout=10)
+        daemon.start()
+        second = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            second.wait(timeout=0.5)  # it waits for the killed mssod's request, which the IdP holds
+    out, err = second.communicate(timeout=20)
+    assert second.returncode == 0, err
+    wait_for(lambda: not os.path.exists(f"/proc/{helper}"), what="mssod-idp to end")
+    assert daemon.logged("took the answer of a refresh an earlier mssod had under way") == 1, daemon.log.read_text()[-4000:]
+    assert daemon.msso("sign", "--url", URL).returncode == 0
     the_rotated_token_is_stored_alone(desktop, provider, item)
