@@ -17,8 +17,19 @@ extension Broker {
     /// The window of `credential`, the group's: as measured, or measured now for one that memory
     /// does not hold (there is none; a fallback, not a second rule).
     func window(of credential: Credential, _ name: String) -> SessionWindow {
+        if !madeHere(credential, name) {
+            // Ended when it began: its tokens are for another provider, which the group no longer names.
+            return SessionWindow(endingAt: credential.loggedInAt, measuredAt: clock.moment())
+        }
         if let window = groups[name]?.window, window.end.wall == credential.endsAt { return window }
         return SessionWindow(endingAt: credential.endsAt, measuredAt: clock.moment())
+    }
+
+    /// Whether the session was made with the identity provider the group names now. One made with
+    /// another (an administrator moved the group) is over, and its tokens are sent nowhere: not to
+    /// the new provider (a refresh or a revocation would hand it the old one's refresh token).
+    func madeHere(_ credential: Credential, _ name: String) -> Bool {
+        configuration.groups[name].map { $0.issuer == credential.issuer } ?? true
     }
 
     /// Arms the group's `Expiring` and `Expired` timers for its current window: each wakes at its

@@ -194,7 +194,8 @@ public actor Broker {
                 $0.generation += 1
                 $0.backoff = RefreshBackoff()
             }
-            return previous?.refreshToken
+            // The replaced session's token goes to its own provider only, which is the group's when it still names it.
+            return previous.flatMap { madeHere($0, config.name) ? $0.refreshToken : nil }
         }
         if let replaced, replaced != tokens.refreshToken {
             // The session it replaces ends here: its refresh token must not stay alive at the IdP.
@@ -511,7 +512,8 @@ public actor Broker {
     private func dropRescuedRefresh(_ config: GroupConfig, spent: String?) async {
         guard let kept = await identity.rescuedRefresh(config, spent: spent), !kept.answersStored else { return }
         identity.forgetRescuedRefresh(config)
-        if let token = kept.tokens.refreshToken, token != spent {
+        if let token = kept.tokens.refreshToken, token != spent,
+           groups[config.name]?.credential.map({ madeHere($0, config.name) }) ?? true {
             let identity = self.identity
             Task { _ = await identity.revoke(config, token: token, hint: .refreshToken) }
         }
@@ -523,6 +525,9 @@ public actor Broker {
         }
         guard let credential else {
             throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; run `msso login --group \(name)`")
+        }
+        guard madeHere(credential, name) else {
+            throw BrokerError(.expired, "the SSO session of \"\(name)\" was made with another identity provider (\(TerminalText.safe(String(credential.issuer.prefix(200))))) than the group names now; run `msso login --group \(name)`")
         }
         guard window(of: credential, name).isOpen(at: clock.moment()) else {
             throw BrokerError(.expired, credential.refreshToken == nil && credential.accessTokenExpiresAt < credential.sessionExpiresAt
@@ -582,6 +587,12 @@ public actor Broker {
     /// token while it lives (revoking the one does not take the other along at every provider).
     /// Nil when both are forgotten, or there was nothing left to forget.
     private func revokeTokens(of credential: Credential, _ config: GroupConfig) async -> Methods.Logout.NotRevoked? {
+        guard madeHere(credential, config.name) else {
+            // Never to the provider the group names now: they are another's tokens.
+            return Methods.Logout.NotRevoked(group: config.name, reason: "the session was made with another identity provider than \"\(config.name)\" names now, so its tokens were not sent to either",
+                                             accessTokenExpiresAt: credential.accessTokenExpiresAt > now() ? credential.accessTokenExpiresAt : nil,
+                                             refreshToken: credential.refreshToken != nil)
+        }
         var refreshKept = false, accessKept = false, reasons: [String] = []
         func note(_ outcome: Revocation) -> Bool {
             switch outcome {

@@ -176,3 +176,32 @@ def test_a_bus_down_when_mssod_starts_is_not_read_as_logged_out_and_is_used_once
         assert daemon.msso("sign", "--url", URL).returncode == 0
     finally:
         daemon.stop()
+
+
+def test_a_group_moved_to_another_provider_sends_the_old_tokens_nowhere(desktop, idp):
+    """An administrator points a group at another identity provider while a session of the first one is
+    stored: that session is over (check, sign say so), and its tokens are sent nowhere, least of all to the
+    new provider (an outside attack saw the old refresh token reach the new provider's revocation
+    endpoint at the next login)."""
+    from fake_idp import FakeIdP
+    other = FakeIdP(idp)  # another issuer, in front of the same glewlwyd
+    daemon = Broker(desktop, idp)
+    try:
+        assert daemon.login().returncode == 0
+        _, old = remember(desktop.keyring_item())
+        daemon.stop()
+        daemon.write_config({GROUP: {}}, other)
+        daemon.start()
+        done = daemon.msso("check")
+        assert done.returncode == 1 and "session expired" in done.stdout, done.stdout + done.stderr
+        done = daemon.msso("sign", "--url", URL)
+        assert done.returncode == 1 and "was made with another identity provider" in done.stderr, done.stderr
+        assert daemon.msso("logout").returncode == 0
+        assert daemon.login().returncode == 0
+        assert daemon.msso("sign", "--url", URL).returncode == 0
+        sent = b"".join(request.body for request in other.requests)
+        assert other.requests and old["refreshToken"].encode() not in sent and old["accessToken"].encode() not in sent
+        assert refresh_token_active(idp, old["refreshToken"]), "nor revoked at the old provider through the new one"
+    finally:
+        daemon.stop()
+        other.stop()
