@@ -20,6 +20,7 @@ that one relative, the same deadline, which libfaketime passes through. Dispatch
 timerfds (Swift's Task.sleep, which the expiry timers used before) are converted too: after a jump
 forward they spin, after a jump back they wait as much longer, but Dispatch checks its own real
 clock before firing anything, so nothing fires early. A suspend cannot be made here."""
+import base64
 import json
 import os
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import GROUP, Broker, RawClient
+from harness import GROUP, Broker, RawClient, sleep_until
 
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 
@@ -153,3 +154,33 @@ def test_a_jump_back_does_not_lengthen_the_window_in_elapsed_time(desktop, idp):
         expired_everywhere(broker)
     finally:
         broker.stop()
+
+
+@pytest.mark.xfail(strict=True, reason="the access token's lifetime is on the wall clock alone (SECURITY.md, known "
+                                       "limits): a refresh made while mssod's clock was ahead stores an expiry as "
+                                       "far ahead, and the token is served past its real end")
+def test_a_refresh_made_while_the_clock_was_ahead_is_renewed_when_the_token_really_ends(desktop):
+    """A blind attack's finding: mssod's clock hours ahead for one refresh, then put right; the IdP's
+    token lives seconds, yet msso went on serving it for hours."""
+    from harness import IdP
+    provider = IdP(token_ttl=3)
+    clock = WallClock(desktop)
+    broker = Broker(desktop, provider, groups={GROUP: {"session_timeout": "12h", "session_max": "24h", "refresh_lead": "1s"}},
+                    environment=clock.environment)
+    try:
+        assert broker.login().returncode == 0
+        clock.jump(6 * 3600)
+        ahead = broker.msso("sign", "--url", "https://api.example.com/")  # expired on this clock: refreshes
+        assert ahead.returncode == 0, ahead.stderr
+        clock.jump(0)
+        # The token the refresh brought ends 3 s after it, by the IdP's clock (which is right): from
+        # then on msso must renew it rather than hand it out.
+        token = ahead.stdout.strip().rpartition(" ")[2]
+        claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+        sleep_until(claims["exp"] + 0.1)
+        after = broker.msso("sign", "--url", "https://api.example.com/")
+        assert after.returncode == 0, after.stderr
+        assert after.stdout != ahead.stdout, "the expired token was handed out again"
+    finally:
+        broker.stop()
+        provider.cleanup()
