@@ -7,6 +7,8 @@ struct Published: Sendable {
         var credential: Credential
         /// Its window, as the actor measured it (``SessionWindow``): the fast path asks the same rule.
         var window: SessionWindow
+        /// The access token's life, as the actor measured it (``Broker/tokenLife(of:_:)``).
+        var token: SessionWindow
         var key: SigningKey?
     }
     /// Groups with a stored, valid-looking session (the window and the token's age are checked
@@ -25,7 +27,8 @@ extension Broker {
         let state = groups[name]
         let entry: Published.Group?
         if !lock.isLocked, let state, state.loaded, !state.corrupt, !state.unsaved, let credential = state.credential {
-            entry = Published.Group(credential: credential, window: window(of: credential, name), key: signingKeys[name])
+            entry = Published.Group(credential: credential, window: window(of: credential, name), token: tokenLife(of: credential, name),
+                                    key: signingKeys[name])
         } else {
             entry = nil
         }
@@ -48,7 +51,7 @@ extension Broker {
         if dpop && request.dpopNonce != nil { return nil } // a nonce to remember: the actor's
         guard let entry else { return nil }
         let now = clock.moment()
-        guard SignDecision.verdict(for: entry.credential, window: entry.window, unsaved: false, hasKey: entry.key != nil, config: config,
+        guard SignDecision.verdict(for: entry.credential, window: entry.window, token: entry.token, unsaved: false, hasKey: entry.key != nil, config: config,
                                    now: now) == .sign else {
             return nil
         }

@@ -26,7 +26,7 @@ extension Broker {
         } else {
             let backoff = groups[name]!.backoff
             if now() < backoff.notBefore, groups[name]?.unsaved != true {
-                if stale.accessTokenExpiresAt > now() { return stale }
+                if tokenLeft(stale, name) > 0 { return stale }
                 throw BrokerError(.idpUnavailable, "the identity provider of \"\(name)\" is unavailable, so the access token could not be renewed; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
             }
             let generation = groups[name]!.generation
@@ -40,7 +40,7 @@ extension Broker {
             return try await task.value
         } catch let busy as IdPBusy {
             // The IdP is down but the current token still works: serve it, retry after the backoff.
-            if stale.accessTokenExpiresAt > now() { return stale }
+            if tokenLeft(stale, name) > 0 { return stale }
             let wait = Int(max(0, (groups[name]?.backoff.notBefore ?? now()) - now())) + 1
             throw BrokerError(.idpUnavailable, "\(busy.error.message); msso asks again in \(wait) s, and the session is kept")
         }
@@ -52,16 +52,16 @@ extension Broker {
             throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
         }
         // A token rotated earlier but not yet stored only needs storing, unless it is stale too.
-        let needsNewToken = !groups[name]!.unsaved || credential.accessTokenExpiresAt - now() < config.refreshLead
+        let needsNewToken = !groups[name]!.unsaved || tokenLeft(credential, name) < config.refreshLead
         if needsNewToken {
             guard let refreshToken = credential.refreshToken else {
-                if credential.accessTokenExpiresAt > now() { return credential }
+                if tokenLeft(credential, name) > 0 { return credential }
                 throw BrokerError(.expired, "the access token of \"\(name)\" expired and the IdP gave no refresh token; run `msso login --group \(name)`")
             }
             // The IdP spends a one-use refresh token as it answers: not before the answer can be
             // stored. Meanwhile a token that still works is served as it is.
             if let refusal = await store.cannotSave(credential, group: name) {
-                if credential.accessTokenExpiresAt > now() { return credential }
+                if tokenLeft(credential, name) > 0 { return credential }
                 throw refusal
             }
             let tokens: TokenSet

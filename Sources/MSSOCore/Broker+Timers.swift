@@ -7,7 +7,11 @@ extension Broker {
     func measureWindow(_ name: String) {
         guard let state = groups[name], let credential = state.credential else {
             groups[name]?.window = nil
+            groups[name]?.tokenLife = nil
             return
+        }
+        if state.tokenLife?.end.wall != credential.accessTokenExpiresAt {
+            groups[name]!.tokenLife = SessionWindow(endingAt: credential.accessTokenExpiresAt, measuredAt: clock.moment())
         }
         guard state.windowMeasured?.generation != state.generation || state.windowMeasured?.end != credential.endsAt else { return }
         groups[name]!.window = SessionWindow(endingAt: credential.endsAt, measuredAt: clock.moment())
@@ -23,6 +27,21 @@ extension Broker {
         }
         if let window = groups[name]?.window, window.end.wall == credential.endsAt { return window }
         return SessionWindow(endingAt: credential.endsAt, measuredAt: clock.moment())
+    }
+
+    /// The access token's life, by the same rule as the window (``SessionWindow``): it ends at the
+    /// first of its stored wall-clock end and as much elapsed time as it had left when its expiry
+    /// was set or read. A refresh made while the wall clock was ahead stores an expiry as far
+    /// ahead; measured so, the token is still renewed when it really ends (a blind attack had msso
+    /// hand out an expired token for the hours the clock had been ahead).
+    func tokenLife(of credential: Credential, _ name: String) -> SessionWindow {
+        if let life = groups[name]?.tokenLife, life.end.wall == credential.accessTokenExpiresAt { return life }
+        return SessionWindow(endingAt: credential.accessTokenExpiresAt, measuredAt: clock.moment())
+    }
+
+    /// Seconds the access token has left (``tokenLife(of:_:)``); negative once it has ended.
+    func tokenLeft(_ credential: Credential, _ name: String) -> Double {
+        tokenLife(of: credential, name).remaining(at: clock.moment())
     }
 
     /// Whether the session was made with the identity provider the group names now. One made with

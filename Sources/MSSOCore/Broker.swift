@@ -65,6 +65,9 @@ public actor Broker {
         /// measured for.
         var window: SessionWindow?
         var windowMeasured: (generation: Int, end: Double)?
+        /// The access token's life on both clocks, measured when its expiry was set or read
+        /// (``Broker/tokenLife(of:_:)``).
+        var tokenLife: SessionWindow?
         /// When the IdP may be asked for a refresh again, after it was unavailable.
         var backoff = RefreshBackoff()
         /// When a caller last asked for a renewed token (``Broker/token(_:renew:)``).
@@ -271,7 +274,7 @@ public actor Broker {
         let decision = try SignDecision(request, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
         try requireUnlocked()
         var credential = try requireValid(try await credential(config.name), config.name)
-        if SignDecision.verdict(for: credential, window: window(of: credential, config.name), unsaved: groups[config.name]?.unsaved == true,
+        if SignDecision.verdict(for: credential, window: window(of: credential, config.name), token: tokenLife(of: credential, config.name), unsaved: groups[config.name]?.unsaved == true,
                                 hasKey: true, config: config, now: clock.moment()) == .refreshFirst {
             credential = try await refreshed(config, credential)
             try requireUnlocked() // locked while the refresh ran
@@ -305,7 +308,7 @@ public actor Broker {
         var credential = try requireValid(try await credential(config.name), config.name)
         let renewing = renew && now() - (groups[config.name]?.renewedAt ?? 0) >= 10
         if renewing { groups[config.name]?.renewedAt = now() }
-        if renewing || credential.accessTokenExpiresAt - now() < config.refreshLead || groups[config.name]?.unsaved == true {
+        if renewing || tokenLeft(credential, config.name) < config.refreshLead || groups[config.name]?.unsaved == true {
             credential = try await refreshed(config, credential)
             try requireUnlocked() // locked while the refresh ran
         }
@@ -314,7 +317,8 @@ public actor Broker {
         case .header(let name): header = name
         default: header = "Bearer"
         }
-        return Methods.Token.Result(accessToken: credential.accessToken, expiresAt: credential.accessTokenExpiresAt, header: header)
+        return Methods.Token.Result(accessToken: credential.accessToken, expiresAt: tokenLife(of: credential, config.name).wallEnd(at: clock.moment()),
+                                    header: header)
     }
 
     /// The public half of the group's signing key (made on first use). With `rotate`, a new key
@@ -605,7 +609,7 @@ public actor Broker {
         if let refreshToken = credential.refreshToken {
             refreshKept = note(await identity.revoke(config, token: refreshToken, hint: .refreshToken))
         }
-        if credential.accessTokenExpiresAt > now() {
+        if tokenLeft(credential, config.name) > 0 {
             // Asked only where the refresh token's revocation went through (or there was none): a
             // provider that offers none, refuses or does not answer would do the same again, and a
             // logout waits for one bound at most.

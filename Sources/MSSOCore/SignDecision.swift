@@ -41,12 +41,13 @@ struct SignDecision {
         }
     }
 
-    /// Whether `credential`, whose window is `window`, signs now, and if not, what comes first.
-    static func verdict(for credential: Credential, window: SessionWindow, unsaved: Bool, hasKey: Bool, config: GroupConfig,
-                        now: Moment) -> Verdict {
+    /// Whether `credential`, whose window is `window` and its access token's life `token`, signs
+    /// now, and if not, what comes first.
+    static func verdict(for credential: Credential, window: SessionWindow, token: SessionWindow, unsaved: Bool, hasKey: Bool,
+                        config: GroupConfig, now: Moment) -> Verdict {
         guard window.isOpen(at: now) else { return .expired }
         // Without a refresh token there is nothing to renew: the token signs until it expires.
-        if (credential.refreshToken != nil && credential.accessTokenExpiresAt - now.wall < config.refreshLead) || unsaved { return .refreshFirst }
+        if (credential.refreshToken != nil && token.remaining(at: now) < config.refreshLead) || unsaved { return .refreshFirst }
         if config.signing.needsKey && !hasKey { return .keyFirst }
         return .sign
     }

@@ -19,7 +19,8 @@ final class SignDecisionTests: XCTestCase {
     /// The verdict at wall-clock time 1000, the window measured then.
     func verdict(_ credential: Credential, unsaved: Bool = false, hasKey: Bool, config: GroupConfig) -> SignDecision.Verdict {
         let now = Moment(wall: 1000, elapsed: 50)
-        return SignDecision.verdict(for: credential, window: SessionWindow(endingAt: credential.endsAt, measuredAt: now), unsaved: unsaved,
+        return SignDecision.verdict(for: credential, window: SessionWindow(endingAt: credential.endsAt, measuredAt: now),
+                                    token: SessionWindow(endingAt: credential.accessTokenExpiresAt, measuredAt: now), unsaved: unsaved,
                                     hasKey: hasKey, config: config, now: now)
     }
 
@@ -37,10 +38,24 @@ final class SignDecisionTests: XCTestCase {
     func testTheWindowDecidesWhetherItIsExpiredWhateverTheWallClockSays() throws {
         let bearer = try config(), fresh = credential(tokenLeft: 300, sessionLeft: 600)
         let window = SessionWindow(endingAt: fresh.endsAt, measuredAt: Moment(wall: 1000, elapsed: 50))
+        let token = SessionWindow(endingAt: fresh.accessTokenExpiresAt, measuredAt: Moment(wall: 1000, elapsed: 50))
         let jumpedBack = Moment(wall: 400, elapsed: 651) // 601 s elapsed, the wall clock 600 s behind
-        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, unsaved: false, hasKey: true, config: bearer, now: jumpedBack), .expired)
+        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, token: token, unsaved: false, hasKey: true, config: bearer, now: jumpedBack), .expired)
         let jumpedForward = Moment(wall: 1601, elapsed: 51)
-        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, unsaved: false, hasKey: true, config: bearer, now: jumpedForward), .expired)
+        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, token: token, unsaved: false, hasKey: true, config: bearer, now: jumpedForward), .expired)
+    }
+
+    func testTheTokensLifeIsOnBothClocksToo() throws {
+        let bearer = try config(), fresh = credential(tokenLeft: 300, sessionLeft: 3600)
+        // Its expiry set while the wall clock was an hour ahead: the token ends 300 s of elapsed time later.
+        let measured = Moment(wall: 1000, elapsed: 50)
+        let window = SessionWindow(endingAt: fresh.endsAt, measuredAt: measured)
+        let token = SessionWindow(endingAt: fresh.accessTokenExpiresAt, measuredAt: measured)
+        let putRight = Moment(wall: 1000 - 3600 + 280, elapsed: 330) // 280 s on, the clock an hour back
+        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, token: token, unsaved: false, hasKey: true, config: bearer, now: putRight),
+                       .refreshFirst, "within the lead of the token's real end, whatever the wall clock says")
+        let early = Moment(wall: 1000 - 3600 + 100, elapsed: 150)
+        XCTAssertEqual(SignDecision.verdict(for: fresh, window: window, token: token, unsaved: false, hasKey: true, config: bearer, now: early), .sign)
     }
 
     func testTheNonceIsTheRequestsElseTheNewestOfItsOriginAndOnlyForDPoP() throws {
