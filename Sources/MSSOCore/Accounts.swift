@@ -196,27 +196,11 @@ public final class AccountFile: AccountMemory, @unchecked Sendable {
 
     /// The file's accounts; nil `damaged` when it was read whole (or is not there).
     func read() -> (accounts: [String: RememberedAccount], damaged: String?) {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { return ([:], nil) }
-            return ([:], "\(path) cannot be read (\(String(cString: strerror(errno))))")
+        switch StateFile.read(path, maximumSize: Self.maximumSize) {
+        case .success(nil): return ([:], nil)
+        case .success(let data?): return Self.parse(data, path: path)
+        case .failure(let problem): return ([:], problem.message)
         }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return ([:], "\(path) is not a regular file") }
-        guard info.st_uid == getuid() else { return ([:], "\(path) belongs to uid \(info.st_uid), not to this user") }
-        guard info.st_size <= Self.maximumSize else { return ([:], "\(path) is larger than \(Self.maximumSize / 1024) KiB") }
-        var bytes = [UInt8](repeating: 0, count: Self.maximumSize + 1)
-        var used = 0
-        while used < bytes.count {
-            let count = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + used, $0.count - used) }
-            if count < 0 && errno == EINTR { continue }
-            guard count >= 0 else { return ([:], "\(path) cannot be read (\(String(cString: strerror(errno))))") }
-            if count == 0 { break }
-            used += count
-        }
-        guard used <= Self.maximumSize else { return ([:], "\(path) is larger than \(Self.maximumSize / 1024) KiB") }
-        return Self.parse(Data(bytes[..<used]), path: path)
     }
 
     /// The accounts of a file's bytes: every entry that is sound, and what was not.
@@ -272,48 +256,8 @@ public final class AccountFile: AccountMemory, @unchecked Sendable {
         }
     }
 
-    /// Writes `text` in place of the file, whole or not at all (a new file renamed over it); nil,
-    /// or why not.
+    /// Writes `text` in place of the file, whole or not at all; nil, or why not.
     func write(_ text: Data) -> String? {
-        let directory = AdminFiles.parent(of: path)
-        guard Self.makeDirectory(directory) else {
-            return "the directory \(directory) cannot be made (\(String(cString: strerror(errno))))"
-        }
-        var random = SystemRandomNumberGenerator()
-        let temporary = path + ".new-\(String(random.next(), radix: 36))"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return "\(temporary) cannot be made (\(String(cString: strerror(errno))))" }
-        var written = 0
-        let bytes = [UInt8](text)
-        while written < bytes.count {
-            let count = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else {
-                let why = String(cString: strerror(errno))
-                close(fd)
-                unlink(temporary)
-                return "\(temporary) cannot be written (\(why))"
-            }
-            written += count
-        }
-        guard fsync(fd) == 0, close(fd) == 0 else {
-            unlink(temporary)
-            return "\(temporary) cannot be written (\(String(cString: strerror(errno))))"
-        }
-        guard rename(temporary, path) == 0 else {
-            let why = String(cString: strerror(errno))
-            unlink(temporary)
-            return "\(path) cannot be replaced (\(why))"
-        }
-        return nil
-    }
-
-    /// Makes `directory` and those above it that are missing, 0700 (as the audit log's are).
-    static func makeDirectory(_ directory: String) -> Bool {
-        var info = stat()
-        if stat(directory, &info) == 0 { return (info.st_mode & S_IFMT) == S_IFDIR }
-        let parent = AdminFiles.parent(of: directory)
-        if parent != directory, parent != "/" { _ = makeDirectory(parent) }
-        return mkdir(directory, 0o700) == 0 || errno == EEXIST
+        StateFile.write(text, to: path)
     }
 }

@@ -1,5 +1,4 @@
 import FoundationEssentials
-import Glibc
 import Synchronization
 import MSSOCore
 import MSSOProtocol
@@ -90,24 +89,17 @@ public final class ChosenStore: CredentialStore, KeyStore, KeyringProbe, StoreDe
         }
     }
 
-    /// Whether the marker says `auto` took the Secret Service before.
+    /// Whether the marker says `auto` took the Secret Service before. Read as hostile (the state
+    /// directory is the user's programs' too): a link, a FIFO or anything but the one line is none.
     private func remembered() -> Bool {
-        guard let marker, let text = try? String(contentsOfFile: marker, encoding: .utf8) else { return false }
-        return text == Self.markerText
+        guard let marker, case .success(let data?) = StateFile.read(marker, maximumSize: 64) else { return false }
+        return data == Data(Self.markerText.utf8)
     }
 
     /// Writes the marker (once: it is never taken back, since sessions may be in the keyring).
     private func remember() {
         guard let marker, !remembered() else { return }
-        let directory = AdminFiles.parent(of: marker)
-        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        // Written whole and renamed into place: a reader sees the old file or the new one.
-        let scratch = marker + ".new"
-        if FileManager.default.createFile(atPath: scratch, contents: Data(Self.markerText.utf8), attributes: [.posixPermissions: 0o600]),
-           rename(scratch, marker) == 0 {
-            return
-        }
-        unlink(scratch)
+        _ = StateFile.write(Data(Self.markerText.utf8), to: marker)
     }
 
     private func store() async -> any CredentialStore & KeyStore & KeyringProbe {

@@ -205,3 +205,30 @@ def test_a_group_moved_to_another_provider_sends_the_old_tokens_nowhere(desktop,
     finally:
         daemon.stop()
         other.stop()
+
+
+def test_a_hostile_store_marker_is_no_marker(idp):
+    """The file that keeps `auto` to the Secret Service is in a directory the user's programs write: a
+    FIFO there (a read would block mssod's start), a link to another file saying the same, or other text
+    are each no marker."""
+    from harness import Desktop
+    session = Desktop(keyring=False)
+    try:
+        state = session.home / ".local" / "state" / "msso"
+        state.mkdir(parents=True)
+        elsewhere = session.home / "elsewhere"
+        elsewhere.write_text("secret-service\n")
+        for plant in (lambda path: os.mkfifo(path), lambda path: path.symlink_to(elsewhere),
+                      lambda path: path.write_text("secret-service\nand more\n")):
+            marker = state / "store"
+            marker.unlink(missing_ok=True)
+            plant(marker)
+            session.chown(state, recursive=True)
+            daemon = Broker(session, idp)  # starts, and waits for its choice of store
+            try:
+                status = daemon.msso("status")
+                assert "Sessions are kept in the kernel keyring" in status.stdout, status.stdout + status.stderr
+            finally:
+                daemon.stop()
+    finally:
+        session.cleanup()
