@@ -478,20 +478,15 @@ public actor Broker {
     }
 
     /// After a load: the answer to a refresh of the stored session that an earlier mssod did not
-    /// store (it died, stopped, or its store refused) replaces the spent token. One of another
-    /// session (logged out or in again since) is dropped, its refresh token revoked.
+    /// store (it died, stopped, or its store refused) replaces the spent token. Any other kept
+    /// answer is dropped (``dropRescuedRefresh(_:_:stored:)``).
     private func takeRescuedRefresh(_ name: String) async {
-        guard let config = configuration.groups[name], var credential = groups[name]?.credential else {
-            if let config = configuration.groups[name] { await dropRescuedRefresh(config, spent: nil) }
-            return
-        }
-        guard let kept = await identity.rescuedRefresh(config, spent: credential.refreshToken) else { return }
-        if kept.tokens.refreshToken != nil, kept.tokens.refreshToken == credential.refreshToken {
-            // Stored already (the process died between the store and forgetting the answer).
-            return identity.forgetRescuedRefresh(config)
-        }
-        guard kept.answersStored, kept.tokens.subject == nil || credential.subject == nil || kept.tokens.subject == credential.subject else {
-            return await dropRescuedRefresh(config, spent: credential.refreshToken)
+        guard let config = configuration.groups[name] else { return }
+        let stored = groups[name]?.credential
+        guard let kept = await identity.rescuedRefresh(config, spent: stored?.refreshToken) else { return }
+        guard var credential = stored, kept.answersStored,
+              kept.tokens.subject == nil || credential.subject == nil || kept.tokens.subject == credential.subject else {
+            return dropRescuedRefresh(config, kept, stored: stored)
         }
         credential.accessToken = kept.tokens.accessToken
         credential.refreshToken = kept.tokens.refreshToken ?? credential.refreshToken
@@ -511,16 +506,15 @@ public actor Broker {
         }
     }
 
-    /// Drops a kept refresh answer that is not the stored session's, revoking its refresh token
-    /// (unless it is the stored session's own, which the answer's refresh was stored as).
-    private func dropRescuedRefresh(_ config: GroupConfig, spent: String?) async {
-        guard let kept = await identity.rescuedRefresh(config, spent: spent), !kept.answersStored else { return }
+    /// Drops a kept answer that is not the stored session's (logged out or in again since), and
+    /// revokes its refresh token, unless that is the stored session's own (the process died
+    /// between storing the answer and removing it) or the session is another provider's.
+    private func dropRescuedRefresh(_ config: GroupConfig, _ kept: RescuedTokens, stored: Credential?) {
         identity.forgetRescuedRefresh(config)
-        if let token = kept.tokens.refreshToken, token != spent,
-           groups[config.name]?.credential.map({ madeHere($0, config.name) }) ?? true {
-            let identity = self.identity
-            Task { _ = await identity.revoke(config, token: token, hint: .refreshToken) }
-        }
+        guard let token = kept.tokens.refreshToken, token != stored?.refreshToken,
+              stored.map({ madeHere($0, config.name) }) ?? true else { return }
+        let identity = self.identity
+        Task { _ = await identity.revoke(config, token: token, hint: .refreshToken) }
     }
 
     func requireValid(_ credential: Credential?, _ name: String) throws -> Credential {

@@ -34,11 +34,7 @@ enum RescuedRefresh {
 
     /// What is kept for the group; nil when nothing is, or it cannot be read as either.
     static func read(_ group: GroupConfig) -> Kept? {
-        var persistent: Int32 = 0
-        let home = cmsso_keys_home(&persistent)
-        guard home > 0, group.name.utf8.allSatisfy({ $0 != 0 }) else { return nil }
-        let key = cmsso_keys_find(home, key(group))
-        guard key > 0 else { return nil }
+        guard let (_, key) = find(group) else { return nil }
         var buffer = [UInt8](repeating: 0, count: 32768)
         let length = buffer.withUnsafeMutableBytes { cmsso_keys_read(key, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
         defer { buffer.withUnsafeMutableBytes { explicit_bzero($0.baseAddress!, $0.count) } }
@@ -79,11 +75,16 @@ enum RescuedRefresh {
 
     /// Removes the group's kept answer, if any.
     static func forget(_ group: GroupConfig) {
+        if let (home, key) = find(group) { _ = cmsso_keys_delete(home, key) }
+    }
+
+    /// The keyring the kernel store uses and the group's key in it, when there is one.
+    private static func find(_ group: GroupConfig) -> (home: Int32, key: Int32)? {
         var persistent: Int32 = 0
         let home = cmsso_keys_home(&persistent)
-        guard home > 0, group.name.utf8.allSatisfy({ $0 != 0 }) else { return }
+        guard home > 0, group.name.utf8.allSatisfy({ $0 != 0 }) else { return nil }
         let key = cmsso_keys_find(home, key(group))
-        if key > 0 { _ = cmsso_keys_delete(home, key) }
+        return key > 0 ? (home, key) : nil
     }
 }
 

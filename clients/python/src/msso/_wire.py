@@ -219,6 +219,15 @@ class Broken(Exception):
     the connection (the stream can no longer be trusted) and raises Internal naming it."""
 
 
+def check_event_room(count: int, queued_bytes: int, size: int) -> None:
+    """Raises when one more signal of `size` bytes would pass the unread events' bounds (the
+    client closes the connection then, as libmsso does)."""
+    if count >= MAX_EVENTS or queued_bytes + size > MAX_EVENT_BYTES:
+        raise BrokerUnreachable(f"more than {MAX_EVENTS} events (or {MAX_EVENT_BYTES // 1024} KiB of "
+                                "them) were left unread: the connection was closed; read them as they come "
+                                "(next_event), and subscribe again")
+
+
 def broken_error(what: str, path: str) -> Internal:
     return Internal(f"the msso broker at {path} sent {what}: not the protocol (docs/PROTOCOL.md); "
                     "is the real mssod listening there?")

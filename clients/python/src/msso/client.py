@@ -466,10 +466,7 @@ class Client:
                     raise _wire.broken_error(f"a {message['signal']} in which {broken}", self.socket_path) from None
                 prompts.append(message)
         elif self._subscribed or self._subscribing:
-            if len(self._signals) >= _wire.MAX_EVENTS or self._signal_bytes + size > _wire.MAX_EVENT_BYTES:
-                raise BrokerUnreachable(f"more than {_wire.MAX_EVENTS} events (or {_wire.MAX_EVENT_BYTES // 1024} KiB of "
-                                        "them) were left unread: the connection was closed; read them as they come "
-                                        "(next_event), and subscribe again")
+            _wire.check_event_room(len(self._signals), self._signal_bytes, size)
             try:
                 signal = _wire.signal_of(message)
             except Broken as broken:
