@@ -85,10 +85,13 @@ extension Broker {
         return lockState
     }
 
-    /// Throws `Locked` while the broker is locked.
-    func requireUnlocked() throws(BrokerError) {
-        guard lock.isLocked else { return }
-        throw BrokerError(.locked, "msso is locked: nothing signs or hands out tokens until you run `msso unlock`")
+    /// Throws `Locked` while the broker is locked, when the table says the lock stops `action`
+    /// (``AccessPolicy/Rule/whileLocked``). The gate refused such a call that came while locked;
+    /// this, inside the actor turn that hands something out, refuses one that was waiting (for
+    /// the actor, a refresh) when the lock took effect.
+    func requireUnlocked(for action: AccessPolicy.Action) throws(BrokerError) {
+        guard lock.isLocked, !AccessPolicy.rule(for: action).whileLocked else { return }
+        throw AccessPolicy.lockedRefusal
     }
 
     /// `status` as seen while locked: each session says so.

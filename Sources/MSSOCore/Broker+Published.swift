@@ -1,3 +1,4 @@
+import FoundationEssentials
 import MSSOProtocol
 import MSSOSigning
 
@@ -16,10 +17,16 @@ struct Published: Sendable {
     var groups: [String: Group] = [:]
     /// The newest DPoP nonce each origin asked for, per group (``Broker/dpopNonces``).
     var nonces: [String: DPoPNonces] = [:]
+    /// Whether msso is locked (`msso lock`), for the gate (``Broker/isLocked``).
+    var locked = false
 }
 
 extension Broker {
-    /// Publishes the group's state for ``signWithoutWaiting(_:group:)``. Called after every change
+    /// Whether msso is locked now, read without waiting for the actor (the gate's view; the actor
+    /// checks again where it hands something out: ``requireUnlocked(for:)``).
+    public nonisolated var isLocked: Bool { published.withLock { $0.locked } }
+
+    /// Publishes the group's state for ``signWithoutWaiting(_:url:group:)``. Called after every change
     /// to its credential or key, before the verb that made the change replies: so once `logout`
     /// has replied, no sign can read the old token. While the broker is locked nothing is
     /// published (``lock(passphrase:)`` withdraws what was).
@@ -44,10 +51,10 @@ extension Broker {
     /// on the caller's thread without waiting for the actor; nil when the actor must decide
     /// (a refresh, a first load, an expired window, a new DPoP nonce, no key yet). Throws only
     /// for a malformed request.
-    public nonisolated func signWithoutWaiting(_ request: SignRequest, group config: GroupConfig) throws(BrokerError) -> SignResponse? {
+    public nonisolated func signWithoutWaiting(_ request: SignRequest, url: URL, group config: GroupConfig) throws(BrokerError) -> SignResponse? {
         let dpop = config.signing.token == .dpop
         let (entry, nonces) = published.withLock { published in (published.groups[config.name], dpop ? published.nonces[config.name] : nil) }
-        let decision = try SignDecision(request, config: config) { nonces?.nonce(for: $0) }
+        let decision = try SignDecision(request, url: url, config: config) { nonces?.nonce(for: $0) }
         if dpop && request.dpopNonce != nil { return nil } // a nonce to remember: the actor's
         guard let entry else { return nil }
         let now = clock.moment()

@@ -37,7 +37,9 @@ public actor Broker {
     /// IdP poll or a loopback listener).
     public static let maximumInteractiveLogins = 4
     /// `msso lock`: see ``BrokerLock``.
-    var lock = BrokerLock()
+    var lock = BrokerLock() {
+        didSet { if lock.isLocked != oldValue.isLocked { published.withLock { $0.locked = lock.isLocked } } }
+    }
     /// The account each group logs in as, remembered across logouts (``AccountBook``).
     var accountBook = AccountBook()
 
@@ -116,9 +118,9 @@ public actor Broker {
     public func login(_ args: LoginArguments, requester: String? = nil,
                       prompt: @escaping @Sendable (LoginPrompt, _ joined: Bool) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
-        try requireUnlocked()
+        try requireUnlocked(for: .login(args))
         await loadAccounts()
-        try requireUnlocked()
+        try requireUnlocked(for: .login(args))
         guard args.flow != .password else { return try await performLogin(args, config) { _ in } }
         let setsAccount = AccountRules.maySetAccount(config, newAccount: args.newAccount == true, remembered: accountBook.account(of: config))
         if let running = sharedLogins[config.name], !running.abandoned {
@@ -216,7 +218,7 @@ public actor Broker {
     /// Slides the session window to now + timeout, never past the cap set at login.
     public func extend(_ name: String?) async throws -> SessionStatus {
         let config = try group(name)
-        try requireUnlocked()
+        try requireUnlocked(for: .extend)
         let (credential, moved) = try await exclusively(config.name) { () async throws -> (Credential, Bool) in
             var credential = try requireValid(try await loadedCredentialLocked(config.name), config.name)
             let end = min(now() + config.sessionTimeout, credential.sessionMaxAt)
@@ -267,17 +269,17 @@ public actor Broker {
         markingLock(try await status(of: try group(name)))
     }
 
-    /// The headers that authenticate `request`, refreshing the access token first when it is
-    /// about to expire. Never returns the refresh token.
-    public func sign(_ request: SignRequest) async throws -> SignResponse {
+    /// The headers that authenticate `request` (its URL checked by the gate: `url`), refreshing
+    /// the access token first when it is about to expire. Never returns the refresh token.
+    public func sign(_ request: SignRequest, url: URL) async throws -> SignResponse {
         let config = try group(request.group)
-        let decision = try SignDecision(request, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
-        try requireUnlocked()
+        let decision = try SignDecision(request, url: url, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
+        try requireUnlocked(for: .sign)
         var credential = try requireValid(try await credential(config.name), config.name)
         if SignDecision.verdict(for: credential, window: window(of: credential, config.name), token: tokenLife(of: credential, config.name), unsaved: groups[config.name]?.unsaved == true,
                                 hasKey: true, config: config, now: clock.moment()) == .refreshFirst {
             credential = try await refreshed(config, credential)
-            try requireUnlocked() // locked while the refresh ran
+            try requireUnlocked(for: .sign) // locked while the refresh ran
         }
         let key = config.signing.needsKey ? try await signingKey(config) : nil
         let response = SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: credential.accessToken,
@@ -297,20 +299,19 @@ public actor Broker {
     /// The access token itself, for programs that cannot have each request signed (git, kubectl,
     /// curl): only for bearer tokens. With `renew` (a server refused the token), it is refreshed
     /// first, at most once every 10 seconds per group, so no caller can make the broker hammer
-    /// the IdP.
-    public func token(_ name: String?, renew: Bool, resource: String? = nil) async throws -> Methods.Token.Result {
+    /// the IdP. (Where it may be sent, within the group's `resources`, the gate checked.)
+    public func token(_ name: String?, renew: Bool) async throws -> Methods.Token.Result {
         let config = try group(name)
         if config.signing.token == .dpop {
             throw BrokerError(.forbidden, "the tokens of \"\(config.name)\" are bound to msso's key (sign = \"dpop\"), so no other program can use them; have msso sign each request (`msso sign`)")
         }
-        if let resources = config.resources { try resources.authorize(resource, group: config.name, verb: "token") }
-        try requireUnlocked()
+        try requireUnlocked(for: .token)
         var credential = try requireValid(try await credential(config.name), config.name)
         let renewing = renew && now() - (groups[config.name]?.renewedAt ?? 0) >= 10
         if renewing { groups[config.name]?.renewedAt = now() }
         if renewing || tokenLeft(credential, config.name) < config.refreshLead || groups[config.name]?.unsaved == true {
             credential = try await refreshed(config, credential)
-            try requireUnlocked() // locked while the refresh ran
+            try requireUnlocked(for: .token) // locked while the refresh ran
         }
         let header: String
         switch config.signing.token {
@@ -326,7 +327,7 @@ public actor Broker {
     public func key(_ name: String?, rotate: Bool) async throws -> KeyDescription {
         let config = try group(name)
         if rotate {
-            try requireUnlocked()
+            try requireUnlocked(for: .rotateKeys)
             guard let keys else { throw BrokerError(.internal, "this broker has no key store") }
             let fresh = SigningKey.generate(config.keyKind)
             try await exclusively(config.name) {

@@ -11,7 +11,8 @@ public struct ForwardRule: Sendable, Equatable {
     /// The methods the host may call (`hello` and `ping` always work).
     public var verbs: Set<CallArguments.Kind>
     /// Whether each new (group, verb) from the host waits for the user's answer in a desktop
-    /// notification (Allow once, Allow for 1 hour, Deny). Status verbs never ask.
+    /// notification (Allow once, Allow for 1 hour, Deny), for the verbs the access table says a
+    /// host is asked about (``AccessPolicy/Rule/confirm``: not those that only say how sessions stand).
     public var confirm = true
     /// Where the table is: `FILE:LINE`.
     public var source: String
@@ -26,16 +27,11 @@ public struct ForwardRule: Sendable, Equatable {
     /// What a table without `verbs` allows: tokens and signatures, and asking about sessions.
     public static let defaultVerbs: Set<CallArguments.Kind> = [.token, .sign, .status, .check]
 
-    /// Every verb a table may allow. `login` is a device login only (the password would be typed
-    /// on the remote host; a browser login's redirect comes back to this machine's loopback);
+    /// Every verb a table may allow: those the access table lets a host call at all
+    /// (``AccessPolicy/Access/hostTable``). `login` is a device login only (the password would be
+    /// typed on the remote host; a browser login's redirect comes back to this machine's loopback);
     /// `logout` ends the named group's session only, never `--all`.
-    public static let allowedVerbs: Set<CallArguments.Kind> = [.token, .sign, .status, .check, .login, .extend, .logout, .subscribe]
-
-    /// Verbs that only say how sessions stand: never worth a question to the user.
-    public static let unconfirmedVerbs: Set<CallArguments.Kind> = [.status, .check, .subscribe]
-
-    /// Whether a call of `kind` from the host waits for the user's answer.
-    public func asks(_ kind: CallArguments.Kind) -> Bool {
-        confirm && !Self.unconfirmedVerbs.contains(kind)
-    }
+    public static let allowedVerbs: Set<CallArguments.Kind> = Set(AccessPolicy.Action.allCases.filter {
+        AccessPolicy.rule(for: $0).forwarded == .hostTable
+    }.map(\.method))
 }

@@ -22,12 +22,11 @@ struct SignDecision {
     /// The nonce for the proof: the request's own (checked), else the newest its origin asked for.
     let nonce: String?
 
-    /// Checks the request against the group: an absolute http(s) URL and a method, within the
-    /// group's `resources`, a DPoP nonce of a sane size. `knownNonce` gives the newest nonce of an
-    /// origin (asked only for a DPoP profile).
-    init(_ request: SignRequest, config: GroupConfig, knownNonce: (String) -> String?) throws(BrokerError) {
-        url = try request.validatedURL()
-        if let resources = config.resources { try resources.authorize(request.url, group: config.name, verb: "signature") }
+    /// Checks the request's DPoP nonce, of a sane size. `url`: the request's, as the gate checked
+    /// it (an absolute http(s) URL, within the group's `resources`). `knownNonce` gives the newest
+    /// nonce of an origin (asked only for a DPoP profile).
+    init(_ request: SignRequest, url: URL, config: GroupConfig, knownNonce: (String) -> String?) throws(BrokerError) {
+        self.url = url
         guard config.signing.token == .dpop else { // nonces matter to DPoP only: keep bearer's path bare
             (origin, nonce) = ("", nil)
             return

@@ -46,7 +46,6 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     private var lastWrite: UInt64
     private var lastActivity: UInt64
     private let connectedAt: UInt64
-    private(set) var greeted = false
     private(set) var subscribed = false
     private var inFlight = 0
     /// Calls of the current read waiting for their sender to be identified (or for the rules to
@@ -66,7 +65,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     init(fd: Int32, connectedPid: Int32, connectedPidfd: Int32 = -1, connectedDirectory: Int32 = -1,
          connectedImage: Int32 = -1, running: ProcessFacts.FileIdentity? = nil, server: BrokerServer,
          forward: Forwards.Forward? = nil) {
-        if let running { program = .some(running) }
+        checks = CallChecks(connectedPid: connectedPid, running: running)
         self.fd = fd
         self.connectedPid = connectedPid
         self.connectedPidfd = connectedPidfd
@@ -103,7 +102,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         guard count > 0 else { return close() } // end of stream, or an error
         busy = count == room && room <= InboundFrames.fairShare // (not the rest of one long frame)
         // The connection's process, or another (refused in `step`): see ``Sender``.
-        let own = isConnections(credentials.pid)
+        let own = checks.isConnections(credentials.pid)
         let sender = Sender(uid: credentials.uid, gid: credentials.gid, pid: credentials.pid, pidfd: own ? connectedPidfd : -1,
                             processDirectory: own ? connectedDirectory : -1, process: own ? connectedProcess : 0)
         guard server.policy.admits(uid: sender.uid) else {
@@ -148,188 +147,91 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 
     private enum Step { case done, wait }
 
-    private static let senderGone = BrokerError(.forbidden, "the process that sent this call is gone (it exited, or its pid is now another process's), so it cannot be served")
-    private static let unreadable = BrokerError(.forbidden, "this process's executable can no longer be read (its main thread has ended, or the process is ending), so it cannot be identified; call from a process whose main thread runs")
-    private static let execdSince = BrokerError(.forbidden, "this process exec'd since it opened this connection or last wrote on it (it runs another program, or ran one meanwhile), so this call may have been written by that program; open a new connection")
+    /// The per-call checks and hello's (``CallChecks``), and what they remember.
+    private var checks: CallChecks
+    var greeted: Bool { checks.greeted }
 
     /// Whole calls read behind the one being answered, in the same read: see ``greet``.
     private var callsBehind = 0
 
-    /// Whether `pid` (the kernel's, from a read) is the process that opened the connection.
-    private func isConnections(_ pid: Int32) -> Bool { pid == connectedPid && connectedPid > 0 }
-
     private func step(_ decoded: Decoded, sender: Sender) -> Step {
-        let call: IncomingCall
-        switch decoded {
-        case .malformed(let serial, let error):
+        let serial: UInt32, method: String, arguments: CallArguments
+        switch checks.check(decoded, senderPid: sender.pid, probes: self) {
+        case .refuse(let serial, let error):
             send(ReplyWriter.error(serial: serial, error))
             return .done
-        case .call(let incoming):
-            call = incoming
-        }
-        guard call.type == .call, let serial = call.serial, let method = call.method else {
-            send(ReplyWriter.error(serial: call.serial ?? 0, BrokerError(.badRequest, "expected a call: {\"type\": \"call\", \"serial\", \"method\", \"args\"}")))
-            return .done
-        }
-        guard serial != 0 else {
-            send(ReplyWriter.error(serial: 0, BrokerError(.badRequest, "serials run from 1 to 4294967295; 0 means \"no call\"")))
-            return .done
-        }
-        guard isConnections(sender.pid) else {
-            send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the process that opened a connection may call on it (this one was opened by pid \(connectedPid); the call came from pid \(sender.pid)); open a connection of your own: a forked child, or a program given the socket, connects itself")))
-            return .done
-        }
-        guard connectedImage < 0 || cmsso_same_image(connectedImage) == 1 else { // (none on a forward)
-            let ended = connectedPidfd >= 0 && cmsso_pidfd_alive(connectedPidfd) != 1
-            send(ReplyWriter.error(serial: serial, ended ? Self.senderGone : Self.execdSince))
-            return .done
-        }
-        guard greeted || method == Methods.Hello.name else {
-            send(ReplyWriter.error(serial: serial, BrokerError(.badRequest, "the first call must be hello")))
-            return .done
-        }
-        guard CallArguments.Kind(rawValue: method) != nil else {
+        case .unknown(let serial, let method):
             server.dispatcher.refuseUnknown(method, serial: serial, sender: sender, connection: self)
             return .done
-        }
-        let arguments: CallArguments
-        switch call.arguments {
-        case .success(let value): arguments = value
-        case .failure(let error):
-            send(ReplyWriter.error(serial: serial, error))
-            return .done
-        }
-        if case .ping(let data) = arguments { // the floor: touches no state, needs nobody's identity
+        case .echo(let serial, let data):
             send(ReplyWriter.pingReply(serial: serial, data: data.data))
             return .done
+        case .call(let number, let name, let value):
+            (serial, method, arguments) = (number, name, value)
         }
         if server.reloading { return .wait }
-        if let forward { return forwarded(serial, method, arguments, sender: sender, forward: forward) }
-        let role = server.policy.role(uid: sender.uid, app: nil)
-        var app: AppIdentity?
-        if role != .root {
-            switch server.callers.identity(of: sender, then: { [weak self] identity in self?.identified(identity) }) {
-            case .known(let identity, let executable):
-                if let refusal = remember(sender, running: executable) {
-                    send(ReplyWriter.error(serial: serial, refusal))
-                    return .done
-                }
-                app = identity
-            case .pending: return .wait
-            case .gone:
-                send(ReplyWriter.error(serial: serial, Self.senderGone))
-                return .done
-            case .busy:
-                send(ReplyWriter.error(serial: serial, BrokerError(.busy, "the broker is identifying too many new processes at once; try again in a moment")))
+        let caller: Caller
+        if let forward {
+            // Judged as the forward's host, within its `[forward."HOST"]` table as the configuration
+            // now has it, never as the process that wrote it (the local ssh, which carries whatever
+            // runs on the remote host). (The pid is the connection's: alive now, its process wrote it.)
+            guard sender.uid == server.policy.owner, sender.pidfd < 0 || cmsso_pidfd_alive(sender.pidfd) == 1 else {
+                send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the ssh process that connected may write on a forward's connection")))
                 return .done
             }
-        }
-        let caller = Caller(uid: sender.uid, pid: sender.pid, role: server.policy.role(uid: sender.uid, app: app),
-                            app: app ?? AppIdentity(executable: nil),
-                            registrations: app.map { server.rules.entitlements.matches($0) } ?? [])
-        if case .hello(let hello) = arguments {
-            greet(serial, hello, caller)
-            return .done
-        }
-        if case .forward(let asked) = arguments {
-            openForward(serial, asked, caller: caller, sender: sender)
-            return .done
-        }
-        dispatch(serial, method, arguments, caller)
-        return .done
-    }
-
-    private func dispatch(_ serial: UInt32, _ method: String, _ arguments: CallArguments, _ caller: Caller) {
-        switch server.dispatcher.dispatch(serial, method: method, arguments, caller: caller, connection: self) {
-        case .now(let reply): send(reply)
-        case .later: inFlight += 1
-        }
-    }
-
-    /// A call on a forward's socket: judged as the forward's host, within its `[forward."HOST"]`
-    /// table as the configuration now has it, never as the process that wrote it (the local ssh,
-    /// which carries whatever runs on the remote host). Only that process may write here.
-    private func forwarded(_ serial: UInt32, _ method: String, _ arguments: CallArguments, sender: Sender,
-                           forward: Forwards.Forward) -> Step {
-        // (The pid is the connection's: `step`. Alive now, its process wrote the call.)
-        guard sender.uid == server.policy.owner, sender.pidfd < 0 || cmsso_pidfd_alive(sender.pidfd) == 1 else {
-            send(ReplyWriter.error(serial: serial, BrokerError(.forbidden, "only the ssh process that connected may write on a forward's connection")))
-            return .done
-        }
-        let configuration = server.rules.configuration
-        let caller = Caller(uid: sender.uid, pid: sender.pid, role: .forwarded, app: AppIdentity(executable: nil, onHost: false),
+            let configuration = server.rules.configuration
+            caller = Caller(uid: sender.uid, pid: sender.pid, role: .forwarded, app: AppIdentity(executable: nil, onHost: false),
                             registrations: [], host: forward.host,
                             forward: configuration.policy.forwarding ? configuration.forwards[forward.host] : nil,
                             forwardSession: forward.path)
-        if case .hello(let hello) = arguments {
-            greet(serial, hello, caller)
-            return .done
+        } else {
+            var app: AppIdentity?
+            if server.policy.role(uid: sender.uid, app: nil) != .root {
+                switch server.callers.identity(of: sender, then: { [weak self] identity in self?.identified(identity) }) {
+                case .known(let identity, let executable):
+                    if let refusal = checks.sameProgram(running: executable) {
+                        send(ReplyWriter.error(serial: serial, refusal))
+                        return .done
+                    }
+                    app = identity
+                case .pending: return .wait
+                case .gone:
+                    send(ReplyWriter.error(serial: serial, CallChecks.senderGone))
+                    return .done
+                case .busy:
+                    send(ReplyWriter.error(serial: serial, BrokerError(.busy, "the broker is identifying too many new processes at once; try again in a moment")))
+                    return .done
+                }
+            }
+            caller = Caller(uid: sender.uid, pid: sender.pid, role: server.policy.role(uid: sender.uid, app: app),
+                            app: app ?? AppIdentity(executable: nil),
+                            registrations: app.map { server.rules.entitlements.matches($0) } ?? [])
         }
-        dispatch(serial, method, arguments, caller)
+        switch server.dispatcher.dispatch(serial, method: method, arguments, caller: caller, connection: self) {
+        case .now(let reply): send(reply)
+        case .later: inFlight += 1
+        case .answered: break
+        }
         return .done
     }
 
-    /// `forward`: a socket for a remote host, held by this connection (answered here, on the
-    /// reactor's thread, where sockets are made and watched).
-    private func openForward(_ serial: UInt32, _ asked: Methods.Forward.Arguments, caller: Caller, sender: Sender) {
-        let dispatcher = server.dispatcher
-        let host = ForwardHost.normalized(asked.host)
-        do throws(BrokerError) {
-            try dispatcher.authorize(.forward, caller)
-            let path = try server.forwards.open(host: asked.host, for: self, requester: sender)
-            dispatcher.record(Methods.Forward.name, caller, group: nil, failure: nil, host: host)
-            send(WireCodec.frame(Reply(serial: serial, result: Methods.Forward.Result(socket: path)), serial: serial))
-        } catch {
-            dispatcher.record(Methods.Forward.name, caller, group: nil, failure: error, host: host)
+    /// `forward`: a socket for a remote host, held by this connection (made here, on the
+    /// reactor's thread, where sockets are made and watched), for its process.
+    func openForward(_ serial: UInt32, _ asked: Methods.Forward.Arguments, _ caller: Caller) throws(BrokerError) -> String {
+        try server.forwards.open(host: asked.host, for: self, requester: Sender(uid: caller.uid, gid: 0, pid: connectedPid, pidfd: connectedPidfd))
+    }
+
+    func greet(_ serial: UInt32, _ hello: Methods.Hello.Arguments, _ caller: Caller) {
+        switch checks.greet(hello, nothingBehind: callsBehind == 0 && input.count == 0 && cmsso_unread_bytes(fd) == 0) {
+        case .greeted:
+            let peer = PeerDescription(uid: caller.uid, pid: caller.pid, executable: caller.app.executable, host: caller.host)
+            send(WireCodec.frame(Reply(serial: serial, result: Methods.Hello.Result(version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: peer)), serial: serial))
+        case .refused(let error):
             send(ReplyWriter.error(serial: serial, error))
+        case .refusedClosing(let error):
+            send(ReplyWriter.error(serial: serial, error))
+            closeAfterWriting()
         }
-    }
-
-    private func greet(_ serial: UInt32, _ hello: Methods.Hello.Arguments, _ caller: Caller) {
-        guard !greeted else {
-            return send(ReplyWriter.error(serial: serial, BrokerError(.badRequest, "hello may be sent only once, first")))
-        }
-        // Hello comes alone: nothing may follow it until its answer has come. Bytes already here
-        // were written before mssod answered, so perhaps before it accepted the connection, by a
-        // program the process ran before an exec (the program taken at accept is the one it runs
-        // after): a call the client could write only after reading this answer was written by
-        // the program the daemon judged (docs/SECURITY.md).
-        guard callsBehind == 0, input.count == 0, cmsso_unread_bytes(fd) == 0 else {
-            send(ReplyWriter.error(serial: serial, BrokerError(.badRequest, "something was sent after hello before its answer came; a client waits for hello's answer before it sends anything else (what is sent with hello may have been written by a program this process ran before an exec), so this connection is closed: connect again, and wait for the answer")))
-            return closeAfterWriting()
-        }
-        guard hello.version == protocolVersion else {
-            return send(ReplyWriter.error(serial: serial, BrokerError(.unsupportedVersion, "this mssod speaks protocol version \(protocolVersion), not \(hello.version); update the client or the daemon")))
-        }
-        greeted = true
-        let peer = PeerDescription(uid: caller.uid, pid: caller.pid, executable: caller.app.executable, host: caller.host)
-        send(WireCodec.frame(Reply(serial: serial, result: Methods.Hello.Result(version: protocolVersion, daemon: "mssod \(brokerVersion)", peer: peer)), serial: serial))
-    }
-
-    /// The program the connection's process ran when the daemon last read from it, or when it
-    /// accepted the connection (nil: not known yet). Taken at accept, it refuses even a first call
-    /// written after an exec; what a process wrote before an exec that came before the accept is
-    /// at most a hello, which must come alone (``greet``).
-    private var program: ProcessFacts.FileIdentity?? = nil
-
-    /// Refuses a call from the connection's process when it ran another program when it last
-    /// wrote here: it exec'd since, and the kernel names the sender of bytes by its process, not
-    /// by the program that wrote them, so this call may have been written before the exec by the
-    /// program it replaced. The connection stays refused to it; a program that wants the broker
-    /// after an exec opens a connection of its own (sockets are close-on-exec as a rule).
-    private func remember(_ sender: Sender, running executable: ProcessFacts.FileIdentity?) -> BrokerError? {
-        if let previous = program {
-            // The same file, by device and inode (a file changed in place is the identity's
-            // business: a pin, or a path that no longer names it).
-            guard previous?.device == executable?.device && previous?.inode == executable?.inode else {
-                // No executable to read now, where there was one: not an exec, but a process whose
-                // main thread has ended (another thread calls) or that is ending.
-                return executable == nil && previous != nil ? Self.unreadable : Self.execdSince
-            }
-            return nil
-        }
-        program = .some(executable)
-        return nil
     }
 
     /// The sender of the held calls is identified (or could not be): carry on with them.
@@ -534,3 +436,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
 /// The daemon's version, reported by `hello`: the upstream version of dist/debian/changelog's top
 /// entry, written here too (VersionTests and Tests/e2e/test_readme.py hold the two together).
 public let brokerVersion = "0.2.0"
+
+extension Connection: CallChecks.Probes {
+    func sameImage() -> Bool? { connectedImage < 0 ? nil : cmsso_same_image(connectedImage) == 1 } // (none on a forward)
+    func ended() -> Bool { connectedPidfd >= 0 && cmsso_pidfd_alive(connectedPidfd) != 1 }
+}

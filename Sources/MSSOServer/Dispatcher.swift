@@ -4,43 +4,6 @@ import Logging
 import MSSOCore
 import MSSOProtocol
 
-/// Who is calling, worked out for each call from the process that sent it.
-struct Caller: Sendable {
-    let uid: UInt32
-    let pid: Int32
-    let role: AccessPolicy.Role
-    let app: AppIdentity
-    /// The registrations the app matches.
-    let registrations: [AppRegistration]
-    /// The remote host the call came from, through an SSH forward (role ``AccessPolicy/Role/forwarded``).
-    var host: String? = nil
-    /// That host's `[forward."HOST"]` table as the configuration has it now (nil: none any more,
-    /// or forwarding turned off).
-    var forward: ForwardRule? = nil
-    /// Which forward (its socket) the call came through: one `msso ssh` session.
-    var forwardSession: String? = nil
-
-    /// Whether a call of `kind` on `group` waits for the user's answer: from a host whose table
-    /// has `confirm` (status verbs excepted), or through a registration with `confirm = true`
-    /// that gives the caller `group` (tokens and signatures).
-    func needsConfirmation(_ group: String, _ kind: CallArguments.Kind) -> Bool {
-        if host != nil { return forward?.asks(kind) ?? false }
-        return AccessPolicy.rule(for: kind).givesCredentials && registrations.contains { $0.confirm == true && $0.groups.contains(group) }
-    }
-
-    /// The groups the caller may use among the configured ones: those its registrations give, or
-    /// its host's table names.
-    func usableGroups(_ configuration: Configuration) -> Set<String> {
-        if host != nil { return Set(forward?.groups ?? []).intersection(configuration.groups.keys) }
-        return Set(registrations.flatMap(\.groups)).intersection(configuration.groups.keys)
-    }
-
-    /// The caller in words, for refusals.
-    var described: String {
-        host.map { "host \($0)" } ?? app.executable ?? app.flatpak ?? "this program"
-    }
-}
-
 /// Where a call's answers go: the ``Connection`` it came on (a unit test gives its own, so the
 /// dispatcher is tested without a socket).
 protocol CallChannel: SignalSink {
@@ -56,30 +19,33 @@ protocol CallChannel: SignalSink {
     func cancelWhenClosed(_ serial: UInt32, _ task: Task<Void, Never>)
     /// The broker now sends this channel signals.
     func subscribedByBroker()
+    /// Answers `hello` (the handshake: the channel's own state says whether it may come now).
+    func greet(_ serial: UInt32, _ hello: Methods.Hello.Arguments, _ caller: Caller)
+    /// Answers `forward`: a socket for a remote host, which the channel holds (`msso ssh`).
+    func openForward(_ serial: UInt32, _ asked: Methods.Forward.Arguments, _ caller: Caller) throws(BrokerError) -> String
 }
 
 extension Connection: CallChannel {
     var forwardHost: String? { forward?.host }
 }
 
-/// Decides whether this caller may make this call on this group, answers a `sign` on a fresh
-/// token at once (on the reactor's thread), runs everything else on the broker, audits each
-/// call. It maps every method to its broker verb but three, which ``Connection`` answers itself
-/// on the reactor's thread: `hello` (the handshake), `ping` (the floor, touching no state) and
-/// `forward` (a socket for `msso ssh`, held by the connection that asked).
+/// Maps every method to its answer, once the ``Gate`` has decided the call: a `sign` on a fresh
+/// token is answered at once (on the reactor's thread), `hello` and `forward` by the channel (its
+/// own state, its own sockets), everything else on the broker; each call is audited.
 final class Dispatcher: Sendable {
     let broker: Broker
-    let policy: AccessPolicy
-    let rules: Rules
+    let gate: Gate
     let audit: (any AuditTrail)?
     let logger: Logger
     /// The user's answers for registrations with `confirm = true`.
     let confirmations = Confirmations()
 
+    var policy: AccessPolicy { gate.policy }
+    var rules: Rules { gate.rules }
+
     init(broker: Broker, policy: AccessPolicy, rules: Rules, audit: (any AuditTrail)?, logger: Logger) {
         self.broker = broker
-        self.policy = policy
-        self.rules = rules
+        self.gate = Gate(policy: policy, rules: rules)
         self.audit = audit
         self.logger = logger
     }
@@ -89,53 +55,160 @@ final class Dispatcher: Sendable {
         case now([UInt8])
         /// The broker is working on it; the channel hears through ``CallChannel/complete(_:serial:)``.
         case later
+        /// The channel answered it (`hello`).
+        case answered
     }
 
     func dispatch(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: some CallChannel) -> Answer {
-        if case .sign(var request) = arguments {
-            var group: String?
-            do {
-                try authorize(.sign, caller)
-                let config = try resolve(request.group, .sign, caller, into: &group)
-                request.group = config.name
-                if !caller.needsConfirmation(config.name, .sign), let response = try broker.signWithoutWaiting(request, group: config) {
-                    record(method, caller, group: group, failure: nil)
-                    return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
+        var named: String?
+        let decision: Decision
+        do {
+            decision = try gate.decide(arguments, caller, locked: broker.isLocked, group: &named)
+        } catch {
+            if case .hello = arguments {} else { record(method, caller, group: named, failure: error, host: Self.host(arguments)) }
+            return .now(ReplyWriter.error(serial: serial, error))
+        }
+        let group = named
+        @Sendable func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
+        func later(_ work: @escaping @Sendable (inout String?) async throws -> [UInt8]) -> Answer {
+            let task = Task {
+                var detail: String?
+                let reply: [UInt8]
+                var failure: BrokerError?
+                do {
+                    if decision.confirm { try await confirm(decision, caller) }
+                    reply = try await work(&detail)
+                } catch {
+                    failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
+                    if failure!.name == .internal {
+                        logger.error("call failed", metadata: ["method": "\(method)", "error": "\(String(describing: type(of: error)))"])
+                    }
+                    reply = ReplyWriter.error(serial: serial, failure!)
                 }
-            } catch {
-                let failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
-                record(method, caller, group: group, failure: failure)
-                return .now(ReplyWriter.error(serial: serial, failure))
+                record(method, caller, group: group, failure: failure, detail: detail)
+                connection.complete(reply, serial: serial)
             }
+            if case .login = arguments { connection.cancelWhenClosed(serial, task) } // nobody left to approve it
+            return .later
         }
-        let task = Task {
-            let reply = await self.answer(serial, method: method, arguments, caller: caller, connection: connection)
-            connection.complete(reply, serial: serial)
+        let broker = self.broker
+        switch arguments {
+        case .hello(let hello):
+            connection.greet(serial, hello, caller)
+            return .answered
+        case .ping(let data):
+            return .now(ReplyWriter.pingReply(serial: serial, data: data.data))
+        case .forward(let asked):
+            do {
+                let path = try connection.openForward(serial, asked, caller)
+                record(method, caller, group: nil, failure: nil, host: Self.host(arguments))
+                return .now(reply(Methods.Forward.Result(socket: path)))
+            } catch {
+                record(method, caller, group: nil, failure: error, host: Self.host(arguments))
+                return .now(ReplyWriter.error(serial: serial, error))
+            }
+        case .sign(var request):
+            request.group = decision.group!.name
+            let (config, url) = (decision.group!, decision.url!)
+            if !decision.confirm {
+                do {
+                    if let response = try broker.signWithoutWaiting(request, url: url, group: config) {
+                        record(method, caller, group: group, failure: nil)
+                        return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
+                    }
+                } catch {
+                    record(method, caller, group: group, failure: error)
+                    return .now(ReplyWriter.error(serial: serial, error))
+                }
+            }
+            return later { [request] _ in reply(try await broker.sign(request, url: url)) }
+        case .token(let args):
+            return later { _ in reply(try await broker.token(decision.group!.name, renew: args.renew ?? false)) }
+        case .login(var args):
+            args.group = decision.group!.name
+            let requester = caller.host == nil ? "\(caller.described) (pid \(caller.pid))" : caller.described
+            return later { [args] detail in
+                let name = args.group!
+                let status = try await broker.login(args, requester: requester) { prompt, joined in
+                    switch prompt {
+                    case .device(let device):
+                        connection.post(WireCodec.frame(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device,
+                                                               joined: joined ? true : nil), serial: 0))
+                    case .browser(let browser):
+                        connection.post(WireCodec.frame(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser,
+                                                               joined: joined ? true : nil), serial: 0))
+                    }
+                }
+                if status.newAccount == true {
+                    // Who put the group into a new account, in the row that names the caller.
+                    detail = "new account: \(status.username ?? "unnamed")" + (status.previousAccount.map { ", was \($0)" } ?? ", the group's first")
+                }
+                return reply(status)
+            }
+        case .extend:
+            return later { _ in reply(try await broker.extend(decision.group!.name)) }
+        case .logout:
+            if let config = decision.group { return later { _ in reply(try await broker.logout(config.name, all: false)) } }
+            guard let groups = decision.groups else { return later { _ in reply(try await broker.logout(nil, all: true)) } }
+            return later { _ in
+                var ended = Methods.Logout.Result(loggedOut: [])
+                for name in groups { ended = ended + (try await broker.logout(name, all: false)) }
+                return reply(ended)
+            }
+        case .status:
+            return later { _ in
+                let all = try await broker.status(decision.group?.name)
+                return reply(await self.statusResult(decision.groups.map { mine in all.filter { mine.contains($0.group) } } ?? all))
+            }
+        case .check:
+            return later { _ in reply(try await broker.check(decision.group!.name)) }
+        case .subscribe:
+            return later { _ in
+                let groups = try await broker.subscribe(connection, groups: decision.groups)
+                connection.subscribedByBroker()
+                return reply(Methods.Subscribe.Result(groups: groups))
+            }
+        case .apps:
+            let (configuration, entitlements) = (rules.configuration, rules.entitlements)
+            let app = caller.app
+            let description = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
+                                                apps: caller.registrations.map(\.name),
+                                                groups: caller.role == .ownTool ? configuration.groups.keys.sorted() : caller.usableGroups(configuration).sorted())
+            return later { _ in
+                reply(Methods.Apps.Result(caller: description, registrations: entitlements.registrations, ignored: entitlements.ignored,
+                                          userApps: configuration.policy.userApps, userDirectory: configuration.userDirectory + "/apps.d"))
+            }
+        case .audit(let args):
+            return later { _ in
+                guard let audit = self.audit else { throw BrokerError(.internal, "the audit log could not be opened; see mssod's log") }
+                return reply(Methods.Audit.Result(entries: try audit.query(group: args.group, since: args.since, limit: min(max(args.limit ?? 1000, 0), 10_000))))
+            }
+        case .keys(let args):
+            return later { _ in reply(try await broker.key(decision.group!.name, rotate: args.rotate ?? false)) }
+        case .lock(let args):
+            return later { _ in reply(try await broker.lock(passphrase: args.passphrase)) }
+        case .unlock(let args):
+            return later { _ in reply(try await broker.unlock(passphrase: args.passphrase)) }
+        case .diagnose:
+            return later { _ in reply(await self.diagnosis(caller)) }
         }
-        if case .login = arguments { connection.cancelWhenClosed(serial, task) } // nobody left to approve it
-        return .later
     }
 
-    /// Throws unless the table (``AccessPolicy/rule(for:)``) lets this caller make this call.
-    func authorize(_ kind: CallArguments.Kind, _ caller: Caller) throws(BrokerError) {
-        try policy.authorize(kind, role: caller.role, registered: !caller.usableGroups(rules.configuration).isEmpty,
-                             who: caller.described, forward: caller.forward)
+    /// The host a `forward` call asked for, named in its audit row.
+    private static func host(_ arguments: CallArguments) -> String? {
+        if case .forward(let asked) = arguments { return ForwardHost.normalized(asked.host) }
+        return nil
     }
 
-    /// Waits for the user's yes when the caller's registration for `group` asks for it
-    /// (`confirm`), or its host's `[forward]` table does. A request outside the group's
-    /// `resources` is refused first (the broker's verb would refuse it anyway): the user is never
-    /// asked about what would not be served.
-    private func confirm(_ kind: CallArguments.Kind, _ caller: Caller, group config: GroupConfig, resource: String? = nil) async throws(BrokerError) {
-        guard caller.needsConfirmation(config.name, kind) else { return }
-        if AccessPolicy.rule(for: kind).givesCredentials {
-            try config.resources?.authorize(resource, group: config.name, verb: kind == .sign ? "signature" : "token")
-        }
+    /// Waits for the user's yes (the gate said the call asks: ``Decision/confirm``).
+    private func confirm(_ decision: Decision, _ caller: Caller) async throws(BrokerError) {
+        guard let config = decision.group else { return }
+        let verb = decision.action.method.rawValue
         let request = if let host = caller.host {
             // The host is the requester: the local ssh that carries its calls is nobody's identity.
-            ConfirmationRequest(group: config.name, verb: kind.rawValue, host: host, forward: caller.forwardSession ?? "")
+            ConfirmationRequest(group: config.name, verb: verb, host: host, forward: caller.forwardSession ?? "")
         } else {
-            ConfirmationRequest(group: config.name, verb: kind.rawValue, tool: caller.app.executable ?? caller.app.flatpak ?? "an app",
+            ConfirmationRequest(group: config.name, verb: verb, tool: caller.app.executable ?? caller.app.flatpak ?? "an app",
                                 requesters: Confirmations.requesters(of: caller.pid))
         }
         try await confirmations.confirm(request, now: Double(cmsso_monotonic_ns()) / 1e9)
@@ -147,25 +220,6 @@ final class Dispatcher: Sendable {
         record(method, Caller(uid: sender.uid, pid: sender.pid, role: .app, app: AppIdentity(executable: nil), registrations: []),
                group: nil, failure: error, host: connection.forwardHost)
         connection.send(ReplyWriter.error(serial: serial, error))
-    }
-
-    private func answer(_ serial: UInt32, method: String, _ arguments: CallArguments, caller: Caller, connection: some CallChannel) async -> [UInt8] {
-        var group: String?
-        var detail: String?
-        let reply: [UInt8]
-        var failure: BrokerError?
-        do {
-            try authorize(arguments.kind, caller)
-            reply = try await route(serial, arguments, connection: connection, caller: caller, group: &group, detail: &detail)
-        } catch {
-            failure = error as? BrokerError ?? BrokerError(.internal, "internal error in mssod; see its log")
-            if failure!.name == .internal {
-                logger.error("call failed", metadata: ["method": "\(method)", "error": "\(String(describing: type(of: error)))"])
-            }
-            reply = ReplyWriter.error(serial: serial, failure!)
-        }
-        record(method, caller, group: group, failure: failure, detail: detail)
-        return reply
     }
 
     /// The call's audit row (and a debug line). `host`: the remote host, when not the caller's own
@@ -189,125 +243,5 @@ final class Dispatcher: Sendable {
                                 app: caller.registrations.first?.name ?? caller.app.flatpak, group: group,
                                 verb: verb, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue, detail: detail,
                                 host: host))
-    }
-
-    private func route(_ serial: UInt32, _ arguments: CallArguments, connection: some CallChannel, caller: Caller,
-                       group: inout String?, detail: inout String?) async throws -> [UInt8] {
-        let role = caller.role
-        func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
-        switch arguments {
-        case .hello, .ping:
-            throw BrokerError(.badRequest, "hello may be sent only once, first")
-        case .forward:
-            throw BrokerError(.internal, "forward is answered by the connection") // Connection.openForward
-        case .sign(var request):
-            let config = try resolve(request.group, .sign, caller, into: &group)
-            request.group = config.name
-            try await confirm(.sign, caller, group: config, resource: request.url)
-            return reply(try await broker.sign(request))
-        case .token(let args):
-            let config = try resolve(args.group, .token, caller, into: &group)
-            try await confirm(.token, caller, group: config, resource: args.resource)
-            return reply(try await broker.token(config.name, renew: args.renew ?? false, resource: args.resource))
-        case .login(var args):
-            let config = try resolve(args.group, .login, caller, into: &group)
-            try policy.authorize(args.flow, role: role, group: config, newAccount: args.newAccount == true)
-            try await confirm(.login, caller, group: config)
-            args.group = config.name
-            let name = config.name
-            let status = try await broker.login(args, requester: caller.host == nil ? "\(caller.described) (pid \(caller.pid))" : caller.described) { prompt, joined in
-                switch prompt {
-                case .device(let device):
-                    connection.post(WireCodec.frame(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device,
-                                                           joined: joined ? true : nil), serial: 0))
-                case .browser(let browser):
-                    connection.post(WireCodec.frame(Signal(signal: .browserPrompt, group: name, serial: serial, browser: browser,
-                                                           joined: joined ? true : nil), serial: 0))
-                }
-            }
-            if status.newAccount == true {
-                // Who put the group into a new account, in the row that names the caller.
-                detail = "new account: \(status.username ?? "unnamed")" + (status.previousAccount.map { ", was \($0)" } ?? ", the group's first")
-            }
-            return reply(status)
-        case .extend(let args):
-            let config = try resolve(args.group, .extend, caller, into: &group)
-            try await confirm(.extend, caller, group: config)
-            return reply(try await broker.extend(config.name))
-        case .logout(let args):
-            guard args.all == true else {
-                let config = try resolve(args.group, .logout, caller, into: &group)
-                try await confirm(.logout, caller, group: config)
-                return reply(try await broker.logout(config.name, all: false))
-            }
-            if role == .forwarded {
-                throw BrokerError(.forbidden, "\(caller.described) may not log out of every group through an SSH forward; name the group (msso logout --group G)")
-            }
-            guard policy.needsEntitlement(.logout, role: role) else {
-                return reply(try await broker.logout(nil, all: true))
-            }
-            var ended = Methods.Logout.Result(loggedOut: [])
-            for name in caller.usableGroups(rules.configuration).sorted() { ended = ended + (try await broker.logout(name, all: false)) }
-            return reply(ended)
-        case .status(let args):
-            if args.group != nil || !policy.needsEntitlement(.status, role: role) {
-                let name = try args.group.map { try resolve($0, .status, caller, into: &group).name }
-                return reply(await statusResult(try await broker.status(name)))
-            }
-            let mine = caller.usableGroups(rules.configuration)
-            return reply(await statusResult(try await broker.status(nil).filter { mine.contains($0.group) }))
-        case .check(let args):
-            return reply(try await broker.check(try resolve(args.group, .check, caller, into: &group).name))
-        case .subscribe(let args):
-            let names = try args.groups.map { try $0.map { try resolve($0, .subscribe, caller, into: &group).name } }
-                ?? (policy.needsEntitlement(.subscribe, role: role) ? caller.usableGroups(rules.configuration).sorted() : nil)
-            let groups = try await broker.subscribe(connection, groups: names)
-            connection.subscribedByBroker()
-            return reply(Methods.Subscribe.Result(groups: groups))
-        case .apps:
-            let (configuration, entitlements) = (rules.configuration, rules.entitlements)
-            let app = caller.app
-            let description = CallerDescription(executable: app.executable, flatpak: app.flatpak, unit: app.unit,
-                                                apps: caller.registrations.map(\.name),
-                                                groups: role == .ownTool ? configuration.groups.keys.sorted() : caller.usableGroups(configuration).sorted())
-            return reply(Methods.Apps.Result(caller: description, registrations: entitlements.registrations, ignored: entitlements.ignored,
-                                             userApps: configuration.policy.userApps, userDirectory: configuration.userDirectory + "/apps.d"))
-        case .audit(let args):
-            guard let audit else { throw BrokerError(.internal, "the audit log could not be opened; see mssod's log") }
-            let entries = try audit.query(group: args.group, since: args.since, limit: min(max(args.limit ?? 1000, 0), 10_000))
-            return reply(Methods.Audit.Result(entries: entries))
-        case .keys(let args):
-            let name = try resolve(args.group, .keys, caller, into: &group).name
-            return reply(try await broker.key(name, rotate: args.rotate ?? false))
-        case .lock(let args):
-            return reply(try await broker.lock(passphrase: args.passphrase))
-        case .unlock(let args):
-            return reply(try await broker.unlock(passphrase: args.passphrase))
-        case .diagnose:
-            return reply(await diagnosis(caller))
-        }
-    }
-
-    /// The group a call is about, after checking the caller may use it. An app registered for
-    /// exactly one of several configured groups gets that one by default.
-    private func resolve(_ name: String?, _ kind: CallArguments.Kind, _ caller: Caller, into group: inout String?) throws -> GroupConfig {
-        let snapshot = rules.current
-        let configuration = snapshot.configuration
-        var name = name
-        if name == nil, caller.role == .app || caller.role == .forwarded, configuration.groups.count > 1 {
-            let mine = caller.usableGroups(configuration)
-            if mine.count == 1 { name = mine.first }
-        }
-        let resolved = try configuration.group(named: name)
-        group = resolved.name
-        if let host = caller.host {
-            guard let forward = caller.forward, forward.groups.contains(resolved.name) else {
-                let named = caller.forward.map { $0.groups.map { "\"\($0)\"" }.joined(separator: ", ") } ?? "none"
-                throw BrokerError(.notEntitled, "host \(host) may not use access group \"\(resolved.name)\" through the SSH forward: its [forward.\"\(host)\"] table\(caller.forward.map { " (\($0.source))" } ?? "") names \(named); add the group to its `groups` there")
-            }
-        } else if policy.needsEntitlement(kind, role: caller.role), !caller.registrations.contains(where: { $0.groups.contains(resolved.name) }) {
-            try snapshot.entitlements.authorize(caller.app, group: resolved.name) // throws NotEntitled, worded for the user
-        }
-        return resolved
     }
 }

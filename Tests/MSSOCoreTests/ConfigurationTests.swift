@@ -385,8 +385,6 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertFalse(rules[0].admin)
         XCTAssertEqual(rules[1].verbs, [.token, .login, .logout, .subscribe])
         XCTAssertFalse(rules[1].confirm)
-        XCTAssertTrue(rules[0].asks(.token) && rules[0].asks(.sign) && !rules[0].asks(.status) && !rules[0].asks(.check))
-        XCTAssertFalse(rules[1].asks(.token))
     }
 
     func testForwardTablesRefuseWhatAHostMayNeverDoNamingFileLineAndKey() {

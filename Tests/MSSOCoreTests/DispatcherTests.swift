@@ -122,6 +122,8 @@ final class RecordingChannel: CallChannel, @unchecked Sendable {
     func complete(_ reply: [UInt8], serial: UInt32) { lock.withLock { frames.completed.append(reply) } }
     func cancelWhenClosed(_ serial: UInt32, _ task: Task<Void, Never>) { lock.withLock { cancels.append(serial) } }
     func subscribedByBroker() {}
+    func greet(_ serial: UInt32, _ hello: Methods.Hello.Arguments, _ caller: Caller) { send([0x68]) }
+    func openForward(_ serial: UInt32, _ asked: Methods.Forward.Arguments, _ caller: Caller) throws(BrokerError) -> String { "/run/forward.sock" }
     func deliver(_ signal: Signal) {}
 
     /// A frame's JSON object (after its 4-byte length).

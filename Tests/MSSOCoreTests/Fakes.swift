@@ -263,3 +263,14 @@ final class MemoryAccounts: AccountMemory, @unchecked Sendable {
         }
     }
 }
+
+extension Broker {
+    /// A sign as the gate would pass it: its URL checked (``Gate`` checks it, and `resources`).
+    func sign(_ request: SignRequest) async throws -> SignResponse {
+        try await sign(request, url: request.validatedURL())
+    }
+
+    nonisolated func signWithoutWaiting(_ request: SignRequest, group config: GroupConfig) throws -> SignResponse? {
+        try signWithoutWaiting(request, url: request.validatedURL(), group: config)
+    }
+}

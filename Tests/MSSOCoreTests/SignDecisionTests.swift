@@ -61,23 +61,14 @@ final class SignDecisionTests: XCTestCase {
     func testTheNonceIsTheRequestsElseTheNewestOfItsOriginAndOnlyForDPoP() throws {
         let asked = SignRequest(method: "GET", url: "https://api.example.com:8443/x")
         var looked: [String] = []
-        let known = try SignDecision(asked, config: config("dpop")) { looked.append($0); return "n-1" }
+        let known = try SignDecision(asked, url: asked.validatedURL(), config: config("dpop")) { looked.append($0); return "n-1" }
         XCTAssertEqual(known.nonce, "n-1")
         XCTAssertEqual(looked, ["https://api.example.com:8443"])
-        let given = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), config: config("dpop")) { _ in "n-1" }
+        let given = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), url: asked.validatedURL(), config: config("dpop")) { _ in "n-1" }
         XCTAssertEqual(given.nonce, "n-2")
-        let bearer = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), config: config()) { _ in XCTFail(); return nil }
+        let bearer = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), url: asked.validatedURL(), config: config()) { _ in XCTFail(); return nil }
         XCTAssertNil(bearer.nonce)
         XCTAssertThrowsError(try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: String(repeating: "n", count: 513)),
-                                              config: config("dpop")) { _ in nil })
-    }
-
-    func testTheURLMustBeOneTheGroupSignsFor() throws {
-        let limited = try config(resources: ["https://api.example.com/"])
-        XCTAssertNoThrow(try SignDecision(SignRequest(method: "GET", url: "https://api.example.com/items"), config: limited) { _ in nil })
-        XCTAssertThrowsError(try SignDecision(SignRequest(method: "GET", url: "https://attacker.example/"), config: limited) { _ in nil }) { error in
-            XCTAssertEqual((error as? BrokerError)?.name, .resourceForbidden)
-        }
-        XCTAssertThrowsError(try SignDecision(SignRequest(method: "GET", url: "not a url"), config: limited) { _ in nil })
+                                              url: asked.validatedURL(), config: config("dpop")) { _ in nil })
     }
 }

@@ -1,0 +1,179 @@
+import FoundationEssentials
+import MSSOCore
+import MSSOProtocol
+
+/// Who is calling, worked out for each call from the process that sent it.
+struct Caller: Sendable {
+    let uid: UInt32
+    let pid: Int32
+    let role: AccessPolicy.Role
+    let app: AppIdentity
+    /// The registrations the app matches.
+    let registrations: [AppRegistration]
+    /// The remote host the call came from, through an SSH forward (role ``AccessPolicy/Role/forwarded``).
+    var host: String? = nil
+    /// That host's `[forward."HOST"]` table as the configuration has it now (nil: none any more,
+    /// or forwarding turned off).
+    var forward: ForwardRule? = nil
+    /// Which forward (its socket) the call came through: one `msso ssh` session.
+    var forwardSession: String? = nil
+
+    /// The groups the caller may use among the configured ones: those its registrations give, or
+    /// its host's table names.
+    func usableGroups(_ configuration: Configuration) -> Set<String> {
+        if host != nil { return Set(forward?.groups ?? []).intersection(configuration.groups.keys) }
+        return Set(registrations.flatMap(\.groups)).intersection(configuration.groups.keys)
+    }
+
+    /// The caller in words, for refusals.
+    var described: String {
+        host.map { "host \($0)" } ?? app.executable ?? app.flatpak ?? "this program"
+    }
+}
+
+/// What a call may do, decided once by the ``Gate`` and carried to its answer.
+struct Decision: Sendable {
+    let action: AccessPolicy.Action
+    /// The group the call is about (nil: a call about several groups, or about none).
+    var group: GroupConfig?
+    /// For `status`, `subscribe` and `logout --all` without a group: the groups they cover (nil:
+    /// every configured group).
+    var groups: [String]?
+    /// A `sign`'s URL: an absolute http(s) URL, within the group's `resources`.
+    var url: URL?
+    /// Whether the user is asked first (``AccessPolicy/Rule/confirm``).
+    var confirm = false
+}
+
+/// Applies the access table (``AccessPolicy/rule(for:)``) to a call: the caller's role, the
+/// groups it may touch, a forwarded host's table, root's password login, where a token may go
+/// (`resources`), the lock, and whether the user is asked. Every call but `ping` (which touches
+/// nothing and is answered before anyone is identified) passes it, once.
+struct Gate: Sendable {
+    let policy: AccessPolicy
+    let rules: Rules
+
+    /// The decision for `arguments` from `caller`, or the refusal. `group`: the group the call
+    /// turned out to be about, for its audit row, even when refused.
+    func decide(_ arguments: CallArguments, _ caller: Caller, locked: Bool, group: inout String?) throws(BrokerError) -> Decision {
+        let snapshot = rules.current
+        let action = AccessPolicy.Action(arguments)
+        let rule = AccessPolicy.rule(for: action)
+        let access = rule.access(for: caller.role)
+        try admit(action, access, caller, named: arguments.groupNamed, snapshot.configuration)
+        // Limited to the groups its registrations give, or its host's table names.
+        let limited = access == .registeredGroups || access == .hostTable
+        var decision = Decision(action: action)
+        func resolve(_ name: String?) throws(BrokerError) -> GroupConfig {
+            try self.resolve(name, caller, limited: limited, snapshot, into: &group)
+        }
+        func mine() -> [String]? { limited ? caller.usableGroups(snapshot.configuration).sorted() : nil }
+        switch arguments {
+        case .status(let args):
+            if let name = args.group { decision.group = try resolve(name) } else { decision.groups = mine() }
+        case .subscribe(let args):
+            if let names = args.groups {
+                var resolved: [String] = []
+                for name in names { resolved.append(try resolve(name).name) }
+                decision.groups = resolved
+            } else {
+                decision.groups = mine()
+            }
+        case .logout(let args) where args.all == true:
+            decision.groups = mine()
+        case .check(let args): decision.group = try resolve(args.group)
+        case .login(let args): decision.group = try resolve(args.group)
+        case .extend(let args): decision.group = try resolve(args.group)
+        case .logout(let args): decision.group = try resolve(args.group)
+        case .keys(let args): decision.group = try resolve(args.group)
+        case .token(let args):
+            let config = try resolve(args.group)
+            try config.resources?.authorize(args.resource, group: config.name, verb: "token")
+            decision.group = config
+        case .sign(let request):
+            let config = try resolve(request.group)
+            decision.url = try request.validatedURL()
+            try config.resources?.authorize(request.url, group: config.name, verb: "signature")
+            decision.group = config
+        case .hello, .ping, .apps, .audit, .diagnose, .lock, .unlock, .forward:
+            break
+        }
+        if access == .adminGroups, let config = decision.group, !config.admin {
+            throw BrokerError(.forbidden, "the login password is given only to groups the administrator defined; \"\(config.name)\" comes from the user's own configuration")
+        }
+        if locked, !rule.whileLocked { throw AccessPolicy.lockedRefusal }
+        decision.confirm = asks(rule.confirm, caller, group: decision.group)
+        return decision
+    }
+
+    /// Throws unless the caller's role may ask for `action` at all: its row's cell, a host's
+    /// table, a registration somewhere.
+    private func admit(_ action: AccessPolicy.Action, _ access: AccessPolicy.Access, _ caller: Caller, named: String?,
+                       _ configuration: Configuration) throws(BrokerError) {
+        let method = action.method.rawValue
+        switch access {
+        case .refused:
+            throw AccessPolicy.refusal(action, role: caller.role, who: caller.described, group: named)
+        case .hostTable:
+            guard let forward = caller.forward else {
+                throw BrokerError(.forbidden, "\(caller.described) has no [forward] table in the configuration any more, so it may no longer use msso; add one and reload mssod")
+            }
+            guard forward.verbs.contains(action.method) else {
+                let allowed = forward.verbs.map(\.rawValue).sorted().joined(separator: ", ")
+                throw BrokerError(.forbidden, "\(caller.described) may not call \(method): its [forward.\"\(forward.host)\"] table (\(forward.source)) allows \(allowed.isEmpty ? "nothing" : allowed); add \"\(method)\" to its `verbs` there")
+            }
+        case .registeredForSomeGroup where caller.usableGroups(configuration).isEmpty:
+            throw BrokerError(.forbidden, "\(caller.described) is not registered for any access group, so it may not \(method) msso; use `msso \(method)`")
+        case .registeredForSomeGroup, .anyGroup, .registeredGroups, .adminGroups:
+            return
+        }
+    }
+
+    /// The group a call is about, after checking the caller may use it. An app (or a host)
+    /// that may use exactly one of several configured groups gets that one by default.
+    private func resolve(_ name: String?, _ caller: Caller, limited: Bool, _ snapshot: Rules.Snapshot,
+                         into group: inout String?) throws(BrokerError) -> GroupConfig {
+        let configuration = snapshot.configuration
+        var name = name
+        if name == nil, caller.role == .app || caller.role == .forwarded, configuration.groups.count > 1 {
+            let mine = caller.usableGroups(configuration)
+            if mine.count == 1 { name = mine.first }
+        }
+        let resolved = try configuration.group(named: name)
+        group = resolved.name
+        if let host = caller.host {
+            guard let forward = caller.forward, forward.groups.contains(resolved.name) else {
+                let named = caller.forward.map { $0.groups.map { "\"\($0)\"" }.joined(separator: ", ") } ?? "none"
+                throw BrokerError(.notEntitled, "host \(host) may not use access group \"\(resolved.name)\" through the SSH forward: its [forward.\"\(host)\"] table\(caller.forward.map { " (\($0.source))" } ?? "") names \(named); add the group to its `groups` there")
+            }
+        } else if limited, !caller.registrations.contains(where: { $0.groups.contains(resolved.name) }) {
+            try snapshot.entitlements.authorize(caller.app, group: resolved.name) // throws NotEntitled, worded for the user
+        }
+        return resolved
+    }
+
+    /// Whether the user is asked before the call runs: a host whose table has `confirm`, or (for
+    /// a token or a signature) a registration with `confirm = true` that gives the caller the group.
+    private func asks(_ confirm: AccessPolicy.Confirm, _ caller: Caller, group: GroupConfig?) -> Bool {
+        if caller.host != nil { return confirm != .never && caller.forward?.confirm == true }
+        guard confirm == .hostsAndRegistrations, let group else { return false }
+        return caller.registrations.contains { $0.confirm == true && $0.groups.contains(group.name) }
+    }
+}
+
+extension CallArguments {
+    /// The one group the call names, if any (for a refusal's words).
+    var groupNamed: String? {
+        switch self {
+        case .status(let args): args.group
+        case .check(let args): args.group
+        case .login(let args): args.group
+        case .extend(let args): args.group
+        case .logout(let args): args.group
+        case .keys(let args): args.group
+        case .token(let args): args.group
+        case .sign(let request): request.group
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,246 @@
+import Logging
+import MSSOCore
+import MSSOProtocol
+@testable import MSSOServer
+import XCTest
+
+/// The access table as the gate applies it: every action × every role × locked or not, each cell
+/// against the rules as docs/SECURITY.md states them (written out here, not read from the table).
+final class GateTests: XCTestCase {
+    typealias Action = AccessPolicy.Action
+    let mine = "corp"
+    let others = "users" // from the user's own file (not the administrator's)
+
+    func gate(_ confirm: Bool = false) -> Gate {
+        var users = GroupConfig(name: others, issuer: "https://idp.example", clientID: "msso")
+        users.admin = false
+        let configuration = Configuration(groups: [GroupConfig(name: mine, issuer: "https://idp.example", clientID: "msso"), users])
+        var mail = AppRegistration(name: "mail", executable: "/opt/suite/mail", sha256: nil, flatpak: nil, groups: [mine],
+                                   source: "/etc/msso/apps.d/mail.toml", admin: true)
+        mail.confirm = confirm ? true : nil
+        let registrations = [
+            mail,
+            AppRegistration(name: "msso", executable: "/usr/bin/msso", sha256: nil, flatpak: nil, groups: [mine], source: "/etc/msso/apps.d/msso.toml",
+                            admin: true),
+        ]
+        let rules = Rules(configuration: configuration, entitlements: Entitlements(registrations: registrations), logger: Logger(label: "test"))
+        return Gate(policy: AccessPolicy(owner: 1000, ownTools: ["/usr/bin/msso", "/usr/bin/msso-logout"]), rules: rules)
+    }
+
+    /// The callers, one per kind of process the rules speak of.
+    enum Who: CaseIterable {
+        case root, msso, unregisteredMsso, registeredApp, stranger, hostWithEveryVerb, hostWithDefaultTable, hostWithoutTable
+    }
+
+    func caller(_ who: Who, _ gate: Gate) -> Caller {
+        func local(_ uid: UInt32, _ executable: String) -> Caller {
+            let app = AppIdentity(executable: executable)
+            return Caller(uid: uid, pid: 4242, role: gate.policy.role(uid: uid, app: app), app: app,
+                          registrations: gate.rules.entitlements.matches(app))
+        }
+        func host(_ table: ForwardRule?) -> Caller {
+            Caller(uid: 1000, pid: 4242, role: .forwarded, app: AppIdentity(executable: nil, onHost: false), registrations: [],
+                   host: "build01", forward: table, forwardSession: "/run/user/1000/msso/f.sock")
+        }
+        switch who {
+        case .root: return local(0, "/usr/sbin/sshd")
+        case .msso: return local(1000, "/usr/bin/msso")
+        case .unregisteredMsso: return local(1000, "/usr/bin/msso-logout")
+        case .registeredApp: return local(1000, "/opt/suite/mail")
+        case .stranger: return local(1000, "/tmp/evil")
+        case .hostWithEveryVerb: return host(ForwardRule(host: "build01", groups: [mine], verbs: ForwardRule.allowedVerbs, confirm: false))
+        case .hostWithDefaultTable: return host(ForwardRule(host: "build01", groups: [mine], confirm: false))
+        case .hostWithoutTable: return host(nil)
+        }
+    }
+
+    /// A call asking for `action`, on the administrator's group where it names one.
+    func call(_ action: Action, group: String? = "corp") -> CallArguments {
+        switch action {
+        case .hello: .hello(.init())
+        case .ping: .ping(PingData(data: "x"))
+        case .status: .status(GroupArguments(group: group))
+        case .check: .check(GroupArguments(group: group))
+        case .passwordLogin: .login(LoginArguments(group: group, flow: .password, username: "u", password: "p"))
+        case .deviceLogin: .login(LoginArguments(group: group, flow: .device))
+        case .browserLogin: .login(LoginArguments(group: group, flow: .browser))
+        case .newAccountLogin: .login(LoginArguments(group: group, flow: .device, newAccount: true))
+        case .extend: .extend(GroupArguments(group: group))
+        case .logout: .logout(.init(group: group))
+        case .logoutAll: .logout(.init(all: true))
+        case .subscribe: .subscribe(.init(groups: group.map { [$0] }))
+        case .sign: .sign(SignRequest(group: group, method: "GET", url: "https://api.example/items"))
+        case .token: .token(.init(group: group))
+        case .apps: .apps(Empty())
+        case .audit: .audit(.init())
+        case .keys: .keys(.init(group: group))
+        case .rotateKeys: .keys(.init(group: group, rotate: true))
+        case .diagnose: .diagnose(Empty())
+        case .lock: .lock(PassphraseArguments(passphrase: "p"))
+        case .unlock: .unlock(PassphraseArguments(passphrase: "p"))
+        case .forward: .forward(.init(host: "build01"))
+        }
+    }
+
+    /// What each caller may ask for, in the words of docs/SECURITY.md.
+    func allowed(_ who: Who) -> Set<Action> {
+        let everything = Set(Action.allCases)
+        let management: Set<Action> = [.apps, .audit, .keys, .rotateKeys, .diagnose, .forward, .newAccountLogin]
+        switch who {
+        // Root (PAM): how sessions stand, the password login, logging out; never a token.
+        case .root: return [.hello, .ping, .status, .check, .passwordLogin, .logout, .logoutAll]
+        // The user's own tools manage every group; they sign only where registered.
+        case .msso: return everything
+        case .unregisteredMsso: return everything.subtracting([.sign, .token])
+        // An app: its registered groups, no management.
+        case .registeredApp: return everything.subtracting(management)
+        // Registered nowhere: nothing about a group, no lock (a passphrase the user does not know).
+        case .stranger: return [.hello, .ping, .logoutAll]
+        // A host: its table's verbs on its groups; a device login only; never `--all` or management.
+        case .hostWithEveryVerb: return [.hello, .ping, .status, .check, .deviceLogin, .extend, .logout, .subscribe, .sign, .token]
+        case .hostWithDefaultTable: return [.hello, .ping, .status, .check, .sign, .token]
+        case .hostWithoutTable: return [.hello, .ping]
+        }
+    }
+
+    /// What the lock stops: nothing signs, hands out a token, logs in, extends or makes a key.
+    let stoppedByTheLock: Set<Action> = [.sign, .token, .passwordLogin, .deviceLogin, .browserLogin, .newAccountLogin, .extend, .rotateKeys]
+
+    func outcome(_ gate: Gate, _ action: Action, _ who: Who, locked: Bool, group: String? = "corp") -> Result<Decision, BrokerError> {
+        var named: String?
+        do {
+            return .success(try gate.decide(call(action, group: group), caller(who, gate), locked: locked, group: &named))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    func testEveryActionForEveryCallerLockedOrNot() {
+        let gate = gate()
+        var cells = 0
+        for action in Action.allCases {
+            for who in Who.allCases {
+                for locked in [false, true] {
+                    cells += 1
+                    let result = outcome(gate, action, who, locked: locked)
+                    let expected = allowed(who).contains(action)
+                    switch result {
+                    case .success:
+                        XCTAssertTrue(expected && !(locked && stoppedByTheLock.contains(action)), "\(who) \(action.rawValue) locked=\(locked): served")
+                    case .failure(let error):
+                        if !expected {
+                            XCTAssertTrue([.forbidden, .notEntitled].contains(error.name), "\(who) \(action.rawValue): \(error)")
+                        } else {
+                            XCTAssertTrue(locked && stoppedByTheLock.contains(action), "\(who) \(action.rawValue) locked=\(locked): \(error)")
+                            XCTAssertEqual(error.name, .locked, "\(who) \(action.rawValue)")
+                        }
+                    }
+                }
+            }
+        }
+        XCTAssertEqual(cells, Action.allCases.count * Who.allCases.count * 2)
+    }
+
+    func testWhatTheLockStopsIsWhatTheBrokerRefusesToo() {
+        XCTAssertEqual(Set(Action.allCases.filter { !AccessPolicy.rule(for: $0).whileLocked }), stoppedByTheLock,
+                       "the broker reads the same column where a lock comes while a call waits")
+        XCTAssertTrue(stoppedByTheLock.contains(.rotateKeys) && !stoppedByTheLock.contains(.keys), "`keys` reads a public key while locked; `--rotate` is refused")
+    }
+
+    func testRootGivesThePasswordOnlyToTheAdministratorsGroups() {
+        let gate = gate()
+        XCTAssertNoThrow(try outcome(gate, .passwordLogin, .root, locked: false, group: mine).get())
+        XCTAssertEqual(outcome(gate, .passwordLogin, .root, locked: false, group: others).error?.message,
+                       "the login password is given only to groups the administrator defined; \"users\" comes from the user's own configuration")
+        XCTAssertTrue(outcome(gate, .deviceLogin, .root, locked: false).error?.message.contains("only with the password flow") == true)
+        XCTAssertNoThrow(try outcome(gate, .deviceLogin, .msso, locked: false, group: others).get(), "the user's own group, by the user's tool")
+    }
+
+    func testRefusalsSayWhoMayAndHow() {
+        let gate = gate()
+        XCTAssertEqual(outcome(gate, .logout, .hostWithDefaultTable, locked: false).error?.message,
+                       "host build01 may not call logout: its [forward.\"build01\"] table () allows check, sign, status, token; add \"logout\" to its `verbs` there")
+        XCTAssertEqual(outcome(gate, .lock, .hostWithEveryVerb, locked: false).error?.message,
+                       "host build01 may not call lock through an SSH forward: that is for the msso command on this machine")
+        XCTAssertTrue(outcome(gate, .passwordLogin, .hostWithEveryVerb, locked: false).error?.message.contains("only a device login works") == true)
+        XCTAssertTrue(outcome(gate, .logoutAll, .hostWithEveryVerb, locked: false).error?.message.contains("may not log out of every group") == true)
+        XCTAssertEqual(outcome(gate, .sign, .hostWithEveryVerb, locked: false, group: others).error?.name, .notEntitled)
+        XCTAssertTrue(outcome(gate, .lock, .stranger, locked: false).error?.message.contains("/tmp/evil is not registered for any access group") == true)
+        XCTAssertTrue(outcome(gate, .audit, .registeredApp, locked: false).error?.message.contains("only the msso command may call audit") == true)
+        XCTAssertTrue(outcome(gate, .newAccountLogin, .registeredApp, locked: false).error?.message.contains("--new-account") == true)
+        XCTAssertEqual(outcome(gate, .sign, .stranger, locked: false).error?.name, .notEntitled)
+        XCTAssertEqual(outcome(gate, .sign, .registeredApp, locked: true).error, AccessPolicy.lockedRefusal)
+    }
+
+    func testARefusedCallStillNamesTheGroupItWasAboutForTheAuditRow() {
+        let gate = gate()
+        var named: String?
+        XCTAssertThrowsError(try gate.decide(call(.sign), caller(.stranger, gate), locked: false, group: &named))
+        XCTAssertEqual(named, mine)
+        named = nil
+        XCTAssertThrowsError(try gate.decide(call(.sign), caller(.registeredApp, gate), locked: true, group: &named))
+        XCTAssertEqual(named, mine)
+    }
+
+    func testCallsAboutSeveralGroupsCoverOnlyTheCallersOwn() throws {
+        let gate = gate()
+        XCTAssertEqual(try outcome(gate, .status, .registeredApp, locked: false, group: nil).get().groups, [mine])
+        XCTAssertEqual(try outcome(gate, .subscribe, .registeredApp, locked: false, group: nil).get().groups, [mine])
+        XCTAssertEqual(try outcome(gate, .logoutAll, .registeredApp, locked: false).get().groups, [mine])
+        XCTAssertEqual(try outcome(gate, .logoutAll, .stranger, locked: false).get().groups, [], "registered nowhere: ends nothing")
+        XCTAssertNil(try outcome(gate, .status, .msso, locked: false, group: nil).get().groups, "the user's tool: every group")
+        XCTAssertNil(try outcome(gate, .logoutAll, .root, locked: false).get().groups)
+        XCTAssertEqual(try outcome(gate, .sign, .registeredApp, locked: false, group: nil).get().group?.name, mine,
+                       "an app registered for one of several groups gets that one by default")
+    }
+
+    func testWhoIsAskedFirst() throws {
+        let asking = gate(true)
+        XCTAssertTrue(try outcome(asking, .sign, .registeredApp, locked: false).get().confirm, "a registration with confirm, for a signature")
+        XCTAssertTrue(try outcome(asking, .token, .registeredApp, locked: false).get().confirm)
+        XCTAssertFalse(try outcome(asking, .status, .registeredApp, locked: false).get().confirm, "how sessions stand never asks")
+        XCTAssertFalse(try outcome(asking, .extend, .registeredApp, locked: false).get().confirm, "a registration asks for credentials only")
+        XCTAssertFalse(try outcome(asking, .sign, .msso, locked: false).get().confirm, "another registration's confirm is not msso's")
+        var host = caller(.hostWithEveryVerb, asking)
+        host.forward!.confirm = true
+        for (action, asks) in [(Action.sign, true), (.token, true), (.deviceLogin, true), (.extend, true), (.logout, true),
+                               (.status, false), (.check, false), (.subscribe, false)] {
+            var named: String?
+            XCTAssertEqual(try asking.decide(call(action), host, locked: false, group: &named).confirm, asks, "host, \(action.rawValue)")
+        }
+    }
+
+    func testATokenGoesOnlyWithinTheGroupsResources() throws {
+        var config = GroupConfig(name: mine, issuer: "https://idp.example", clientID: "msso")
+        config.resources = try Resources(["https://api.example.com/v1/"])
+        let app = AppIdentity(executable: "/opt/suite/mail")
+        let registration = AppRegistration(name: "mail", executable: app.executable, sha256: nil, flatpak: nil, groups: [mine],
+                                           source: "/etc/msso/apps.d/mail.toml", admin: true)
+        let rules = Rules(configuration: Configuration(groups: [config]), entitlements: Entitlements(registrations: [registration]), logger: Logger(label: "test"))
+        let gate = Gate(policy: AccessPolicy(owner: 1000), rules: rules)
+        let caller = Caller(uid: 1000, pid: 1, role: .app, app: app, registrations: [registration])
+        func decide(_ arguments: CallArguments) -> BrokerError? {
+            var named: String?
+            do { _ = try gate.decide(arguments, caller, locked: false, group: &named); return nil } catch { return error }
+        }
+        XCTAssertNil(decide(.sign(SignRequest(method: "GET", url: "https://api.example.com/v1/items"))))
+        XCTAssertEqual(decide(.sign(SignRequest(method: "GET", url: "https://attacker.example/")))?.name, .resourceForbidden)
+        XCTAssertEqual(decide(.sign(SignRequest(method: "GET", url: "not a url")))?.name, .badRequest, "a URL that is none is said so first")
+        XCTAssertNil(decide(.token(.init(resource: "https://api.example.com/v1/x"))))
+        XCTAssertEqual(decide(.token(.init()))?.name, .resourceForbidden, "a token for no named server")
+        XCTAssertEqual(decide(.token(.init(resource: "https://attacker.example/")))?.name, .resourceForbidden)
+        XCTAssertEqual(decide(.sign(SignRequest(method: "GET", url: "https://api.example.com/v1/..;/admin")))?.name, .resourceForbidden)
+    }
+
+    func testAHostMayBeGivenOnlyWhatTheTableLetsAHostHave() {
+        XCTAssertEqual(ForwardRule.allowedVerbs, [.token, .sign, .status, .check, .login, .extend, .logout, .subscribe])
+        XCTAssertEqual(ForwardRule.defaultVerbs, [.token, .sign, .status, .check])
+        for action in Action.allCases where AccessPolicy.rule(for: action).givesCredentials {
+            XCTAssertEqual(AccessPolicy.rule(for: action).root, .refused, "no token or signature ever reaches root: \(action.rawValue)")
+        }
+    }
+}
+
+extension Result {
+    var error: Failure? { if case .failure(let error) = self { error } else { nil } }
+}
