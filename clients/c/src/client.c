@@ -800,62 +800,36 @@ static int await_answer(msso_client *c, const pending *p, const char *method, lo
 
 /* -- calls --------------------------------------------------------------------------------------- */
 
-/* A call's frame, built in place: the length, then
- * {"type":"call","serial":N,"method":"M","args":{…}}. */
+/* A call's frame (json.h writes it), and what an error about it names. */
 typedef struct {
-    json_out json;
-    int fields;
+    json_call call;
     uint32_t serial;
     const char *method;
 } frame;
 
 static void frame_begin(msso_client *c, frame *f, char *buffer, size_t capacity, const char *method) {
     if (++c->serial == 0) c->serial = 1; /* 0 means "no call" */
-    *f = (frame){ .json = { .data = buffer, .capacity = capacity }, .serial = c->serial, .method = method };
-    static const char start[] = "\0\0\0\0{\"type\":\"call\",\"serial\":", then[] = ",\"method\":", args[] = ",\"args\":{";
-    json_raw(&f->json, start, sizeof start - 1);
-    json_uint(&f->json, f->serial);
-    json_raw(&f->json, then, sizeof then - 1);
-    json_cstring(&f->json, method);
-    json_raw(&f->json, args, sizeof args - 1);
-}
-
-static void field(frame *f, const char *key) {
-    if (f->fields++) json_raw(&f->json, ",", 1);
-    json_key(&f->json, key);
-}
-
-static void field_string(frame *f, const char *key, const char *value) {
-    if (!value) return;
-    field(f, key);
-    json_cstring(&f->json, value);
-}
-
-static void field_true(frame *f, const char *key) {
-    field(f, key);
-    json_raw(&f->json, "true", 4);
+    f->serial = c->serial;
+    f->method = method;
+    json_call_begin(&f->call, buffer, capacity, f->serial, method);
 }
 
 /* Closes the frame and sends it, then wipes it (it may hold a password): 0, or -1 and *err.
  * Nothing sent and the connection found closed: *retry (the caller connects and sends again). */
 static int send_frame(msso_client *c, frame *f, long deadline, int *retry, msso_error *err) {
     *retry = 0;
-    json_raw(&f->json, "}}", 2);
-    int result = -1;
-    if (f->json.failed == JSON_TOO_LONG) {
+    int ended = json_call_end(&f->call), result = -1;
+    if (ended == JSON_TOO_LONG) {
         set_error(err, MSSO_E_BAD_REQUEST, "the %s call is over the protocol's limit of %d bytes", f->method, MSSO_MAX_FRAME);
-    } else if (f->json.failed == JSON_NOT_UTF8) {
+    } else if (ended == JSON_NOT_UTF8) {
         set_error(err, MSSO_E_BAD_REQUEST, "an argument of %s is not valid UTF-8", f->method);
     } else {
-        uint32_t length = (uint32_t)f->json.length - 4;
-        unsigned char *p = (unsigned char *)f->json.data;
-        p[0] = (unsigned char)(length >> 24), p[1] = (unsigned char)(length >> 16), p[2] = (unsigned char)(length >> 8), p[3] = (unsigned char)length;
-        int sent = send_all(c, f->json.data, f->json.length, deadline);
+        int sent = send_all(c, f->call.json.data, f->call.json.length, deadline);
         if (sent == 0) result = 0;
         else if (sent == -2) *retry = 1;
         else connection_lost(c, err);
     }
-    explicit_bzero(f->json.data, f->json.length);
+    explicit_bzero(f->call.json.data, f->call.json.length);
     return result;
 }
 
@@ -954,9 +928,9 @@ static int open_connection(msso_client *c, msso_error *err) {
     frame f;
     int retry;
     frame_begin(c, &f, buffer, sizeof buffer, MSSO_METHOD_HELLO);
-    field(&f, "version");
-    json_uint(&f.json, MSSO_PROTOCOL_VERSION);
-    field_string(&f, "client", program_label());
+    json_call_field(&f.call, "version");
+    json_uint(&f.call.json, MSSO_PROTOCOL_VERSION);
+    json_call_string(&f.call, "client", program_label());
     pending p = { .serial = f.serial, .read = read_hello };
     if (send_frame(c, &f, deadline, &retry, err) != 0) {
         if (retry) connection_lost(c, err); /* closed at once: Busy, or another user's */
@@ -1102,7 +1076,7 @@ PUBLIC const char *msso_peer_executable(const msso_client *c) {
 }
 
 static void group_arguments(frame *f, const void *group) {
-    field_string(f, "group", group);
+    json_call_string(&f->call, "group", group);
 }
 
 PUBLIC int msso_status(msso_client *c, const char *group, msso_sessions *out, msso_error *err) {
@@ -1130,11 +1104,11 @@ typedef struct {
 
 static void password_arguments(frame *f, const void *values) {
     const password_login *login = values;
-    field_string(f, "group", login->group);
-    field_string(f, "flow", "password");
-    field_string(f, "username", login->username);
-    field(f, "password");
-    json_quoted(&f->json, login->password, login->length);
+    json_call_string(&f->call, "group", login->group);
+    json_call_string(&f->call, "flow", "password");
+    json_call_string(&f->call, "username", login->username);
+    json_call_field(&f->call, "password");
+    json_quoted(&f->call.json, login->password, login->length);
 }
 
 PUBLIC int msso_login_password(msso_client *c, const char *group, const char *username, const char *password, size_t length,
@@ -1150,13 +1124,13 @@ PUBLIC int msso_login_password(msso_client *c, const char *group, const char *us
 }
 
 static void device_arguments(frame *f, const void *group) {
-    field_string(f, "group", group);
-    field_string(f, "flow", "device");
+    json_call_string(&f->call, "group", group);
+    json_call_string(&f->call, "flow", "device");
 }
 
 static void browser_arguments(frame *f, const void *group) {
-    field_string(f, "group", group);
-    field_string(f, "flow", "browser");
+    json_call_string(&f->call, "group", group);
+    json_call_string(&f->call, "flow", "browser");
 }
 
 /* The daemon waits for the user; without a callback nobody would see what to do. */
@@ -1185,8 +1159,8 @@ typedef struct {
 
 static void logout_arguments(frame *f, const void *values) {
     const logout_values *v = values;
-    if (v->all) field_true(f, "all");
-    else field_string(f, "group", v->group);
+    if (v->all) json_call_true(&f->call, "all");
+    else json_call_string(&f->call, "group", v->group);
 }
 
 PUBLIC int msso_logout(msso_client *c, const char *group, int all, msso_logout_result *out, msso_error *err) {
@@ -1202,31 +1176,31 @@ PUBLIC int msso_logout(msso_client *c, const char *group, int all, msso_logout_r
 
 static void sign_arguments(frame *f, const void *values) {
     const msso_request *r = values;
-    field_string(f, "group", r->group);
-    field_string(f, "method", r->method);
-    field_string(f, "url", r->url);
+    json_call_string(&f->call, "group", r->group);
+    json_call_string(&f->call, "method", r->method);
+    json_call_string(&f->call, "url", r->url);
     if (r->header_count) {
-        field(f, "headers");
-        json_raw(&f->json, "[", 1);
+        json_call_field(&f->call, "headers");
+        json_raw(&f->call.json, "[", 1);
         for (size_t i = 0; i < r->header_count; i++) {
-            json_raw(&f->json, i ? ",[" : "[", i ? 2 : 1);
-            json_cstring(&f->json, r->headers[i].name ? r->headers[i].name : "");
-            json_raw(&f->json, ",", 1);
-            json_cstring(&f->json, r->headers[i].value ? r->headers[i].value : "");
-            json_raw(&f->json, "]", 1);
+            json_raw(&f->call.json, i ? ",[" : "[", i ? 2 : 1);
+            json_cstring(&f->call.json, r->headers[i].name ? r->headers[i].name : "");
+            json_raw(&f->call.json, ",", 1);
+            json_cstring(&f->call.json, r->headers[i].value ? r->headers[i].value : "");
+            json_raw(&f->call.json, "]", 1);
         }
-        json_raw(&f->json, "]", 1);
+        json_raw(&f->call.json, "]", 1);
     }
     if (r->body_sha256) {
-        field_string(f, "bodySHA256", r->body_sha256);
+        json_call_string(&f->call, "bodySHA256", r->body_sha256);
     } else if (r->body && r->body_length) {
         unsigned char digest[32];
         char encoded[45];
         sha256(r->body, r->body_length, digest);
         base64(digest, sizeof digest, encoded);
-        field_string(f, "bodySHA256", encoded);
+        json_call_string(&f->call, "bodySHA256", encoded);
     }
-    field_string(f, "dpopNonce", r->dpop_nonce);
+    json_call_string(&f->call, "dpopNonce", r->dpop_nonce);
 }
 
 PUBLIC int msso_sign(msso_client *c, const msso_request *request, msso_headers *out, msso_error *err) {
@@ -1246,9 +1220,9 @@ typedef struct {
 
 static void token_arguments(frame *f, const void *values) {
     const token_values *v = values;
-    field_string(f, "group", v->group);
-    if (v->renew) field_true(f, "renew");
-    field_string(f, "resource", v->resource);
+    json_call_string(&f->call, "group", v->group);
+    if (v->renew) json_call_true(&f->call, "renew");
+    json_call_string(&f->call, "resource", v->resource);
 }
 
 PUBLIC int msso_token(msso_client *c, const char *group, const char *resource, int renew, msso_access_token *out,
@@ -1271,13 +1245,13 @@ typedef struct {
 static void subscribe_arguments(frame *f, const void *values) {
     const group_list *list = values;
     if (!list->groups) return;
-    field(f, "groups");
-    json_raw(&f->json, "[", 1);
+    json_call_field(&f->call, "groups");
+    json_raw(&f->call.json, "[", 1);
     for (size_t i = 0; i < list->count; i++) {
-        if (i) json_raw(&f->json, ",", 1);
-        json_cstring(&f->json, list->groups[i] ? list->groups[i] : "");
+        if (i) json_raw(&f->call.json, ",", 1);
+        json_cstring(&f->call.json, list->groups[i] ? list->groups[i] : "");
     }
-    json_raw(&f->json, "]", 1);
+    json_raw(&f->call.json, "]", 1);
 }
 
 PUBLIC int msso_subscribe(msso_client *c, const char *const *groups, size_t count, msso_error *err) {
@@ -1358,8 +1332,8 @@ static void raw_object_arguments(frame *f, const void *values) {
     /* The object's members, without its braces: finish() closes the object it opened. */
     const char *open = memchr(raw->text, '{', raw->length), *close = raw->text + raw->length;
     while (close > open && *--close != '}') {}
-    json_raw(&f->json, open + 1, (size_t)(close - open - 1));
-    f->fields = 1;
+    json_raw(&f->call.json, open + 1, (size_t)(close - open - 1));
+    f->call.fields = 1;
 }
 
 PUBLIC int msso_call(msso_client *c, const char *method, const char *args, char **result, msso_error *err) {

@@ -365,6 +365,14 @@ long json_get(const json_doc *doc, uint32_t object, const char *key) {
     return -1;
 }
 
+long json_get_unique(const json_doc *doc, uint32_t object, const char *key) {
+    long found = json_get(doc, object, key);
+    if (found < 0) return found;
+    for (uint32_t i = doc->tokens[found].next; i < doc->tokens[object].next; i = doc->tokens[i + 1].next)
+        if (json_string_equals(doc, i, key)) return -2;
+    return found;
+}
+
 /* Powers of ten a double holds exactly: a mantissa of up to 19 digits times one of these is one
  * correctly rounded operation, and times (or over) a few of them within an ulp or two, which is
  * all a time in seconds needs. strtod would follow the program's locale (a decimal comma). */
@@ -483,4 +491,41 @@ void json_key(json_out *out, const char *key) {
     json_raw(out, "\"", 1);
     json_raw(out, key, strlen(key));
     json_raw(out, "\":", 2);
+}
+
+/* -- the call frame ---------------------------------------------------------------------------- */
+
+void json_call_begin(json_call *call, char *buffer, size_t capacity, uint32_t serial, const char *method) {
+    *call = (json_call){ .json = { .data = buffer, .capacity = capacity } };
+    static const char start[] = "\0\0\0\0{\"type\":\"call\",\"serial\":", then[] = ",\"method\":", args[] = ",\"args\":{";
+    json_raw(&call->json, start, sizeof start - 1);
+    json_uint(&call->json, serial);
+    json_raw(&call->json, then, sizeof then - 1);
+    json_cstring(&call->json, method);
+    json_raw(&call->json, args, sizeof args - 1);
+}
+
+void json_call_field(json_call *call, const char *key) {
+    if (call->fields++) json_raw(&call->json, ",", 1);
+    json_key(&call->json, key);
+}
+
+void json_call_string(json_call *call, const char *key, const char *value) {
+    if (!value) return;
+    json_call_field(call, key);
+    json_cstring(&call->json, value);
+}
+
+void json_call_true(json_call *call, const char *key) {
+    json_call_field(call, key);
+    json_raw(&call->json, "true", 4);
+}
+
+int json_call_end(json_call *call) {
+    json_raw(&call->json, "}}", 2);
+    if (call->json.failed) return call->json.failed;
+    uint32_t length = (uint32_t)call->json.length - 4;
+    unsigned char *p = (unsigned char *)call->json.data;
+    p[0] = (unsigned char)(length >> 24), p[1] = (unsigned char)(length >> 16), p[2] = (unsigned char)(length >> 8), p[3] = (unsigned char)length;
+    return 0;
 }

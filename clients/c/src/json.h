@@ -1,5 +1,7 @@
 /* The JSON libmsso reads and writes: the daemon's frames (a strict reader that checks every byte)
- * and the calls (a writer into a bounded buffer). Internal: nothing here is exported. */
+ * and the calls (a writer into a bounded buffer). Internal: nothing here is exported. The PAM
+ * module (pam/) compiles this file into pam_msso.so too, hidden there as well: C has this one
+ * JSON reader and writer. */
 #ifndef MSSO_JSON_H
 #define MSSO_JSON_H
 
@@ -40,6 +42,9 @@ void json_doc_free(json_doc *doc);
 
 /* The value at `key` of the object at `object`, or -1 when absent (the first, if repeated). */
 long json_get(const json_doc *doc, uint32_t object, const char *key);
+/* The same, but -2 when the key is there more than once: readers that must not guess which of two
+ * values a writer meant (the PAM module) refuse the message. */
+long json_get_unique(const json_doc *doc, uint32_t object, const char *key);
 /* Whether the token at `index` is of `type` (index -1: absent, never of any type). */
 int json_is(const json_doc *doc, long index, json_type type);
 
@@ -76,5 +81,25 @@ void json_cstring(json_out *out, const char *text);
 void json_uint(json_out *out, uint64_t value);
 /* `"key":` (the key is one of ours: plain ASCII). */
 void json_key(json_out *out, const char *key);
+
+/* A call's frame, written in place: the length, then
+ * {"type":"call","serial":N,"method":"M","args":{…}} (docs/PROTOCOL.md). The arguments are written
+ * with json_call_field and the writer above, or the shorthands below. */
+typedef struct {
+    json_out json;
+    int fields; /* arguments written so far */
+} json_call;
+
+/* Starts the frame in `buffer` (`capacity` bytes: MSSO_MAX_FRAME + 4 for any call). */
+void json_call_begin(json_call *call, char *buffer, size_t capacity, uint32_t serial, const char *method);
+/* `"key":`, after a comma from the second argument on: the value follows. */
+void json_call_field(json_call *call, const char *key);
+/* A string argument; nothing when `value` is NULL. */
+void json_call_string(json_call *call, const char *key, const char *value);
+void json_call_true(json_call *call, const char *key);
+/* Closes the frame and writes its length in front: 0, and the frame is json.data, json.length
+ * bytes; or JSON_TOO_LONG or JSON_NOT_UTF8, and there is nothing to send. Either way the caller
+ * wipes the buffer when done with it (explicit_bzero): the call may hold a password. */
+int json_call_end(json_call *call);
 
 #endif

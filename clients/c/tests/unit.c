@@ -131,6 +131,44 @@ static void writer(void) {
     json_doc_free(&doc);
 }
 
+/* A key there twice: json_get takes the first, json_get_unique refuses (an escaped spelling is the
+ * same key). */
+static void keys_given_twice(void) {
+    static const char text[] = "{\"a\":1,\"b\":{\"a\":2},\"c\":[],\"\\u0061\":3}";
+    json_doc doc = { 0 };
+    CHECK(json_parse(&doc, text, sizeof text - 1) == 0);
+    long first = json_get(&doc, 0, "a"), b = json_get(&doc, 0, "b");
+    CHECK(json_is(&doc, first, JSON_NUMBER) && doc.text[doc.tokens[first].start] == '1');
+    CHECK(json_get_unique(&doc, 0, "a") == -2);
+    CHECK(json_get_unique(&doc, 0, "b") == b && json_get_unique(&doc, 0, "c") == json_get(&doc, 0, "c"));
+    CHECK(json_get_unique(&doc, 0, "d") == -1 && json_get_unique(&doc, (uint32_t)json_get(&doc, 0, "c"), "a") == -1);
+    CHECK(json_is(&doc, json_get_unique(&doc, (uint32_t)b, "a"), JSON_NUMBER)); /* the inner "a" is another object's */
+    json_doc_free(&doc);
+}
+
+/* A call's frame: the length, then the envelope and the arguments; nothing to send when an argument
+ * is not UTF-8 or the frame would not fit. */
+static void call_frames(void) {
+    char buffer[128];
+    json_call call;
+    json_call_begin(&call, buffer, sizeof buffer, 4294967295u, "logout");
+    json_call_string(&call, "group", "g");
+    json_call_string(&call, "absent", NULL);
+    json_call_true(&call, "all");
+    CHECK(json_call_end(&call) == 0);
+    static const char expected[] = "{\"type\":\"call\",\"serial\":4294967295,\"method\":\"logout\",\"args\":{\"group\":\"g\",\"all\":true}}";
+    CHECK(call.json.length == 4 + sizeof expected - 1 && memcmp(buffer + 4, expected, sizeof expected - 1) == 0);
+    CHECK(buffer[0] == 0 && buffer[1] == 0 && buffer[2] == 0 && buffer[3] == (char)(sizeof expected - 1));
+    json_call_begin(&call, buffer, sizeof buffer, 1, "ping");
+    CHECK(json_call_end(&call) == 0 && call.json.length == 4 + 52 && memcmp(buffer + 4 + 49, "{}}", 3) == 0);
+    json_call_begin(&call, buffer, sizeof buffer, 1, "login");
+    json_call_string(&call, "password", "\xff");
+    CHECK(json_call_end(&call) == JSON_NOT_UTF8);
+    json_call_begin(&call, buffer, sizeof buffer, 1, "login");
+    json_call_string(&call, "password", "0123456789012345678901234567890123456789012345678901234567890123456789");
+    CHECK(json_call_end(&call) == JSON_TOO_LONG);
+}
+
 static void hashing(void) {
     static const struct { size_t length; const char *digest; } vectors[] = {
         { 0, "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=" },   { 55, "n0OQ+NMMLdkuyfCVtl4rmumwqSWlJY4kHJ8ekQ9zQxg=" },
@@ -311,6 +349,8 @@ int main(void) {
     depth();
     values();
     writer();
+    keys_given_twice();
+    call_frames();
     hashing();
     mutations();
     deadlines_are_never_early();
