@@ -119,68 +119,70 @@ static int read_all(msso_broker *b, void *data, size_t len) {
     return 0;
 }
 
-static int send_message(msso_broker *b, json_object *message) {
-    size_t len;
-    const char *text = json_object_to_json_string_length(message, JSON_C_TO_STRING_PLAIN, &len);
-    if (len > MSSO_MAX_FRAME) return -1;
-    uint32_t header = htonl((uint32_t)len);
-    int sent = write_all(b, &header, 4) == 0 && write_all(b, text, len) == 0 ? 0 : -1;
-    /* The serialized call may hold the user's password: wipe json-c's copy of it. */
-    explicit_bzero((char *)text, len);
-    return sent;
+/* Closes the call begun and sends it, then wipes it: the serialized call may hold the user's
+ * password. MSSO_OK, MSSO_UNSENDABLE (nothing sent) or MSSO_UNREACHABLE. */
+static msso_status send_call(msso_broker *b) {
+    int ended = json_call_end(&b->call);
+    msso_status status = b->serial == 0 ? MSSO_UNREACHABLE /* no random serial could be drawn */
+                         : ended != 0   ? MSSO_UNSENDABLE
+                         : write_all(b, b->call.json.data, b->call.json.length) == 0 ? MSSO_OK : MSSO_UNREACHABLE;
+    explicit_bzero(b->call.json.data, b->call.json.length);
+    return status;
 }
 
-/* One JSON value in valid UTF-8, parsed strictly (nothing after it, no single quotes). */
-static json_object *parse(const char *text, size_t len) {
-    json_tokener *tokener = json_tokener_new();
-    if (!tokener) return NULL;
-    json_tokener_set_flags(tokener, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
-    json_object *value = json_tokener_parse_ex(tokener, text, (int)len);
-    if (value && json_tokener_get_error(tokener) != json_tokener_success) {
-        json_object_put(value);
-        value = NULL;
-    }
-    json_tokener_free(tokener);
-    return value;
+/* Wipes and frees the frame a reply holds (a reply may echo nothing secret, but frames are wiped
+ * anyway). */
+static void forget_frame(msso_reply *reply) {
+    if (reply->text) explicit_bzero(reply->text, reply->length);
+    free(reply->text);
+    reply->text = NULL;
+    reply->length = 0;
 }
 
-/* The next message: MSSO_OK and *message; MSSO_UNREACHABLE when the connection closed (a
- * truncated frame included) or time ran out; MSSO_MALFORMED for an oversized frame or one that is
- * not JSON. */
-static msso_status receive_message(msso_broker *b, json_object **message) {
-    *message = NULL;
+void msso_reply_free(msso_reply *reply) {
+    forget_frame(reply);
+    json_doc_free(&reply->doc);
+}
+
+/* The next message, parsed into `reply` (its last message forgotten): MSSO_OK; MSSO_UNREACHABLE
+ * when the connection closed (a truncated frame included), time ran out, or memory did;
+ * MSSO_MALFORMED for an oversized frame or one that is not a JSON object in UTF-8 (json.h: RFC 8259
+ * throughout, no NUL in a string, at most 32 levels). */
+static msso_status receive_message(msso_broker *b, msso_reply *reply) {
+    forget_frame(reply);
     uint32_t header;
     if (read_all(b, &header, 4) != 0) return MSSO_UNREACHABLE;
     uint32_t len = ntohl(header);
     if (len > MSSO_MAX_FRAME) return MSSO_MALFORMED; /* checked before allocating */
-    char *text = malloc(len + 1);
-    if (!text) return MSSO_UNREACHABLE;
-    msso_status status = MSSO_UNREACHABLE;
-    if (read_all(b, text, len) == 0) {
-        text[len] = '\0';
-        *message = parse(text, len);
-        status = *message ? MSSO_OK : MSSO_MALFORMED;
-    }
-    explicit_bzero(text, len); /* a reply may echo nothing secret, but frames are wiped anyway */
-    free(text);
-    return status;
+    if (!(reply->text = malloc(len + 1))) return MSSO_UNREACHABLE;
+    reply->length = len;
+    if (read_all(b, reply->text, len) != 0) return MSSO_UNREACHABLE;
+    reply->text[len] = '\0';
+    int parsed = json_parse(&reply->doc, reply->text, len);
+    return parsed == 0 ? MSSO_OK : parsed == -2 ? MSSO_UNREACHABLE : MSSO_MALFORMED;
 }
 
-/* The type of a message from the broker, or NULL when it is not a message of the protocol. A
- * reply or an error must carry a serial (an integer from 0 to 2^32-1); a reply an object
- * `result`; an error a string `error` and a string `message` short enough to show. Other types
- * (signals) are skipped by the caller, so only their `type` is checked. */
-static const char *message_type(json_object *message, int64_t *serial) {
-    const char *type, *text;
-    json_object *value;
-    if (!json_object_is_type(message, json_type_object) || msso_get_string(message, "type", 16, &type) != 1) return NULL;
-    int reply = strcmp(type, "reply") == 0, error = strcmp(type, "error") == 0;
-    if (!reply && !error) return type;
-    if (!json_object_object_get_ex(message, "serial", &value) || !json_object_is_type(value, json_type_int)) return NULL;
-    *serial = json_object_get_int64(value); /* json-c saturates what does not fit */
-    if (*serial < 0 || *serial > UINT32_MAX) return NULL;
-    if (reply) return json_object_object_get_ex(message, "result", &value) && json_object_is_type(value, json_type_object) ? type : NULL;
-    return msso_get_string(message, "error", 64, &text) == 1 && msso_get_string(message, "message", MSSO_MAX_MESSAGE, &text) == 1 ? type : NULL;
+/* The type of a message from the broker (into `type`), or -1 when it is not a message of the
+ * protocol. A reply or an error must carry a serial (an integer from 0 to 2^32-1); a reply an
+ * object `result`; an error a string `error` and a string `message` short enough to show (copied
+ * into reply->message). Other types (signals) are skipped by the caller, so only their `type` is
+ * checked. No key of the message may be there twice. */
+static int message_type(msso_reply *reply, char type[17], uint64_t *serial) {
+    const json_doc *doc = &reply->doc;
+    char name[65];
+    if (msso_get_string(doc, 0, "type", 16, type) != 1) return -1;
+    int is_reply = strcmp(type, "reply") == 0, is_error = strcmp(type, "error") == 0;
+    if (!is_reply && !is_error) return 0;
+    long at = json_get_unique(doc, 0, "serial");
+    if (!json_is(doc, at, JSON_NUMBER) || json_unsigned(doc, (uint32_t)at, UINT32_MAX, serial) != 0) return -1;
+    if (is_reply) {
+        long result = json_get_unique(doc, 0, "result");
+        if (!json_is(doc, result, JSON_OBJECT)) return -1;
+        reply->result = (uint32_t)result;
+        return 0;
+    }
+    return msso_get_string(doc, 0, "error", 64, name) == 1 &&
+           msso_get_string(doc, 0, "message", MSSO_MAX_MESSAGE, reply->message) == 1 ? 0 : -1;
 }
 
 msso_status msso_broker_open(msso_broker *b, const char *path, uid_t uid, int timeout_ms) {
@@ -217,69 +219,62 @@ msso_status msso_broker_open(msso_broker *b, const char *path, uid_t uid, int ti
     socklen_t size = sizeof peer;
     if (getsockopt(b->fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0 || peer.uid != uid) goto fail;
 
-    json_object *args = json_object_new_object();
-    json_object_object_add(args, "version", json_object_new_int(MSSO_PROTOCOL_VERSION));
-    json_object_object_add(args, "client", json_object_new_string("pam_msso"));
-    json_object *result = NULL;
-    msso_status said = msso_broker_call(b, MSSO_METHOD_HELLO, args, &result);
+    b->out = malloc(MSSO_MAX_FRAME + 4);
+    if (!b->out) goto fail;
+    json_call *hello = msso_broker_begin(b, MSSO_METHOD_HELLO);
+    json_call_field(hello, "version");
+    json_uint(&hello->json, MSSO_PROTOCOL_VERSION);
+    json_call_string(hello, "client", "pam_msso");
+    msso_reply reply = { 0 };
+    msso_status said = msso_broker_call(b, &reply);
+    msso_reply_free(&reply);
     if (said != MSSO_OK) {
-        json_object_put(result);
         msso_broker_close(b);
         return said == MSSO_MALFORMED ? MSSO_MALFORMED : MSSO_UNREACHABLE;
     }
-    json_object_put(result);
     return MSSO_OK;
 fail:
     msso_broker_close(b);
     return MSSO_UNREACHABLE;
 }
 
-msso_status msso_broker_call(msso_broker *b, const char *method, json_object *args, json_object **result) {
-    *result = NULL;
+json_call *msso_broker_begin(msso_broker *b, const char *method) {
     /* A serial nobody can guess: an answer must have been written after the call was sent (a
      * process that wrote answers in advance, then exec'd the genuine mssod, would otherwise pass
-     * the check of the writer; pam_msso.c, broker_trusted). 0 is for errors about no call. */
-    unsigned serial = 0;
-    while (serial == 0)
-        if (getrandom(&serial, sizeof serial, 0) != (ssize_t)sizeof serial) return MSSO_UNREACHABLE;
+     * the check of the writer; pam_msso.c, broker_trusted). 0 is for errors about no call, and
+     * here for none drawn (msso_broker_call then sends nothing). */
+    unsigned serial = 0, drawn;
+    while (serial == 0 && getrandom(&drawn, sizeof drawn, 0) == (ssize_t)sizeof drawn) serial = drawn;
     b->serial = serial;
-    json_object *call = json_object_new_object();
-    json_object_object_add(call, "type", json_object_new_string("call"));
-    json_object_object_add(call, "serial", json_object_new_int64(serial));
-    json_object_object_add(call, "method", json_object_new_string(method));
-    json_object_object_add(call, "args", args);
-    int sent = send_message(b, call);
-    json_object_put(call);
-    if (sent != 0) return MSSO_UNREACHABLE;
+    json_call_begin(&b->call, b->out, MSSO_MAX_FRAME + 4, serial, method);
+    return &b->call;
+}
+
+msso_status msso_broker_call(msso_broker *b, msso_reply *reply) {
+    reply->message[0] = '\0';
+    msso_status sent = send_call(b);
+    if (sent != MSSO_OK) return sent;
 
     for (;;) { /* skip signals; the answer carries our serial */
-        json_object *message = NULL;
-        msso_status status = receive_message(b, &message);
+        msso_status status = receive_message(b, reply);
         if (status != MSSO_OK) return status;
-        int64_t number = -1;
-        const char *type = message_type(message, &number);
-        if (!type) {
-            json_object_put(message);
-            return MSSO_MALFORMED;
-        }
-        if (strcmp(type, "reply") == 0 && number == serial) {
-            json_object *value = NULL;
-            json_object_object_get_ex(message, "result", &value); /* there: checked by message_type */
-            *result = json_object_get(value);
-            json_object_put(message);
-            return MSSO_OK;
-        }
-        if (strcmp(type, "error") == 0 && (number == serial || number == 0)) {
-            *result = message;
-            return MSSO_ERROR_REPLY;
-        }
-        json_object_put(message);
+        char type[17];
+        uint64_t number = UINT64_MAX;
+        if (message_type(reply, type, &number) != 0) return MSSO_MALFORMED;
+        int is_reply = strcmp(type, "reply") == 0, is_error = strcmp(type, "error") == 0;
+        if (is_reply && number == b->serial) return MSSO_OK;
+        if (is_error && (number == b->serial || number == 0)) return MSSO_ERROR_REPLY;
         /* An answer to a call this module never made: written in advance, or by someone else. */
-        if (strcmp(type, "reply") == 0 || strcmp(type, "error") == 0) return MSSO_MALFORMED;
+        if (is_reply || is_error) return MSSO_MALFORMED;
     }
 }
 
 void msso_broker_close(msso_broker *b) {
+    if (b->out) {
+        explicit_bzero(b->out, MSSO_MAX_FRAME + 4);
+        free(b->out);
+    }
+    b->out = NULL;
     if (b->fd >= 0) close(b->fd);
     if (b->writer_pidfd >= 0) close(b->writer_pidfd);
     b->fd = -1;

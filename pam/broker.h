@@ -3,7 +3,9 @@
 #ifndef MSSO_PAM_BROKER_H
 #define MSSO_PAM_BROKER_H
 
-#include <json-c/json.h>
+#include "json.h" /* libmsso's reader and writer (clients/c/src), compiled into the module */
+#include "replies.h"
+
 #include <sys/types.h>
 
 typedef struct {
@@ -17,7 +19,18 @@ typedef struct {
      * user's. With a pidfd of it (SCM_PIDFD, Linux 6.5), or -1. */
     pid_t writer;
     int writer_pidfd;
+    char *out;      /* the call being written (msso_broker_begin): wiped once sent */
+    json_call call;
 } msso_broker;
+
+/* A message read from the broker: its frame, wiped when freed, and the frame's tokens. */
+typedef struct {
+    char *text;
+    size_t length;
+    json_doc doc;
+    uint32_t result;                    /* MSSO_OK: the result, an object of `doc` */
+    char message[MSSO_MAX_MESSAGE + 1]; /* MSSO_ERROR_REPLY: the error's message (raw: show through msso_printable) */
+} msso_reply;
 
 /* Why a call failed, when it did. */
 typedef enum {
@@ -25,6 +38,7 @@ typedef enum {
     MSSO_UNREACHABLE,  /* no broker, a socket that is not the user's, or no answer in time */
     MSSO_ERROR_REPLY,  /* the broker answered with a named error */
     MSSO_MALFORMED,    /* the broker sent something that is not the protocol: as good as no broker */
+    MSSO_UNSENDABLE,   /* an argument that is not UTF-8 (or a call over the frame's cap): nothing was sent */
 } msso_status;
 
 /* Connects to `path` and checks, before sending anything, that the socket file and the process
@@ -32,10 +46,18 @@ typedef enum {
  * answers. */
 msso_status msso_broker_open(msso_broker *broker, const char *path, uid_t uid, int timeout_ms);
 
-/* Calls `method` with `args` (ownership taken). On MSSO_OK, *result is the reply's result (an
- * object); on MSSO_ERROR_REPLY, *result is the error message, whose "error" and "message" are
- * strings (the message at most MSSO_MAX_MESSAGE bytes). Free with json_object_put. */
-msso_status msso_broker_call(msso_broker *broker, const char *method, json_object *args, json_object **result);
+/* Starts a call of `method`: the caller writes its arguments into what this returns (json.h's
+ * json_call_string, …), then makes the call with msso_broker_call. */
+json_call *msso_broker_begin(msso_broker *broker, const char *method);
+
+/* Sends the call begun, wipes it (it may hold the password), and reads its answer into `reply`
+ * (which starts zeroed, and is freed with msso_reply_free whatever the outcome; it may be used
+ * again). On MSSO_OK, reply->result is the result, an object; on MSSO_ERROR_REPLY,
+ * reply->message is the error's message. */
+msso_status msso_broker_call(msso_broker *broker, msso_reply *reply);
+
+/* Wipes the frame, frees it and the tokens. */
+void msso_reply_free(msso_reply *reply);
 
 void msso_broker_close(msso_broker *broker);
 

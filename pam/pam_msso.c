@@ -117,35 +117,23 @@ static void say(pam_handle_t *pamh, int style, const char *format, ...) {
     pam_prompt(pamh, style, NULL, "%s", shown);
 }
 
-/* The message of an error reply: a string of at most MSSO_MAX_MESSAGE bytes (broker.c checked). */
-static const char *error_message(json_object *error) {
-    const char *message = "";
-    msso_get_string(error, "message", MSSO_MAX_MESSAGE, &message);
-    return message;
-}
-
-static json_object *group_args(const char *group) {
-    json_object *args = json_object_new_object();
-    if (group) json_object_object_add(args, "group", json_object_new_string(group));
-    return args;
+/* A call of `method` begun, with the argument `group` when there is one. */
+static json_call *begin_for_group(msso_broker *b, const char *method, const char *group) {
+    json_call *call = msso_broker_begin(b, method);
+    json_call_string(call, "group", group);
+    return call;
 }
 
 /* The named groups' sessions (or every configured group's), each checked. On MSSO_ERROR_REPLY,
- * *error is the broker's error, for the caller to show and free. A reply that is not a list of
- * well-formed SessionStatus is MSSO_MALFORMED. */
-static msso_status statuses(msso_broker *b, const options *o, msso_sessions *sessions, json_object **error) {
+ * error->message is the broker's, for the caller to show (the caller frees `error` in any case).
+ * A reply that is not a list of well-formed SessionStatus is MSSO_MALFORMED. */
+static msso_status statuses(msso_broker *b, const options *o, msso_sessions *sessions, msso_reply *error) {
     sessions->count = 0;
-    *error = NULL;
     const int count = o->group_count ? o->group_count : 1;
     for (int i = 0; i < count; i++) {
-        json_object *result = NULL;
-        msso_status status = msso_broker_call(b, MSSO_METHOD_STATUS, group_args(o->group_count ? o->groups[i] : NULL), &result);
-        if (status == MSSO_ERROR_REPLY) {
-            *error = result;
-            return status;
-        }
-        if (status == MSSO_OK && msso_read_status(result, sessions) != 0) status = MSSO_MALFORMED;
-        json_object_put(result);
+        begin_for_group(b, MSSO_METHOD_STATUS, o->group_count ? o->groups[i] : NULL);
+        msso_status status = msso_broker_call(b, error);
+        if (status == MSSO_OK && msso_read_status(&error->doc, error->result, sessions) != 0) status = MSSO_MALFORMED;
         if (status != MSSO_OK) return status;
     }
     return MSSO_OK;
@@ -188,20 +176,19 @@ static void cleanup_password(pam_handle_t *pamh, void *data, int error_status) {
     }
 }
 
-/* Logs `user` in to `group` with the password (password grant). */
+/* Logs `user` in to `group` with the password (password grant), written straight into the call's
+ * frame, which is wiped once sent (broker.c). */
 static void login_one(pam_handle_t *pamh, msso_broker *b, const char *group, const char *user, const char *password) {
-    json_object *args = group_args(group);
-    json_object *secret = json_object_new_string(password);
-    json_object_object_add(args, "flow", json_object_new_string("password"));
-    json_object_object_add(args, "username", json_object_new_string(user));
-    json_object_object_add(args, "password", json_object_get(secret));
-    json_object *result = NULL;
-    msso_status status = msso_broker_call(b, MSSO_METHOD_LOGIN, args, &result);
-    if (status == MSSO_ERROR_REPLY) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: %s", group, error_message(result));
+    json_call *call = begin_for_group(b, MSSO_METHOD_LOGIN, group);
+    json_call_string(call, "flow", "password");
+    json_call_string(call, "username", user);
+    json_call_string(call, "password", password);
+    msso_reply reply = { 0 };
+    msso_status status = msso_broker_call(b, &reply);
+    if (status == MSSO_ERROR_REPLY) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: %s", group, reply.message);
+    else if (status == MSSO_UNSENDABLE) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the user name or password is not UTF-8 text.", group);
     else if (status != MSSO_OK) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the broker did not answer in time.", group);
-    explicit_bzero((char *)json_object_get_string(secret), strlen(password));
-    json_object_put(secret);
-    json_object_put(result);
+    msso_reply_free(&reply);
 }
 
 static int any_admin_group(const msso_sessions *sessions) {
@@ -224,10 +211,10 @@ static int broker_trusted(pam_handle_t *pamh, const options *o, msso_broker *b, 
     pid_t checked = b->writer;
     int trusted = msso_verify_peer(b->writer, b->writer_pidfd, o->mssod, why, size) == 0;
     if (trusted) {
-        json_object *args = json_object_new_object(), *result = NULL;
-        json_object_object_add(args, "data", json_object_new_string("pam_msso"));
-        msso_status answered = msso_broker_call(b, MSSO_METHOD_PING, args, &result);
-        json_object_put(result);
+        json_call_string(msso_broker_begin(b, MSSO_METHOD_PING), "data", "pam_msso");
+        msso_reply reply = { 0 };
+        msso_status answered = msso_broker_call(b, &reply);
+        msso_reply_free(&reply);
         if (answered != MSSO_OK || b->writer != checked) {
             snprintf(why, size, "the broker's process did not answer again once checked");
             trusted = 0;
@@ -253,7 +240,7 @@ static int login_with_kept_password(pam_handle_t *pamh, const options *o, msso_b
     int refused = 0;
     if (pam_get_data(pamh, PASSWORD_KEY, &data) != PAM_SUCCESS || !data) return 0;
     msso_sessions sessions;
-    json_object *error = NULL;
+    msso_reply error = { 0 };
     if (pam_get_user(pamh, &user, NULL) == PAM_SUCCESS && user && statuses(b, o, &sessions, &error) == MSSO_OK &&
         any_admin_group(&sessions)) {
         refused = !broker_trusted(pamh, o, b, why, sizeof why);
@@ -261,7 +248,7 @@ static int login_with_kept_password(pam_handle_t *pamh, const options *o, msso_b
         for (size_t i = 0; i < sessions.count && !refused; i++)
             if (sessions.items[i].admin) login_one(pamh, b, sessions.items[i].group, user, data);
     }
-    json_object_put(error);
+    msso_reply_free(&error);
     pam_set_data(pamh, PASSWORD_KEY, NULL, NULL); /* replacing runs the cleanup: wiped and freed */
     return refused;
 }
@@ -294,7 +281,7 @@ static int check_sessions(pam_handle_t *pamh, const options *o, int enforcing) {
     }
     int refused = o->login && login_with_kept_password(pamh, o, &b);
     msso_sessions sessions;
-    json_object *error = NULL;
+    msso_reply error = { 0 };
     msso_status status = statuses(&b, o, &sessions, &error);
     char why[512];
     int answered = status == MSSO_OK || status == MSSO_ERROR_REPLY;
@@ -303,7 +290,10 @@ static int check_sessions(pam_handle_t *pamh, const options *o, int enforcing) {
     if (answered && !trusted && enforcing) {
         say(pamh, PAM_ERROR_MSG, "SSO: not trusting the broker's answer: %s", why);
     } else if (status == MSSO_ERROR_REPLY) {
-        say(pamh, enforcing ? PAM_ERROR_MSG : PAM_TEXT_INFO, "SSO: %s", error_message(error));
+        say(pamh, enforcing ? PAM_ERROR_MSG : PAM_TEXT_INFO, "SSO: %s", error.message);
+    } else if (status == MSSO_UNSENDABLE) {
+        pam_syslog(pamh, LOG_ERR, "a group= argument is not UTF-8 text");
+        say_unreachable(pamh, enforcing);
     } else if (status == MSSO_MALFORMED) {
         if (o->debug) pam_syslog(pamh, LOG_DEBUG, "the broker's reply is not the protocol");
         say_unreachable(pamh, enforcing);
@@ -317,7 +307,7 @@ static int check_sessions(pam_handle_t *pamh, const options *o, int enforcing) {
         if (refused) say(pamh, PAM_TEXT_INFO, "SSO: the state shown comes from that unverified broker.");
         else say(pamh, PAM_TEXT_INFO, "SSO: the state shown comes from an unverified broker: %s", why);
     }
-    json_object_put(error);
+    msso_reply_free(&error);
     msso_broker_close(&b);
     return code;
 }
@@ -374,16 +364,14 @@ PUBLIC int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, const c
     if (!o.logout_on_close) return PAM_IGNORE;
     msso_broker b;
     if (open_broker(pamh, &o, &b) != MSSO_OK) return PAM_SUCCESS;
-    json_object *args = json_object_new_object();
-    if (o.group_count == 0) json_object_object_add(args, "all", json_object_new_boolean(1));
     int done = 0;
+    msso_reply reply = { 0 };
     for (int i = 0; i < (o.group_count ? o.group_count : 1); i++) {
-        json_object *result = NULL;
-        json_object *call_args = o.group_count ? group_args(o.groups[i]) : json_object_get(args);
-        done += msso_broker_call(&b, MSSO_METHOD_LOGOUT, call_args, &result) == MSSO_OK;
-        json_object_put(result);
+        json_call *call = begin_for_group(&b, MSSO_METHOD_LOGOUT, o.group_count ? o.groups[i] : NULL);
+        if (o.group_count == 0) json_call_true(call, "all");
+        done += msso_broker_call(&b, &reply) == MSSO_OK;
     }
-    json_object_put(args);
+    msso_reply_free(&reply);
     char why[512];
     if (done && !broker_trusted(pamh, &o, &b, why, sizeof why))
         say(pamh, PAM_TEXT_INFO, "SSO: the logout was answered by an unverified broker: %s", why);

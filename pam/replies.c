@@ -1,51 +1,45 @@
 #include "replies.h"
 
-#include <math.h>
 #include <string.h>
 
 /* 9999-12-31 23:59:59 UTC: any later time (1e17, say) makes localtime_r fail. */
 #define MSSO_LATEST_TIME 253402300799.0
 
-int msso_get_string(json_object *object, const char *key, size_t max, const char **out) {
-    json_object *value;
-    if (!json_object_object_get_ex(object, key, &value)) return 0;
-    if (!json_object_is_type(value, json_type_string)) return -1; /* null included */
-    const char *text = json_object_get_string(value);
-    size_t length = (size_t)json_object_get_string_len(value);
-    /* "\u0000" decodes to a NUL: C would see a shorter, different string than the broker sent. */
-    if (length > max || strlen(text) != length) return -1;
-    *out = text;
-    return 1;
+/* Every member is looked up with json_get_unique: a key there twice (-2) is malformed, since which
+ * of its two values the broker meant cannot be known. */
+
+int msso_get_string(const json_doc *doc, uint32_t object, const char *key, size_t max, char *out) {
+    long at = json_get_unique(doc, object, key);
+    if (at == -1) return 0;
+    if (!json_is(doc, at, JSON_STRING)) return -1; /* null included */
+    return json_string_into(doc, (uint32_t)at, out, max + 1) == 0 ? 1 : -1;
 }
 
 /* A time at `key`: 1 (and *out) when it is a finite number of seconds between 1970 and 9999, 0
- * when absent, -1 otherwise (json-c reads NaN, Infinity and 1e400 as doubles). */
-static int get_time(json_object *object, const char *key, time_t *out) {
-    json_object *value;
-    if (!json_object_object_get_ex(object, key, &value)) return 0;
-    if (!json_object_is_type(value, json_type_int) && !json_object_is_type(value, json_type_double)) return -1;
-    double seconds = json_object_get_double(value);
-    if (!isfinite(seconds) || seconds < 0 || seconds > MSSO_LATEST_TIME) return -1;
+ * when absent, -1 otherwise (1e400 is a number to JSON: json_number refuses what is not finite). */
+static int get_time(const json_doc *doc, uint32_t object, const char *key, time_t *out) {
+    long at = json_get_unique(doc, object, key);
+    double seconds;
+    if (at == -1) return 0;
+    if (!json_is(doc, at, JSON_NUMBER) || json_number(doc, (uint32_t)at, &seconds) != 0) return -1;
+    if (seconds < 0 || seconds > MSSO_LATEST_TIME) return -1;
     *out = (time_t)seconds;
     return 1;
 }
 
 /* `admin` is optional (a broker from before it existed): absent means not the admin's. */
-static int get_admin(json_object *object, int *admin) {
-    json_object *value;
-    *admin = 0;
-    if (!json_object_object_get_ex(object, "admin", &value)) return 0;
-    if (!json_object_is_type(value, json_type_boolean)) return -1;
-    *admin = json_object_get_boolean(value);
-    return 0;
+static int get_admin(const json_doc *doc, uint32_t object, int *admin) {
+    long at = json_get_unique(doc, object, "admin");
+    *admin = json_is(doc, at, JSON_TRUE);
+    return at == -1 || json_is(doc, at, JSON_TRUE) || json_is(doc, at, JSON_FALSE) ? 0 : -1;
 }
 
-static int read_state(json_object *object, msso_state *state) {
+static int read_state(const json_doc *doc, uint32_t object, msso_state *state) {
 #define STATE_ROW_(id, name) { name, MSSO_##id },
     static const struct { const char *name; msso_state state; } states[] = { MSSO_SESSION_STATES(STATE_ROW_) };
 #undef STATE_ROW_
-    const char *name;
-    if (msso_get_string(object, "state", 16, &name) != 1) return -1;
+    char name[17];
+    if (msso_get_string(doc, object, "state", 16, name) != 1) return -1;
     for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
         if (strcmp(name, states[i].name) == 0) {
             *state = states[i].state;
@@ -57,34 +51,36 @@ static int read_state(json_object *object, msso_state *state) {
 
 /* The fields the module does not use are checked all the same: a broker that sends a malformed
  * value anywhere is not one to trust with the rest. */
-static int unused_fields_valid(json_object *object) {
-    const char *text;
+static int unused_fields_valid(const json_doc *doc, uint32_t object) {
+    char text[MSSO_MAX_MESSAGE + 1];
     time_t time;
-    return msso_get_string(object, "issuer", MSSO_MAX_MESSAGE, &text) >= 0 &&
-           msso_get_string(object, "username", MSSO_MAX_MESSAGE, &text) >= 0 && get_time(object, "loggedInAt", &time) >= 0 &&
-           get_time(object, "sessionMaxAt", &time) >= 0 && get_time(object, "accessTokenExpiresAt", &time) >= 0;
+    return msso_get_string(doc, object, "issuer", MSSO_MAX_MESSAGE, text) >= 0 &&
+           msso_get_string(doc, object, "username", MSSO_MAX_MESSAGE, text) >= 0 &&
+           get_time(doc, object, "loggedInAt", &time) >= 0 && get_time(doc, object, "sessionMaxAt", &time) >= 0 &&
+           get_time(doc, object, "accessTokenExpiresAt", &time) >= 0;
 }
 
-static int read_session(json_object *object, msso_session *session) {
-    const char *group;
-    if (!json_object_is_type(object, json_type_object)) return -1;
-    if (msso_get_string(object, "group", MSSO_MAX_NAME, &group) != 1 || !*group) return -1;
-    if (read_state(object, &session->state) != 0 || get_admin(object, &session->admin) != 0) return -1;
-    int has_end = get_time(object, "sessionExpiresAt", &session->end);
-    if (has_end < 0 || !unused_fields_valid(object)) return -1;
+static int read_session(const json_doc *doc, uint32_t object, msso_session *session) {
+    if (!json_is(doc, object, JSON_OBJECT)) return -1;
+    if (msso_get_string(doc, object, "group", MSSO_MAX_NAME, session->group) != 1 || !session->group[0]) return -1;
+    if (read_state(doc, object, &session->state) != 0 || get_admin(doc, object, &session->admin) != 0) return -1;
+    int has_end = get_time(doc, object, "sessionExpiresAt", &session->end);
+    if (has_end < 0 || !unused_fields_valid(doc, object)) return -1;
     session->has_end = has_end;
-    memcpy(session->group, group, strlen(group) + 1); /* fits: at most MSSO_MAX_NAME bytes */
     return 0;
 }
 
-int msso_read_status(json_object *result, msso_sessions *sessions) {
-    json_object *groups;
-    if (!json_object_object_get_ex(result, "groups", &groups) || !json_object_is_type(groups, json_type_array)) return -1;
-    size_t count = json_object_array_length(groups);
-    if (count > MSSO_MAX_SESSIONS - sessions->count) return -1;
-    for (size_t i = 0; i < count; i++)
-        if (read_session(json_object_array_get_idx(groups, i), &sessions->items[sessions->count + i]) != 0) return -1;
-    sessions->count += count; /* only now: a malformed entry leaves nothing half-read behind */
+int msso_read_status(const json_doc *doc, uint32_t result, msso_sessions *sessions) {
+    long groups = json_is(doc, result, JSON_OBJECT) ? json_get_unique(doc, result, "groups") : -1;
+    if (!json_is(doc, groups, JSON_ARRAY)) return -1;
+    size_t count = 0;
+    for (uint32_t i = (uint32_t)groups + 1; i < doc->tokens[groups].next; i = doc->tokens[i].next) {
+        /* Read in place; counted only once all are read: a malformed entry leaves nothing behind. */
+        if (count == MSSO_MAX_SESSIONS - sessions->count) return -1;
+        if (read_session(doc, i, &sessions->items[sessions->count + count]) != 0) return -1;
+        count++;
+    }
+    sessions->count += count;
     return 0;
 }
 

@@ -1,13 +1,15 @@
 /* What the PAM module takes from the broker's replies, checked byte by byte. The module runs as
- * root inside sshd or login: a reply of the wrong type, size or range must never crash it (json-c
- * aborts on an array call on a non-array; localtime_r fails past year 2^31), and no byte the
- * broker sends may reach the user's terminal as a control sequence. */
+ * root inside sshd or login: a reply of the wrong type, size or range must never crash it
+ * (localtime_r fails past year 2^31), and no byte the broker sends may reach the user's terminal
+ * as a control sequence. The frames are parsed by libmsso's reader (json.h), which holds them to
+ * RFC 8259 and UTF-8 before anything here looks at them. */
 #ifndef MSSO_PAM_REPLIES_H
 #define MSSO_PAM_REPLIES_H
 
 #include "msso_protocol.h"
 
-#include <json-c/json.h>
+#include "json.h"
+
 #include <stddef.h>
 #include <time.h>
 
@@ -34,13 +36,15 @@ typedef struct {
     size_t count;
 } msso_sessions;
 
-/* The string at `key` of `object`: 1 (and *out) when it is a string of at most `max` bytes with no
- * NUL inside, 0 when the key is absent, -1 when it is anything else. */
-int msso_get_string(json_object *object, const char *key, size_t max, const char **out);
+/* The string at `key` of the object at `object`: 1 (and its text in `out`, which has room for
+ * `max` + 1 bytes) when it is a string of at most `max` bytes (the reader refuses a NUL in one), 0
+ * when the key is absent, -1 when it is anything else or the key is there twice. */
+int msso_get_string(const json_doc *doc, uint32_t object, const char *key, size_t max, char *out);
 
-/* Appends the sessions of a `status` result ({"groups": [SessionStatus, …]}). Returns 0, or -1
- * and appends nothing when any part is malformed or they would exceed MSSO_MAX_SESSIONS. */
-int msso_read_status(json_object *result, msso_sessions *sessions);
+/* Appends the sessions of a `status` result ({"groups": [SessionStatus, …]}) at `result`. Returns
+ * 0, or -1 and appends nothing when any part is malformed (a key twice included) or they would
+ * exceed MSSO_MAX_SESSIONS. */
+int msso_read_status(const json_doc *doc, uint32_t result, msso_sessions *sessions);
 
 /* Copies `text` into `out` (always terminated, cut at a character boundary) with every control
  * character (C0, DEL, C1: ESC included, so no escape sequence survives) and every byte that is
