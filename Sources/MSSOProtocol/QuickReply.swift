@@ -61,7 +61,8 @@ package enum QuickValue {
     case pairs([Header])
 }
 
-/// A JSON value, read by ``JSONValue/parse(_:)``: a strict RFC 8259 reader for small replies.
+/// A JSON value, read by ``JSONValue/parse(_:)`` for small replies: the subset of JSON that
+/// ``JSONScanner`` reads, nested at most 32 deep, no key twice.
 package enum JSONValue: Equatable {
     case null
     case bool(Bool)
@@ -78,32 +79,25 @@ package enum JSONValue: Equatable {
     package var string: String? { if case .string(let value) = self { return value }; return nil }
     package var number: Double? { if case .number(let value) = self { return value }; return nil }
 
-    /// The value, or nil when the bytes are not one JSON value (or nest deeper than 32, or repeat a
-    /// key: then `JSONDecoder` decides).
+    /// The value, or nil when the bytes are not one JSON value that ``JSONScanner`` reads (or nest
+    /// deeper than 32, or repeat a key: then `JSONDecoder` decides).
     package static func parse(_ bytes: UnsafeRawBufferPointer) -> JSONValue? {
-        var reader = JSONReader(bytes: bytes)
-        guard let value = reader.value(depth: 0) else { return nil }
-        reader.space()
-        return reader.at == bytes.count ? value : nil
+        var scanner = JSONScanner(bytes)
+        guard let value = scanner.value(depth: 0), scanner.atEnd() else { return nil }
+        return value
     }
 }
 
-private struct JSONReader {
-    let bytes: UnsafeRawBufferPointer
-    var at = 0
-
+private extension JSONScanner {
     mutating func value(depth: Int) -> JSONValue? {
         guard depth < 32 else { return nil }
         space()
-        guard at < bytes.count else { return nil }
-        switch bytes[at] {
+        switch next {
         case UInt8(ascii: "{"):
             at += 1
             var members: [String: JSONValue] = [:]
-            space()
-            if peek(UInt8(ascii: "}")) { return .object(members) }
+            if take(UInt8(ascii: "}")) { return .object(members) }
             repeat {
-                space()
                 guard let key = string(), take(UInt8(ascii: ":")), members[key] == nil,
                       let member = value(depth: depth + 1) else { return nil }
                 members[key] = member
@@ -112,8 +106,7 @@ private struct JSONReader {
         case UInt8(ascii: "["):
             at += 1
             var elements: [JSONValue] = []
-            space()
-            if peek(UInt8(ascii: "]")) { return .array(elements) }
+            if take(UInt8(ascii: "]")) { return .array(elements) }
             repeat {
                 guard let element = value(depth: depth + 1) else { return nil }
                 elements.append(element)
@@ -123,93 +116,9 @@ private struct JSONReader {
         case UInt8(ascii: "t"): return word("true") ? .bool(true) : nil
         case UInt8(ascii: "f"): return word("false") ? .bool(false) : nil
         case UInt8(ascii: "n"): return word("null") ? .null : nil
-        default: return number()
+        case nil: return nil
+        default: return number().map(JSONValue.number)
         }
-    }
-
-    /// A string; escapes other than the simple ones (`\uXXXX`) and bytes that are not ASCII give
-    /// up (JSONDecoder then reads it).
-    mutating func string() -> String? {
-        guard take(UInt8(ascii: "\"")) else { return nil }
-        var out: [UInt8] = []
-        while at < bytes.count {
-            let byte = bytes[at]
-            at += 1
-            switch byte {
-            case UInt8(ascii: "\""): return String(decoding: out, as: UTF8.self)
-            case UInt8(ascii: "\\"):
-                guard at < bytes.count else { return nil }
-                let escaped = bytes[at]
-                at += 1
-                switch escaped {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): out.append(escaped)
-                case UInt8(ascii: "n"): out.append(0x0A)
-                case UInt8(ascii: "r"): out.append(0x0D)
-                case UInt8(ascii: "t"): out.append(0x09)
-                case UInt8(ascii: "b"): out.append(0x08)
-                case UInt8(ascii: "f"): out.append(0x0C)
-                default: return nil
-                }
-            case 0x20..<0x7F: out.append(byte)
-            default: return nil
-            }
-        }
-        return nil
-    }
-
-    /// A number as JSON writes it: `-`? digits (no leading zero), fraction?, exponent?.
-    mutating func number() -> JSONValue? {
-        let start = at
-        if peekByte == UInt8(ascii: "-") { at += 1 }
-        guard let first = peekByte, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(first) else { return nil }
-        digits()
-        if first == UInt8(ascii: "0"), at - start > (bytes[start] == UInt8(ascii: "-") ? 2 : 1) { return nil }
-        if peekByte == UInt8(ascii: ".") {
-            at += 1
-            guard digits() > 0 else { return nil }
-        }
-        if peekByte == UInt8(ascii: "e") || peekByte == UInt8(ascii: "E") {
-            at += 1
-            if peekByte == UInt8(ascii: "+") || peekByte == UInt8(ascii: "-") { at += 1 }
-            guard digits() > 0 else { return nil }
-        }
-        let text = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[start..<at]), as: UTF8.self)
-        guard let value = Double(text), value.isFinite else { return nil }
-        return .number(value)
-    }
-
-    @discardableResult
-    mutating func digits() -> Int {
-        let start = at
-        while let byte = peekByte, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) { at += 1 }
-        return at - start
-    }
-
-    var peekByte: UInt8? { at < bytes.count ? bytes[at] : nil }
-
-    mutating func word(_ text: StaticString) -> Bool {
-        let count = text.utf8CodeUnitCount
-        guard at + count <= bytes.count else { return false }
-        for index in 0..<count where bytes[at + index] != text.utf8Start[index] { return false }
-        at += count
-        return true
-    }
-
-    mutating func take(_ byte: UInt8) -> Bool {
-        space()
-        guard at < bytes.count, bytes[at] == byte else { return false }
-        at += 1
-        return true
-    }
-
-    mutating func peek(_ byte: UInt8) -> Bool {
-        guard at < bytes.count, bytes[at] == byte else { return false }
-        at += 1
-        return true
-    }
-
-    mutating func space() {
-        while at < bytes.count, bytes[at] == 0x20 || bytes[at] == 0x0A || bytes[at] == 0x0D || bytes[at] == 0x09 { at += 1 }
     }
 }
 
