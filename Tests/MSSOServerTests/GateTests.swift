@@ -201,6 +201,8 @@ final class GateTests: XCTestCase {
         XCTAssertFalse(try outcome(asking, .status, .registeredApp, locked: false).get().confirm, "how sessions stand never asks")
         XCTAssertFalse(try outcome(asking, .extend, .registeredApp, locked: false).get().confirm, "a registration asks for credentials only")
         XCTAssertFalse(try outcome(asking, .sign, .msso, locked: false).get().confirm, "another registration's confirm is not msso's")
+        XCTAssertEqual(outcome(asking, .sign, .registeredApp, locked: true).error, AccessPolicy.lockedRefusal,
+                       "while locked, refused before the user is asked about it")
         var host = caller(.hostWithEveryVerb, asking)
         host.forward!.confirm = true
         for (action, asks) in [(Action.sign, true), (.token, true), (.deviceLogin, true), (.extend, true), (.logout, true),
