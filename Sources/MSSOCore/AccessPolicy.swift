@@ -197,8 +197,8 @@ public struct AccessPolicy: Sendable {
         let method = action.method.rawValue
         switch (action, role) {
         case (.newAccountLogin, _):
-            let name = group ?? "GROUP"
-            return BrokerError(.forbidden, "only the msso command may log \"\(name)\" in as a new account (`msso login --group \(name) --new-account`); a login from here must come back as the group's account")
+            let named = group.map { "\"\($0)\"" } ?? "a group"
+            return BrokerError(.forbidden, "only the msso command may log \(named) in as a new account (`msso login --group \(group ?? "GROUP") --new-account`); a login from here must come back as the group's account")
         case (.deviceLogin, .root), (.browserLogin, .root):
             return BrokerError(.forbidden, "root may log a user in only with the password flow")
         case (_, .root):

@@ -121,12 +121,13 @@ public actor Broker {
         try requireUnlocked(for: .login(args))
         await loadAccounts()
         try requireUnlocked(for: .login(args))
-        guard args.flow != .password else { return try await performLogin(args, config) { _ in } }
         let setsAccount = AccountRules.maySetAccount(config, newAccount: args.newAccount == true, remembered: accountBook.account(of: config))
         if let running = sharedLogins[config.name], !running.abandoned {
+            // A password login joins nothing, but passes no login that may set the account either.
             try refuseJoining(running, config, setsAccount: setsAccount)
-            return try await running.wait(prompt: prompt, joined: true)
+            if args.flow != .password { return try await running.wait(prompt: prompt, joined: true) }
         }
+        guard args.flow != .password else { return try await performLogin(args, config) { _ in } }
         guard sharedLogins.values.filter({ !$0.abandoned }).count < Self.maximumInteractiveLogins else {
             throw BrokerError(.busy, "\(Self.maximumInteractiveLogins) logins are already waiting for the user; finish or cancel one of them first")
         }
@@ -173,6 +174,11 @@ public actor Broker {
             subject: tokens.subject)
         var outcome = AccountOutcome()
         let replaced = try await exclusively(config.name) { () async throws -> String? in
+            // A lock that came while the user logged in: nothing is stored (the lock's promise).
+            do { try requireUnlocked(for: .login(args)) } catch {
+                if let refreshToken = tokens.refreshToken { _ = await identity.revoke(config, token: refreshToken, hint: .refreshToken) }
+                throw error
+            }
             guard groups[config.name]?.logouts == logoutsBefore else {
                 // "Log out once, and every app is logged out": a logout while the user was still
                 // logging in (a device code not yet approved, a slow IdP) ends this login too.

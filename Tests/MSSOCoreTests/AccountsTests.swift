@@ -36,6 +36,24 @@ final class AccountsTests: XCTestCase {
         }
     }
 
+    /// Found by a blind attack: a password login overtook a `--new-account` device login waiting
+    /// for the user (PROTOCOL: such a login waiting, any other login of the group is `Busy`).
+    func testNoLoginOvertakesOneThatMaySetTheAccountWhileItWaits() async throws {
+        let broker = await makeBroker()
+        _ = try await login(broker)
+        idp.deviceApproved = false
+        let waiting = Task { try await broker.login(LoginArguments(flow: .device, newAccount: true)) { _, _ in } }
+        while idp.deviceCounts.begun == 0 { await Task.yield() }
+        for newAccount in [true, false] {
+            let error = await refusal { try await self.login(broker, newAccount: newAccount) }
+            XCTAssertEqual(error?.name, .busy, "a password login, newAccount \(newAccount), while a new-account login waits")
+        }
+        idp.approveDevice()
+        let finished = try await waiting.value
+        XCTAssertNil(finished.newAccount, "the same account again")
+        _ = try await login(broker)
+    }
+
     func testTheFirstLoginIsANewAccountAndTheGroupRemembersIt() async throws {
         let accounts = MemoryAccounts()
         let broker = await makeBroker(accounts)

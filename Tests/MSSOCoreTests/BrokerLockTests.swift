@@ -53,6 +53,27 @@ final class BrokerLockTests: XCTestCase {
         XCTAssertNil(statusAfter.first?.locked)
     }
 
+    /// Found by a blind attack: a login that was waiting for the user (or the IdP) when the lock
+    /// came was stored anyway, even as a new account.
+    func testALoginUnderWayWhenTheLockComesStoresNothingAndLeavesNoLiveToken() async throws {
+        let (broker, _) = makeBroker()
+        for flow in [LoginFlow.password, .device] {
+            if flow == .password { idp.loginGate = AsyncGate() } else { idp.deviceApproved = false }
+            let login = Task {
+                try await broker.login(LoginArguments(flow: flow, username: "alice", password: "right", newAccount: true)) { _, _ in }
+            }
+            if flow == .password { await idp.loginGate!.waitUntilEntered() } else { while idp.deviceCounts.begun == 0 { await Task.yield() } }
+            _ = try await broker.lock(passphrase: "pass phrase")
+            if flow == .password { idp.loginGate!.open() } else { idp.approveDevice() }
+            await assertLocked { try await login.value }
+            let status = try await broker.status(nil)
+            XCTAssertEqual(status.first?.state, .notLoggedIn, "\(flow): nothing stored while locked")
+            XCTAssertEqual(idp.counts.revoked.count, flow == .password ? 1 : 2, "\(flow): the login's refresh token is revoked")
+            _ = try await broker.unlock(passphrase: "pass phrase")
+            idp.loginGate = nil
+        }
+    }
+
     func testWrongPassphraseIsRefusedLateAndPausesUnlocking() async throws {
         let (broker, _) = makeBroker()
         _ = try await broker.lock(passphrase: "right one")

@@ -189,6 +189,25 @@ def test_no_sign_succeeds_after_lock_returns(broker):
             client.close()
 
 
+def test_a_device_login_approved_after_the_lock_stores_nothing(broker, idp, desktop):
+    """Found by a blind attack: `msso login --device` waiting for the user when `msso lock` came,
+    approved after it, logged the group in while locked (as a new account, with --new-account).
+    Expected: the login fails with Locked (exit 8), nothing is stored, and after `msso unlock`
+    the group is still not logged in."""
+    cli = subprocess.Popen([BIN / "msso", "login", "--device", "--new-account"], env=broker.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    prompt = cli.stderr.readline()
+    code = prompt.strip().rsplit(" ", 1)[-1]
+    assert "enter the code" in prompt, prompt
+    assert lock(broker).returncode == 0
+    idp.approve_device(code)
+    out, err = cli.communicate(timeout=30)
+    assert cli.returncode == 8 and "msso is locked" in err, out + err
+    assert unlock(broker).returncode == 0
+    assert broker.msso("check").returncode == 2, "not logged in"
+    assert desktop.keyring_item() is None
+
+
 def test_the_passphrase_is_never_an_argument_and_needs_a_terminal_or_stdin(broker):
     done = broker.msso("lock", "--passphrase", PASSPHRASE)
     assert done.returncode == 64 and PASSPHRASE not in done.stdout
