@@ -9,14 +9,18 @@ public struct IncomingCall: Decodable, Sendable {
     public let method: String?
     /// The arguments, or why they could not be read (a sentence naming the field, never a value).
     public let arguments: Result<CallArguments, BrokerError>
+    /// The frame's payload, in bytes: about what the call holds while it runs.
+    public internal(set) var size = 0
 
     enum CodingKeys: String, CodingKey { case type, serial, method, args }
 
     /// Reads a call frame's payload: the plain form of the hot calls by ``QuickCall``, anything
     /// else by `JSONDecoder`.
     public static func read(_ payload: UnsafeRawBufferPointer) throws(BrokerError) -> IncomingCall {
-        if let call = QuickCall.parse(payload) { return call }
-        return try WireCodec.decode(IncomingCall.self, from: payload)
+        var call: IncomingCall
+        if let quick = QuickCall.parse(payload) { call = quick } else { call = try WireCodec.decode(IncomingCall.self, from: payload) }
+        call.size = payload.count
+        return call
     }
 
     init(type: MessageType?, serial: UInt32?, method: String?, arguments: Result<CallArguments, BrokerError>) {

@@ -18,6 +18,9 @@ public struct ServerLimits: Sendable {
     /// it, a connection holding more than 16 KiB stops being read; past all of it, the
     /// connections holding the most are closed.
     public var outputBudget = 16 * 1024 * 1024
+    /// Bytes of the calls running on the broker, across all connections (``CallBudget``): a call
+    /// past it is answered `Busy`.
+    public var callBudget = 16 * 1024 * 1024
     /// Connections that may hold more than 4 KiB of an unfinished frame at once.
     public var largeFrames = 64
     /// Nanoseconds: for `hello`, for a frame once begun, and for an idle connection (no call in
@@ -53,6 +56,8 @@ public final class BrokerServer: @unchecked Sendable {
     private var largeFramesHeld = 0
     /// Replies written but not yet read, across all connections.
     private(set) var replies: ReplyBudget
+    /// The calls running on the broker (reactor's thread).
+    var calls: CallBudget
     private var shedding = false
     private var listenerToken: UInt64 = 0
     private var acceptingAgainAt: UInt64 = 0
@@ -81,6 +86,7 @@ public final class BrokerServer: @unchecked Sendable {
         self.limits = limits
         self.logger = logger
         self.replies = ReplyBudget(total: limits.outputBudget, perConnection: limits.outputHighWater)
+        self.calls = CallBudget(total: limits.callBudget)
     }
 
     /// Starts serving `broker`: on `inheritedSocket` (a listening descriptor passed by systemd

@@ -42,8 +42,8 @@ struct CallChecks {
         case unknown(UInt32, String)
         /// `ping`: the floor, echoed at once, touching no state, needing nobody's identity.
         case echo(UInt32, PingData)
-        /// Goes on: its sender is identified, then the gate decides.
-        case call(UInt32, String, CallArguments)
+        /// Goes on: its sender is identified, then the gate decides. (Its size: its frame's bytes.)
+        case call(UInt32, String, CallArguments, size: Int)
     }
 
     static let senderGone = BrokerError(.forbidden, "the process that sent this call is gone (it exited, or its pid is now another process's), so it cannot be served")
@@ -76,7 +76,7 @@ struct CallChecks {
         switch call.arguments {
         case .failure(let error): return .refuse(serial, error)
         case .success(.ping(let data)): return .echo(serial, data)
-        case .success(let arguments): return .call(serial, method, arguments)
+        case .success(let arguments): return .call(serial, method, arguments, size: call.size)
         }
     }
 

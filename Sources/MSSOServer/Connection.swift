@@ -155,7 +155,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     private var callsBehind = 0
 
     private func step(_ decoded: Decoded, sender: Sender) -> Step {
-        let serial: UInt32, method: String, arguments: CallArguments
+        let serial: UInt32, method: String, arguments: CallArguments, size: Int
         switch checks.check(decoded, senderPid: sender.pid, probes: self) {
         case .refuse(let serial, let error):
             send(ReplyWriter.error(serial: serial, error))
@@ -166,8 +166,8 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         case .echo(let serial, let data):
             send(ReplyWriter.pingReply(serial: serial, data: data.data))
             return .done
-        case .call(let number, let name, let value):
-            (serial, method, arguments) = (number, name, value)
+        case .call(let number, let name, let value, let bytes):
+            (serial, method, arguments, size) = (number, name, value, bytes)
         }
         if server.reloading { return .wait }
         let caller: Caller
@@ -207,12 +207,32 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
                             app: app ?? AppIdentity(executable: nil),
                             registrations: app.map { server.rules.entitlements.matches($0) } ?? [])
         }
+        // What the call holds while it runs, within the budget of all connections' calls.
+        guard server.calls.take(size) else {
+            send(ReplyWriter.error(serial: serial, BrokerError(.busy, "mssod holds \(server.calls.held / 1024) KiB of calls still running (waiting for an identity provider, a refresh, or your answer to a confirmation), its limit; try again when they have finished")))
+            return .done
+        }
         switch server.dispatcher.dispatch(serial, method: method, arguments, caller: caller, connection: self) {
-        case .now(let reply): send(reply)
-        case .later: inFlight += 1
-        case .answered: break
+        case .now(let reply):
+            server.calls.release(size)
+            send(reply)
+        case .later:
+            inFlight += 1
+            holding[serial, default: []].append(size)
+        case .answered:
+            server.calls.release(size)
         }
         return .done
+    }
+
+    /// The bytes each call running on the broker holds, by serial (a peer may reuse one).
+    private var holding: [UInt32: [Int]] = [:]
+
+    /// Gives back what the call `serial` held (its answer came, or the connection closed).
+    private func release(_ serial: UInt32) {
+        guard let size = holding[serial]?.popLast() else { return }
+        if holding[serial]!.isEmpty { holding[serial] = nil }
+        server.calls.release(size)
     }
 
     /// `forward`: a socket for a remote host, held by this connection (made here, on the
@@ -287,6 +307,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     func complete(_ reply: [UInt8], serial: UInt32) {
         server.reactor.execute { [self] in
             inFlight -= 1
+            release(serial)
             cancelOnClose[serial] = nil
             guard !closed else { return }
             lastActivity = cmsso_monotonic_ns()

@@ -93,3 +93,23 @@ struct OutputQueue: Sendable {
         sent = 0
     }
 }
+
+/// Bytes of calls running on the broker (their frames: a call holds about that while it waits
+/// for an identity provider, a refresh, or the user's answer to a confirmation), across all
+/// connections. A call that would pass the budget is answered `Busy` at once: each connection's
+/// cap on calls in flight, times the connections, times the frame cap, came to gigabytes.
+struct CallBudget: Sendable {
+    let total: Int
+    private(set) var held = 0
+
+    init(total: Int) { self.total = total }
+
+    /// Takes `bytes` for a call, or says no (nothing taken).
+    mutating func take(_ bytes: Int) -> Bool {
+        guard held + bytes <= total else { return false }
+        held += bytes
+        return true
+    }
+
+    mutating func release(_ bytes: Int) { held -= bytes }
+}

@@ -38,7 +38,7 @@ final class CallChecksTests: XCTestCase {
     /// The verdict in words: "call METHOD", "echo", "unknown METHOD", or "refused SERIAL ErrorName".
     func verdict(_ checks: CallChecks, _ decoded: InboundFrames.Decoded, from sender: Int32? = nil, _ process: Process = Process()) -> String {
         switch checks.check(decoded, senderPid: sender ?? pid, probes: process) {
-        case .call(_, let method, _): "call \(method)"
+        case .call(_, let method, _, _): "call \(method)"
         case .echo: "echo"
         case .unknown(_, let method): "unknown \(method)"
         case .refuse(let serial, let error): "refused \(serial) \(error.name.rawValue)"

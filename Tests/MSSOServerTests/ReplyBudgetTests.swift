@@ -88,4 +88,15 @@ final class ReplyBudgetTests: XCTestCase {
         queue.clear()
         XCTAssertEqual(queue.pending, 0)
     }
+
+    func testCallsRunningTakeFromOneBudgetAndTheOnePastItIsRefused() {
+        var budget = CallBudget(total: 100)
+        XCTAssertTrue(budget.take(60))
+        XCTAssertFalse(budget.take(41), "past the budget: nothing taken")
+        XCTAssertEqual(budget.held, 60)
+        XCTAssertTrue(budget.take(40))
+        budget.release(60)
+        XCTAssertTrue(budget.take(60))
+        XCTAssertEqual(budget.held, 100)
+    }
 }

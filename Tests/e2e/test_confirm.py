@@ -118,6 +118,70 @@ def test_the_user_is_asked_and_deny_allow_once_and_allow_for_an_hour_do_what_the
     assert reply().get("type") == "error"
 
 
+# The registered tool: CONNECTIONS connections, each pipelining 32 signs of about 60 KB (headers),
+# which wait for the user's answer; prints how many were answered Busy within a few seconds.
+CALL_FLOODER = r'''
+import json, socket, struct, sys, time
+path, group, connections = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def frame(p): return struct.pack(">I", len(p)) + p
+def read_frame(s):
+    head = b""
+    while len(head) < 4: head += s.recv(4 - len(head))
+    body, size = b"", struct.unpack(">I", head)[0]
+    while len(body) < size: body += s.recv(size - len(body))
+    return json.loads(body)
+pad = "x" * 60000
+socks = []
+for _ in range(connections):
+    s = socket.socket(socket.AF_UNIX); s.connect(path)
+    s.sendall(frame(json.dumps({"type": "call", "serial": 1, "method": "hello", "args": {"version": 1}}).encode()))
+    read_frame(s)
+    s.sendall(b"".join(frame(json.dumps({"type": "call", "serial": n, "method": "sign", "args": {
+        "group": group, "method": "GET", "url": "https://api.example.com/x", "headers": [["X-Pad", pad]]}}).encode())
+        for n in range(2, 34)))
+    socks.append(s)
+busy, other = 0, []
+for s in socks:
+    s.settimeout(0.5)
+    try:
+        while True:
+            reply = read_frame(s)
+            if reply.get("error") == "Busy": busy += 1
+            else: other.append(reply.get("error") or reply.get("type"))
+    except socket.timeout:
+        pass
+print(json.dumps({"busy": busy, "other": other}), flush=True)
+sys.stdin.readline()
+'''
+
+
+def test_calls_waiting_for_the_users_answer_hold_a_bounded_memory(confirming, dunst, picker):
+    """Found by a blind attack: a registered tool with `confirm = true` (or a remote host through
+    `msso ssh`) pipelined 32 signs of 60 KB on each of many connections; each waited for the
+    user's answer holding its frame, ~65 KB apiece: 437 MB for 6,144 calls, about 2 GiB at the caps.
+    Expected: what the calls running on the broker hold stays within a budget (16 MiB): past it a
+    call is answered Busy at once; mssod's memory stays within start + 16 MiB + the connections'
+    own; `msso status` answers meanwhile."""
+    from harness import memory
+    broker, tool, requester = confirming
+    start = memory(broker.process.pid)
+    flooder = subprocess.Popen([str(tool), "-c", CALL_FLOODER, str(broker.socket), GROUP, "16"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, env=ENV)
+    try:
+        outcome = json.loads(flooder.stdout.readline())
+        peak = memory(broker.process.pid)
+        status = broker.msso("status")
+        print(f"\n512 signs of 60 KB waiting for a confirmation: {outcome['busy']} answered Busy; mssod VmRSS "
+              f"{start['VmRSS'] // 1024} MiB before, {peak['VmRSS'] // 1024} MiB with them waiting (bound: start + 32 MiB)")
+        assert outcome["busy"] >= 200, outcome
+        assert outcome["other"] == [], outcome
+        assert peak["VmHWM"] < start["VmRSS"] + 32 * 1024, (start, peak)
+        assert status.returncode == 0 and GROUP in status.stdout
+    finally:
+        flooder.kill()
+        flooder.wait()
+
+
 def test_a_confirming_registration_without_a_notification_server_refuses_and_says_why(confirming):
     broker, tool, requester = confirming
     refused = run_requester(broker, tool, requester)()
