@@ -22,15 +22,7 @@ static ssize_t fixed_serial(void *buffer, size_t length, unsigned int flags) {
 
 #include <stdio.h>
 
-static int failures;
-
-#define CHECK(condition)                                                          \
-    do {                                                                          \
-        if (!(condition)) {                                                       \
-            fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #condition); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
+#include "../../clients/c/tests/check.h"
 
 /* A broker connection as msso_broker_open leaves it (hello said), and the broker's end in *peer. */
 static msso_broker connected(int *peer) {

@@ -11,15 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static int failures;
-
-#define CHECK(condition)                                                          \
-    do {                                                                          \
-        if (!(condition)) {                                                       \
-            fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #condition); \
-            failures++;                                                           \
-        }                                                                         \
-    } while (0)
+#include "check.h"
 
 static int parses(const char *text) {
     json_doc doc = { 0 };
