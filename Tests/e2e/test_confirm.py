@@ -140,16 +140,17 @@ for _ in range(connections):
         "group": group, "method": "GET", "url": "https://api.example.com/x", "headers": [["X-Pad", pad]]}}).encode())
         for n in range(2, 34)))
     socks.append(s)
+import select
 busy, other = 0, []
-for s in socks:
-    s.settimeout(0.5)
-    try:
-        while True:
-            reply = read_frame(s)
-            if reply.get("error") == "Busy": busy += 1
-            else: other.append(reply.get("error") or reply.get("type"))
-    except socket.timeout:
-        pass
+# What is answered at once (the Busy ones) is read; the rest wait for the user: read until
+# nothing more comes for half a second.
+while True:
+    ready, _, _ = select.select(socks, [], [], 0.5)
+    if not ready: break
+    for s in ready:
+        reply = read_frame(s)
+        if reply.get("error") == "Busy": busy += 1
+        else: other.append(reply.get("error") or reply.get("type"))
 print(json.dumps({"busy": busy, "other": other}), flush=True)
 sys.stdin.readline()
 '''
