@@ -69,8 +69,8 @@ public final class OpenIDProvider: IdentityProvider {
         case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil, typed: username)
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
         case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.bare && error.status == 403):
-            throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password")
-        case .failure(let error): throw Self.refusal(error, group: group, doing: "log in")
+            throw BrokerError(.invalidCredentials, "the identity provider of \"\(group.name)\" refused the username or password.\(error.said)")
+        case .failure(let error): throw Self.refusal(error, group: group, doing: "log in", grant: "password")
         }
     }
 
@@ -82,7 +82,7 @@ public final class OpenIDProvider: IdentityProvider {
         let start: DeviceAuthorization
         switch try await post(endpoint, group: group, form: [("scope", group.scopes.joined(separator: " "))]) {
         case .success(let body): start = try decode(DeviceAuthorization.self, body, group)
-        case .failure(let error): throw Self.refusal(error, group: group, doing: "start a device login")
+        case .failure(let error): throw Self.refusal(error, group: group, doing: "start a device login", grant: "device authorization")
         }
         let expiresAt = Date().timeIntervalSince1970 + start.lifetime
         prompt(DevicePrompt(verificationURI: start.verification_uri, verificationURIComplete: start.verification_uri_complete,
@@ -102,7 +102,7 @@ public final class OpenIDProvider: IdentityProvider {
                 throw BrokerError(.loginDenied, "the device login for \"\(group.name)\" was denied")
             case .failure(let error) where error.code == "expired_token":
                 throw BrokerError(.loginDenied, "the device code for \"\(group.name)\" expired before it was approved; run `msso login` again")
-            case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the device login")
+            case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the device login", grant: "device code")
             }
         }
         throw BrokerError(.loginDenied, "the device code for \"\(group.name)\" expired before it was approved; run `msso login` again")
@@ -150,7 +150,7 @@ public final class OpenIDProvider: IdentityProvider {
             ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
         ]) {
         case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nonce)
-        case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the browser login")
+        case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the browser login", grant: "authorization code")
         }
     }
 
@@ -266,7 +266,7 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
         case .refused(let error):
             // Any other refusal says nothing about the user's session either: keep it, and retry.
-            throw IdPBusy(Self.refusal(error, group: group, doing: "refresh the access token"))
+            throw IdPBusy(Self.refusal(error, group: group, doing: "refresh the access token", grant: "refresh token"))
         case .unavailable(let error, let retryAfter):
             throw IdPBusy(error, retryAfter: retryAfter) // 408, 429, 5xx
         }
@@ -340,6 +340,9 @@ public final class OpenIDProvider: IdentityProvider {
         var description: String? = nil
 
         static let maximumDescription = 300
+
+        /// The provider's words as a sentence to append (" The identity provider said: …"), or "".
+        var said: String { description.map { " The identity provider said: \"\($0)\"." } ?? "" }
 
         /// `text` as it may be shown: its lines joined, no control characters (``TerminalText``),
         /// at most ``maximumDescription`` bytes, nil when nothing is left.
@@ -503,8 +506,9 @@ public final class OpenIDProvider: IdentityProvider {
 
     /// What an OAuth error answer (RFC 6749 §5.2, RFC 8628 §3.5) means for the user: the exit
     /// status that names the cause, a sentence that names the fix, and the provider's own words.
-    static func refusal(_ error: OAuthError, group: GroupConfig, doing what: String) -> BrokerError {
-        let said = error.description.map { " The identity provider said: \"\($0)\"." } ?? ""
+    /// `grant`: the grant the request used, in words ("password", "refresh token").
+    static func refusal(_ error: OAuthError, group: GroupConfig, doing what: String, grant: String) -> BrokerError {
+        let said = error.said
         let code = error.code.isEmpty ? "HTTP \(error.status)" : error.code
         let idp = "the identity provider of \"\(group.name)\""
         switch error.code {
@@ -515,7 +519,7 @@ public final class OpenIDProvider: IdentityProvider {
             return BrokerError(.configInvalid, "\(idp) did not accept client \"\(group.clientID)\" (invalid_client) when asked to \(what); check client_id and the client secret in the config.\(said)")
         case "unauthorized_client":
             // RFC 6749 §5.2: the client authenticated, and may not use this grant.
-            return BrokerError(.configInvalid, "\(idp) does not let client \"\(group.clientID)\" \(what) this way (unauthorized_client: the client is known, the grant is not allowed for it); ask the IdP's administrator to allow it for the client, or log in another way (`msso login`, `--browser`, `--username`).\(said)")
+            return BrokerError(.configInvalid, "\(idp) does not let client \"\(group.clientID)\" use the \(grant) grant, so msso cannot \(what) that way (unauthorized_client: the client is known, the grant is not allowed for it); ask the IdP's administrator to allow the \(grant) grant for the client, or log in another way (`msso login`, `--browser`, `--username`).\(said)")
         case "invalid_scope":
             return BrokerError(.configInvalid, "\(idp) refused the scopes \(group.scopes.joined(separator: " ")); check `scopes` in the config.\(said)")
         case "access_denied":

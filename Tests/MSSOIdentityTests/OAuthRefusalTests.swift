@@ -10,7 +10,7 @@ final class OAuthRefusalTests: XCTestCase {
 
     func refusal(_ code: String, status: Int = 400, description: String? = nil) -> BrokerError {
         OpenIDProvider.refusal(.init(status: status, code: code, description: OpenIDProvider.OAuthError.shown(description)),
-                               group: group, doing: "log in")
+                               group: group, doing: "log in", grant: "password")
     }
 
     func testEachCodeHasTheStatusOfItsCause() {
@@ -26,6 +26,7 @@ final class OAuthRefusalTests: XCTestCase {
     func testUnauthorizedClientIsNotCalledAWrongSecret() {
         let sentence = refusal("unauthorized_client").message
         XCTAssertTrue(sentence.contains("the client is known, the grant is not allowed for it"), sentence)
+        XCTAssertTrue(sentence.contains("does not let client \"msso\" use the password grant"), sentence)
         XCTAssertFalse(sentence.contains("client secret"), sentence)
     }
 

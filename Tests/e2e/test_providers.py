@@ -170,11 +170,27 @@ def test_a_wrong_password_is_refused(desktop, provider):
     try:
         done = broker.login(password="not-alice-pass")
         assert done.returncode == 6, done.stderr
-        if provider.name.startswith("django-oauth-toolkit"):  # invalid_grant
+        if provider.name.startswith("django-oauth-toolkit"):  # invalid_grant, and its own words
             assert "refused the username or password" in done.stderr, done.stderr
+            assert 'The identity provider said: "Invalid credentials given."' in done.stderr, done.stderr
         else:  # django-oidc-provider answers a wrong password with access_denied
             assert "denied the request to log in (access_denied)" in done.stderr, done.stderr
         assert broker.msso("check").returncode == 2
+    finally:
+        broker.stop()
+
+
+def test_a_client_not_allowed_the_password_grant_is_told_so_naming_the_grant(desktop, dot):
+    """django-oauth-toolkit answers a password login from a client allowed only the authorization
+    code grant with unauthorized_client. Expected: a configuration error (78) naming the password
+    grant and the client (it sends no description of its own)."""
+    provider = dot
+    broker = broker_for(desktop, provider.group("password", client=provider.browser_client))
+    try:
+        done = broker.login()
+        assert done.returncode == 78, done.stderr
+        assert f'does not let client "{provider.browser_client}" use the password grant' in done.stderr, done.stderr
+        assert "unauthorized_client" in done.stderr, done.stderr
     finally:
         broker.stop()
 
