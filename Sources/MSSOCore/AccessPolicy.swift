@@ -64,7 +64,21 @@ public struct AccessPolicy: Sendable {
             case .login(let args): self = Self.login(args)
             case .logout(let args): self = args.all == true ? .logoutAll : .logout
             case .keys(let args): self = args.rotate == true ? .rotateKeys : .keys
-            default: self = Action(rawValue: arguments.kind.rawValue)!
+            // Spelled out (no lookup by name: this runs for every call, `sign` first).
+            case .sign: self = .sign
+            case .token: self = .token
+            case .hello: self = .hello
+            case .ping: self = .ping
+            case .status: self = .status
+            case .check: self = .check
+            case .extend: self = .extend
+            case .subscribe: self = .subscribe
+            case .apps: self = .apps
+            case .audit: self = .audit
+            case .diagnose: self = .diagnose
+            case .lock: self = .lock
+            case .unlock: self = .unlock
+            case .forward: self = .forward
             }
         }
 
@@ -82,8 +96,22 @@ public struct AccessPolicy: Sendable {
             switch self {
             case .passwordLogin, .deviceLogin, .browserLogin, .newAccountLogin: .login
             case .logoutAll: .logout
-            case .rotateKeys: .keys
-            default: CallArguments.Kind(rawValue: rawValue)!
+            case .rotateKeys, .keys: .keys
+            case .hello: .hello
+            case .ping: .ping
+            case .status: .status
+            case .check: .check
+            case .extend: .extend
+            case .logout: .logout
+            case .subscribe: .subscribe
+            case .sign: .sign
+            case .token: .token
+            case .apps: .apps
+            case .audit: .audit
+            case .diagnose: .diagnose
+            case .lock: .lock
+            case .unlock: .unlock
+            case .forward: .forward
             }
         }
     }

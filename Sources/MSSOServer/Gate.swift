@@ -110,7 +110,6 @@ struct Gate: Sendable {
     /// table, a registration somewhere.
     private func admit(_ action: AccessPolicy.Action, _ access: AccessPolicy.Access, _ caller: Caller, named: String?,
                        _ configuration: Configuration) throws(BrokerError) {
-        let method = action.method.rawValue
         switch access {
         case .refused:
             throw AccessPolicy.refusal(action, role: caller.role, who: caller.described, group: named)
@@ -119,10 +118,12 @@ struct Gate: Sendable {
                 throw BrokerError(.forbidden, "\(caller.described) has no [forward] table in the configuration any more, so it may no longer use msso; add one and reload mssod")
             }
             guard forward.verbs.contains(action.method) else {
+                let method = action.method.rawValue
                 let allowed = forward.verbs.map(\.rawValue).sorted().joined(separator: ", ")
                 throw BrokerError(.forbidden, "\(caller.described) may not call \(method): its [forward.\"\(forward.host)\"] table (\(forward.source)) allows \(allowed.isEmpty ? "nothing" : allowed); add \"\(method)\" to its `verbs` there")
             }
         case .registeredForSomeGroup where caller.usableGroups(configuration).isEmpty:
+            let method = action.method.rawValue
             throw BrokerError(.forbidden, "\(caller.described) is not registered for any access group, so it may not \(method) msso; use `msso \(method)`")
         case .registeredForSomeGroup, .anyGroup, .registeredGroups, .adminGroups:
             return
