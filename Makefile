@@ -38,10 +38,10 @@ DAEMON_CXX = $(if $(filter /%,$(CXX_ARCHIVE)),-Xswiftc -L$(abspath $(STATIC_CXX)
 demo: setup build
 	./examples/demo.sh
 
-# The release build that test_package.py's `make deb` needs runs behind the rest (scripts/behind),
-# from the start, once the dependencies are resolved (so that the two builds do not resolve them at
-# once): with about a quarter of the CPU beside the debug build and the unit tests, then with what the
-# end-to-end tests leave idle; test_package.py waits for it, at normal priority, before `make deb`.
+# The release build, and the package made from it, that test_package.py needs run behind the rest
+# (scripts/behind), from the start, once the dependencies are resolved (so that the two builds do
+# not resolve them at once), on the CPU the debug build, the unit tests and the end-to-end tests
+# leave idle; test_package.py waits for them, at normal priority, and finds the package made.
 test: setup
 	swift package resolve
 	./scripts/behind $(MAKE) build unit -- $(MAKE) e2e
