@@ -60,7 +60,7 @@ struct Gate: Sendable {
         let action = AccessPolicy.Action(arguments)
         let rule = AccessPolicy.rule(for: action)
         let access = rule.access(for: caller.role)
-        try admit(action, access, caller, named: arguments.groupNamed, snapshot.configuration)
+        try admit(action, access, caller, arguments, snapshot.configuration)
         // Limited to the groups its registrations give, or its host's table names.
         let limited = access == .registeredGroups || access == .hostTable
         var decision = Decision(action: action)
@@ -108,11 +108,11 @@ struct Gate: Sendable {
 
     /// Throws unless the caller's role may ask for `action` at all: its row's cell, a host's
     /// table, a registration somewhere.
-    private func admit(_ action: AccessPolicy.Action, _ access: AccessPolicy.Access, _ caller: Caller, named: String?,
+    private func admit(_ action: AccessPolicy.Action, _ access: AccessPolicy.Access, _ caller: Caller, _ arguments: CallArguments,
                        _ configuration: Configuration) throws(BrokerError) {
         switch access {
         case .refused:
-            throw AccessPolicy.refusal(action, role: caller.role, who: caller.described, group: named)
+            throw AccessPolicy.refusal(action, role: caller.role, who: caller.described, group: arguments.groupNamed)
         case .hostTable:
             guard let forward = caller.forward else {
                 throw BrokerError(.forbidden, "\(caller.described) has no [forward] table in the configuration any more, so it may no longer use msso; add one and reload mssod")
