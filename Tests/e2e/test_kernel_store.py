@@ -275,9 +275,12 @@ def test_a_quota_too_full_for_a_refresh_spends_no_refresh_token(server_session, 
         assert daemon.login().returncode == 0
         stored = json.loads(payload(account))
         SECRETS.update([stored["accessToken"], stored["refreshToken"]])
-        used = quota_used(account)
+        # The kernel gives back the bytes of keys it let go in its own time: measure once it has.
+        used = settled_quota(account)
         filler = keyring(account, 'keyctl padd user filler $home', input="x" * (20_000 - used - 1_000))
         assert filler.returncode == 0, filler.stderr
+        room = 20_000 - settled_quota(account)
+        assert room < 2 * len(payload(account)) + 1_024, f"the quota leaves {room} bytes: room for a refresh's answer"
         done = daemon.msso("sign", "--url", "https://api.example.com/items")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"Authorization: Bearer {stored['accessToken']}"
@@ -291,6 +294,19 @@ def test_a_quota_too_full_for_a_refresh_spends_no_refresh_token(server_session, 
         assert rotated != stored["refreshToken"] and introspect(idp, rotated)
     finally:
         daemon.stop()
+
+
+def settled_quota(uid) -> int:
+    """Bytes of the key quota `uid` uses, once two reads 0.2 s apart agree (keys let go are given
+    back by the kernel's garbage collector, a moment later)."""
+    last = [None]
+
+    def stable():
+        now = quota_used(uid)
+        same, last[0] = now == last[0], now
+        return same
+    wait_for(stable, interval=0.2, what="the key quota to settle")
+    return last[0]
 
 
 def quota_used(uid) -> int:
