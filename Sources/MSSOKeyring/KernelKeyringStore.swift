@@ -65,14 +65,37 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
 
     /// Bytes left of this uid's key quota (/proc/key-users), nil when it cannot be read.
     static func quotaLeft() -> Int? {
-        guard let text = try? String(contentsOfFile: "/proc/key-users", encoding: .utf8) else { return nil }
-        let me = "\(getuid()):"
+        guard let text = wholeFile("/proc/key-users") else { return nil }
+        return quotaLeft(uid: getuid(), in: text)
+    }
+
+    static func quotaLeft(uid: uid_t, in text: String) -> Int? {
+        let me = "\(uid):"
         for line in text.split(separator: "\n") {
             // "  UID:     USAGE NKEYS/NIKEYS QNKEYS/MAXKEYS QNBYTES/MAXBYTES"
             let fields = line.split(separator: " ", omittingEmptySubsequences: true)
             guard fields.count == 5, fields[0] == me else { continue }
             let bytes = fields[4].split(separator: "/").compactMap { Int($0) }
             return bytes.count == 2 ? bytes[1] - bytes[0] : nil
+        }
+        return nil
+    }
+
+    /// All of a file of /proc. Foundation's `String(contentsOfFile:)` reads a seq_file's first
+    /// 4 KiB only, and /proc/key-users lists every uid that holds keys (40 bytes each): a uid
+    /// further down went unfound, and refreshes were made with no room to store their answer.
+    static func wholeFile(_ path: String, limit: Int = 16 << 20) -> String? {
+        let file = open(path, O_RDONLY | O_CLOEXEC)
+        guard file >= 0 else { return nil }
+        defer { close(file) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 16_384)
+        while bytes.count <= limit {
+            let count = chunk.withUnsafeMutableBytes { Glibc.read(file, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { return nil }
+            if count == 0 { return String(decoding: bytes, as: UTF8.self) }
+            bytes += chunk[..<count]
         }
         return nil
     }
@@ -90,7 +113,7 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
 
     /// A number in /proc/sys/kernel/keys.
     static func setting(_ name: String) -> Int? {
-        (try? String(contentsOfFile: "/proc/sys/kernel/keys/" + name, encoding: .utf8)).flatMap { Int(String($0.prefix { $0.isNumber })) }
+        wholeFile("/proc/sys/kernel/keys/" + name).flatMap { Int(String($0.prefix { $0.isNumber })) }
     }
 
     // MARK: Items

@@ -272,6 +272,9 @@ def test_a_quota_too_full_for_a_refresh_spends_no_refresh_token(server_session, 
     daemon = Broker(server_session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, server_session)),
                                                          "refresh_lead": "3600s"}})
     try:
+        # On a machine with many users, the account's line of /proc/key-users lies past its first
+        # 4 KiB, which is all of it Foundation reads: mssod found no quota there and refreshed.
+        far_down_key_users(account)
         assert daemon.login().returncode == 0
         stored = json.loads(payload(account))
         SECRETS.update([stored["accessToken"], stored["refreshToken"]])
@@ -294,6 +297,22 @@ def test_a_quota_too_full_for_a_refresh_spends_no_refresh_token(server_session, 
         assert rotated != stored["refreshToken"] and introspect(idp, rotated)
     finally:
         daemon.stop()
+
+
+def far_down_key_users(uid):
+    """Makes /proc/key-users list more than 4 KiB before `uid`'s line: users below it (uids from
+    2,000,000, below fresh_uid's, the same ones every run) are given their user keyrings."""
+    def before():
+        text = open("/proc/key-users").read()
+        mine = text.find(f"\n{uid:5d}:")
+        return mine if mine >= 0 else sum(len(line) for line in text.splitlines(True) if int(line.split(":")[0]) < uid)
+    missing = max(0, (5_000 - before()) // 30 + 1)
+    if missing:
+        present = {int(line.split(":")[0]) for line in open("/proc/key-users")}
+        uids = [u for u in range(2_000_000, 2_000_000 + missing + len(present)) if u not in present][:missing]
+        script = "; ".join(f"setpriv --reuid={u} --regid={u} --clear-groups keyctl rdescribe @u >/dev/null" for u in uids)
+        subprocess.run(["sh", "-c", script], check=True, timeout=60)
+    assert before() > 4_096, f"/proc/key-users has {before()} bytes before uid {uid}'s line"
 
 
 def settled_quota(uid) -> int:
