@@ -90,11 +90,16 @@ def unread(sock) -> int:
 class IdP:
     """A real OpenID Connect provider (glewlwyd) on 127.0.0.1."""
 
-    def __init__(self, token_ttl=3600, dpop_nonce=False, signing_key=None):
-        """`signing_key`: a P-256 private key's PEM file to sign ID tokens with (else a new key)."""
+    def __init__(self, token_ttl=3600, dpop_nonce=False, signing_key=None, resources=None, refresh_one_use="always"):
+        """`signing_key`: a P-256 private key's PEM file to sign ID tokens with (else a new key).
+        `resources`: the URLs (RFC 8707) the clients may ask tokens for, each becoming a token's
+        `aud` (none: `resource` is ignored). `refresh_one_use`: "always" (each refresh rotates its
+        refresh token) or "never" (one refresh token for its lifetime)."""
         self.dir = Path(tempfile.mkdtemp(prefix="msso-idp-"))
         self.port = free_port()
-        env = dict(os.environ, IDP_ACCESS_TOKEN_TTL=str(token_ttl), IDP_DPOP_NONCE="1" if dpop_nonce else "0")
+        self.resources = list(resources or [])
+        env = dict(os.environ, IDP_ACCESS_TOKEN_TTL=str(token_ttl), IDP_DPOP_NONCE="1" if dpop_nonce else "0",
+                   IDP_RESOURCES=" ".join(self.resources), IDP_REFRESH_ONE_USE=refresh_one_use)
         if signing_key:
             env["IDP_SIGNING_KEY"] = str(signing_key)
         self.issuer = subprocess.run([ROOT / "scripts" / "idp", "start", self.dir, str(self.port)], env=env,
@@ -105,6 +110,15 @@ class IdP:
     def approve_device(self, user_code, user="alice"):
         subprocess.run([ROOT / "scripts" / "idp", "approve-device", self.dir, user_code, user, PASSWORDS[user]],
                        check=True, capture_output=True)
+
+    def introspect(self, token) -> dict:
+        """glewlwyd's RFC 7662 answer on one of client msso's tokens (access or refresh), e.g.
+        {"active": true, "aud": ..., ...}; {"active": false} for a dead or unknown one."""
+        import requests
+        answer = requests.post(f"{self.issuer}/introspect", data={"token": token},
+                               auth=("msso", self.secret_file.read_text()), timeout=5)
+        assert answer.status_code == 200, (answer.status_code, answer.text)
+        return answer.json()
 
     def admin(self):
         """A session logged in to glewlwyd's admin API, and the API's base URL."""
