@@ -26,7 +26,7 @@ public enum ExitStatus: Int32, Sendable {
         case .busy, .timedOut, .brokerUnreachable: self = .brokerUnreachable
         case .corrupt, .keyringLocked, .keyringUnavailable: self = .keyring
         case .idpUnavailable: self = .idpUnavailable
-        case .invalidCredentials, .loginDenied: self = .refused
+        case .invalidCredentials, .loginDenied, .resourceRefused: self = .refused
         case .forbidden, .resourceForbidden, .notEntitled: self = .forbidden
         case .locked: self = .locked
         case .unknownGroup, .unknownMethod, .badRequest, .unsupportedVersion: self = .usage

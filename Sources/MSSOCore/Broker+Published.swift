@@ -11,6 +11,8 @@ struct Published: Sendable {
         /// The access token's life, as the actor measured it (``Broker/tokenLife(of:_:)``).
         var token: SessionWindow
         var key: SigningKey?
+        /// The tokens minted for one server or one app, and their lives (``Broker/mintedLife(_:_:)``).
+        var minted: [TokenTarget: (accessToken: String, life: SessionWindow)] = [:]
     }
     /// Groups with a stored, valid-looking session (the window and the token's age are checked
     /// at each sign).
@@ -34,8 +36,10 @@ extension Broker {
         let state = groups[name]
         let entry: Published.Group?
         if !lock.isLocked, let state, state.loaded, !state.corrupt, !state.unsaved, let credential = state.credential {
+            var minted: [TokenTarget: (accessToken: String, life: SessionWindow)] = [:]
+            for token in credential.minted { minted[token.target] = (token.accessToken, mintedLife(token, name)) }
             entry = Published.Group(credential: credential, window: window(of: credential, name), token: tokenLife(of: credential, name),
-                                    key: signingKeys[name])
+                                    key: signingKeys[name], minted: minted)
         } else {
             entry = nil
         }
@@ -51,19 +55,25 @@ extension Broker {
     /// on the caller's thread without waiting for the actor; nil when the actor must decide
     /// (a refresh, a first load, an expired window, a new DPoP nonce, no key yet). Throws only
     /// for a malformed request.
-    public nonisolated func signWithoutWaiting(_ request: SignRequest, url: URL, group config: GroupConfig) throws(BrokerError) -> SignResponse? {
+    public nonisolated func signWithoutWaiting(_ request: SignRequest, url: URL, group config: GroupConfig,
+                                               target: TokenTarget = .session) throws(BrokerError) -> SignResponse? {
         let dpop = config.signing.token == .dpop
         let (entry, nonces) = published.withLock { published in (published.groups[config.name], dpop ? published.nonces[config.name] : nil) }
         let decision = try SignDecision(request, url: url, config: config) { nonces?.nonce(for: $0) }
         if dpop && request.dpopNonce != nil { return nil } // a nonce to remember: the actor's
         guard let entry else { return nil }
         let now = clock.moment()
-        guard SignDecision.verdict(for: entry.credential, window: entry.window, token: entry.token, unsaved: false, hasKey: entry.key != nil, config: config,
+        var (accessToken, life) = (entry.credential.accessToken, entry.token)
+        if !target.isSession {
+            guard let minted = entry.minted[target] else { return nil } // not minted yet: the actor's
+            (accessToken, life) = minted
+        }
+        guard SignDecision.verdict(for: entry.credential, window: entry.window, token: life, unsaved: false, hasKey: entry.key != nil, config: config,
                                    now: now) == .sign else {
             return nil
         }
         do {
-            return SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: entry.credential.accessToken,
+            return SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: accessToken,
                                                                     key: entry.key, dpopNonce: decision.nonce, now: now.wall))
         } catch let error as BrokerError {
             throw error

@@ -30,9 +30,7 @@ extension Broker {
                 throw BrokerError(.idpUnavailable, "the identity provider of \"\(name)\" is unavailable, so the access token could not be renewed; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
             }
             let generation = groups[name]!.generation
-            task = Task { () async throws -> Credential in
-                try await self.performRefresh(config, generation: generation)
-            }
+            task = inLane(name) { try await self.performRefresh(config, generation: generation) }
             groups[name]!.refresh = task
         }
         defer { if groups[name]?.refresh == task { groups[name]?.refresh = nil } }
@@ -122,6 +120,128 @@ extension Broker {
         armExpiryTimer(name)
         if let credential = groups[name]?.credential, let config = configuration.groups[name] {
             emit(.expired, status(credential, config))
+        }
+    }
+}
+
+// MARK: Tokens for one server or one app (`tokens = "per-resource"`, a registration's `scopes`)
+
+extension Broker {
+    /// Starts `work` once the group's last request that may spend the refresh token has ended:
+    /// with one-use rotation each such request spends the token the one before stored.
+    func inLane<T: Sendable>(_ name: String, _ work: @escaping @Sendable () async throws -> T) -> Task<T, any Error> {
+        let before = groups[name]?.lane
+        let task = Task { () async throws -> T in
+            await before?.value
+            return try await work()
+        }
+        groups[name, default: GroupState()].lane = Task { _ = try? await task.value }
+        return task
+    }
+
+    /// The access token a request for `target` carries, and its life: the session's own
+    /// (refreshed first when due), or the token minted for the target (minted first when none is
+    /// held or it is due). `renew`: a server refused the one it had.
+    func accessToken(_ config: GroupConfig, _ credential: Credential, for target: TokenTarget, renew: Bool) async throws -> (token: String, life: SessionWindow) {
+        let name = config.name
+        guard !target.isSession else {
+            var credential = credential
+            if renew || tokenLeft(credential, name) < config.refreshLead && credential.refreshToken != nil || groups[name]?.unsaved == true {
+                credential = try await refreshed(config, credential)
+            }
+            return (credential.accessToken, tokenLife(of: credential, name))
+        }
+        if !renew, groups[name]?.unsaved != true, let held = credential.minted(for: target),
+           mintedLife(held, name).remaining(at: clock.moment()) >= config.refreshLead {
+            return (held.accessToken, mintedLife(held, name))
+        }
+        let task: Task<MintedToken, any Error>
+        if let running = groups[name]?.mints[target] {
+            task = running
+        } else {
+            let backoff = groups[name]!.backoff
+            if now() < backoff.notBefore, let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
+                return (held.accessToken, mintedLife(held, name))
+            }
+            let generation = groups[name]!.generation
+            task = inLane(name) { try await self.performMint(config, target, generation: generation, renew: renew) }
+            groups[name]!.mints[target] = task
+        }
+        defer { if groups[name]?.mints[target] == task { groups[name]?.mints[target] = nil } }
+        do {
+            let minted = try await task.value
+            return (minted.accessToken, mintedLife(minted, name))
+        } catch let busy as IdPBusy {
+            // The IdP is down but the token held still works: serve it, and ask again later.
+            if let held = groups[name]?.credential?.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
+                return (held.accessToken, mintedLife(held, name))
+            }
+            throw BrokerError(.idpUnavailable, "\(busy.error.message); the session is kept")
+        }
+    }
+
+    /// A minted token's life on both clocks (``tokenLife(of:_:)``'s rule).
+    func mintedLife(_ token: MintedToken, _ name: String) -> SessionWindow {
+        if let life = groups[name]?.mintedLives[token.target], life.end.wall == token.expiresAt { return life }
+        return SessionWindow(endingAt: token.expiresAt, measuredAt: clock.moment())
+    }
+
+    /// One request to the IdP for `target`'s token, in the group's lane; the answer (and the
+    /// refresh token it rotated) is stored before the token is used.
+    private func performMint(_ config: GroupConfig, _ target: TokenTarget, generation: Int, renew: Bool) async throws -> MintedToken {
+        let name = config.name
+        let ended = BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while a token for \(target) was being asked for")
+        guard var credential = groups[name]?.credential, groups[name]?.generation == generation else { throw ended }
+        // Minted by the request before this one in the lane, or renewed there.
+        if !renew, let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) >= config.refreshLead,
+           groups[name]?.unsaved != true {
+            return held
+        }
+        let mechanism = try await identity.mintingMechanism(config)
+        if mechanism == .exchange, tokenLeft(credential, name) < config.refreshLead || groups[name]?.unsaved == true {
+            // The exchange's subject is the session's own token: renewed first (this lane's turn).
+            credential = try await performRefresh(config, generation: generation)
+        }
+        if mechanism == .resource, let refusal = await store.cannotSave(credential, group: name) {
+            throw refusal // the refresh token would be spent with no room for what rotates it
+        }
+        let tokens: TokenSet
+        do {
+            let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
+            tokens = try await identity.mint(config, target: target, by: mechanism, refreshToken: credential.refreshToken,
+                                             accessToken: credential.accessToken, dpop: dpop)
+            if let subject = tokens.subject, let ours = credential.subject, subject != ours {
+                throw BrokerError(.expired, "the identity provider of \"\(name)\" answered with another user's tokens, so the session is ended; run `msso login --group \(name)`")
+            }
+        } catch let error as BrokerError where error.name == .expired {
+            try await endWindowEarly(name, generation: generation)
+            throw error
+        } catch let busy as IdPBusy {
+            guard groups[name]?.generation == generation else { throw ended }
+            groups[name]?.backoff.failed(at: now(), retryAfter: busy.retryAfter)
+            logger.warning("a token for one server could not be had; the session is kept", metadata: ["group": "\(name)", "resource": "\(target)", "error": "\(busy.error)"])
+            throw busy
+        } catch is CancellationError {
+            throw ended
+        }
+        let minted = MintedToken(target, accessToken: tokens.accessToken, expiresAt: now() + tokens.expiresIn)
+        return try await exclusively(name) {
+            guard groups[name]?.generation == generation, var current = groups[name]?.credential else { throw ended }
+            // The rotated refresh token is kept in memory even if the store fails; the minted
+            // token is used only once stored.
+            current.refreshToken = tokens.refreshToken ?? current.refreshToken
+            current.keep(minted)
+            update(name) {
+                $0.credential = current
+                $0.unsaved = true
+                $0.mintedLives[target] = SessionWindow(endingAt: minted.expiresAt, measuredAt: clock.moment())
+                $0.backoff = RefreshBackoff()
+            }
+            try await store.save(current, group: name)
+            update(name) { $0.unsaved = false }
+            identity.forgetRescuedRefresh(config)
+            logger.info("minted an access token", metadata: ["group": "\(name)", "resource": "\(target)", "by": "\(mechanism.rawValue)"])
+            return minted
         }
     }
 }

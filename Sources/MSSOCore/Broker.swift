@@ -59,6 +59,13 @@ public actor Broker {
         /// Bumped by every logout, a session or not: a login that began before it stores nothing.
         var logouts = 0
         var refresh: Task<Credential, any Error>?
+        /// The mints under way, one per target (callers share it).
+        var mints: [TokenTarget: Task<MintedToken, any Error>] = [:]
+        /// The last request to the IdP that may spend the refresh token (a refresh or a mint):
+        /// the next one starts once it has ended, with the token it stored.
+        var lane: Task<Void, Never>?
+        /// Each minted token's life on both clocks (as ``tokenLife``), measured when it was minted or read.
+        var mintedLives: [TokenTarget: SessionWindow] = [:]
         /// The keyring read in progress: callers share it (and its failure) rather than queue.
         var loading: Task<Credential?, any Error>?
         var expiryTimer: Task<Void, Never>?
@@ -266,7 +273,16 @@ public actor Broker {
     public func status(_ name: String?) async throws -> [SessionStatus] {
         let configs = name == nil ? configuration.groups.values.sorted { $0.name < $1.name } : [try group(name)]
         var out: [SessionStatus] = []
-        for config in configs { out.append(markingLock(try await status(of: config))) }
+        for config in configs {
+            var status = markingLock(try await status(of: config))
+            if status.state == .valid, let credential = groups[config.name]?.credential, !credential.minted.isEmpty {
+                let now = clock.moment()
+                status.tokens = credential.minted.map {
+                    MintedTokenStatus(resource: $0.resource, scopes: $0.scopes, expiresAt: mintedLife($0, config.name).wallEnd(at: now))
+                }.sorted { ($0.resource ?? "", $0.scopes ?? []).0 < ($1.resource ?? "", $1.scopes ?? []).0 }
+            }
+            out.append(status)
+        }
         return out
     }
 
@@ -277,18 +293,15 @@ public actor Broker {
 
     /// The headers that authenticate `request` (its URL checked by the gate: `url`), refreshing
     /// the access token first when it is about to expire. Never returns the refresh token.
-    public func sign(_ request: SignRequest, url: URL) async throws -> SignResponse {
+    public func sign(_ request: SignRequest, url: URL, target: TokenTarget = .session) async throws -> SignResponse {
         let config = try group(request.group)
         let decision = try SignDecision(request, url: url, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
         try requireUnlocked(for: .sign)
-        var credential = try requireValid(try await credential(config.name), config.name)
-        if SignDecision.verdict(for: credential, window: window(of: credential, config.name), token: tokenLife(of: credential, config.name), unsaved: groups[config.name]?.unsaved == true,
-                                hasKey: true, config: config, now: clock.moment()) == .refreshFirst {
-            credential = try await refreshed(config, credential)
-            try requireUnlocked(for: .sign) // locked while the refresh ran
-        }
+        let credential = try requireValid(try await credential(config.name), config.name)
+        let token = try await accessToken(config, credential, for: target, renew: false).token
+        try requireUnlocked(for: .sign) // locked while a refresh ran
         let key = config.signing.needsKey ? try await signingKey(config) : nil
-        let response = SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: credential.accessToken,
+        let response = SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: token,
                                                                          key: key, dpopNonce: decision.nonce, now: now()))
         // Kept only once the proof that carries it is made: a sign that fails leaves nothing behind.
         if let nonce = decision.nonce {
@@ -306,26 +319,23 @@ public actor Broker {
     /// curl): only for bearer tokens. With `renew` (a server refused the token), it is refreshed
     /// first, at most once every 10 seconds per group, so no caller can make the broker hammer
     /// the IdP. (Where it may be sent, within the group's `resources`, the gate checked.)
-    public func token(_ name: String?, renew: Bool) async throws -> Methods.Token.Result {
+    public func token(_ name: String?, renew: Bool, target: TokenTarget = .session) async throws -> Methods.Token.Result {
         let config = try group(name)
         if config.signing.token == .dpop {
             throw BrokerError(.forbidden, "the tokens of \"\(config.name)\" are bound to msso's key (sign = \"dpop\"), so no other program can use them; have msso sign each request (`msso sign`)")
         }
         try requireUnlocked(for: .token)
-        var credential = try requireValid(try await credential(config.name), config.name)
+        let credential = try requireValid(try await credential(config.name), config.name)
         let renewing = renew && now() - (groups[config.name]?.renewedAt ?? 0) >= 10
         if renewing { groups[config.name]?.renewedAt = now() }
-        if renewing || tokenLeft(credential, config.name) < config.refreshLead || groups[config.name]?.unsaved == true {
-            credential = try await refreshed(config, credential)
-            try requireUnlocked(for: .token) // locked while the refresh ran
-        }
+        let (token, life) = try await accessToken(config, credential, for: target, renew: renewing)
+        try requireUnlocked(for: .token) // locked while a refresh ran
         let header: String
         switch config.signing.token {
         case .header(let name): header = name
         default: header = "Bearer"
         }
-        return Methods.Token.Result(accessToken: credential.accessToken, expiresAt: tokenLife(of: credential, config.name).wallEnd(at: clock.moment()),
-                                    header: header)
+        return Methods.Token.Result(accessToken: token, expiresAt: life.wallEnd(at: clock.moment()), header: header)
     }
 
     /// The public half of the group's signing key (made on first use). With `rotate`, a new key

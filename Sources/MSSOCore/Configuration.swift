@@ -336,6 +336,18 @@ public struct Configuration: Equatable, Sendable {
                     do { group.resources = try Resources(try value.strings(fail, key)) } catch let problem as Resources.Problem {
                         throw fail(value.line, key, problem.message)
                     }
+                case "tokens":
+                    let text = try value.string(fail, key)
+                    guard let tokens = TokenScope(rawValue: text) else {
+                        throw fail(value.line, key, "expected \"shared\" (one token for every server of the group) or \"per-resource\" (a token minted for each entry of `resources`), got \"\(text)\"")
+                    }
+                    group.tokens = tokens
+                case "token_request":
+                    let text = try value.string(fail, key)
+                    guard let request = TokenRequest(rawValue: text) else {
+                        throw fail(value.line, key, "expected \"resource\" (RFC 8707 resource indicators on the refresh grant) or \"exchange\" (RFC 8693 token exchange), got \"\(text)\"")
+                    }
+                    group.tokenRequest = request
                 case _ where !admin && (key == "account" || key == "account_claim"):
                     // The user's own rule would bind nobody: whoever can write the file can change it.
                     throw fail(value.line, key, "only a group of the administrator's config.toml may set `\(key)`; a group of your own remembers the account it logs in as (see msso(1), --new-account)")
@@ -373,6 +385,12 @@ public struct Configuration: Equatable, Sendable {
             }
             if table.values["account_claim"] != nil, group.account == nil {
                 throw fail(table.values["account_claim"]!.line, "account_claim", "does nothing without `account = \"login-user\"`")
+            }
+            if group.tokens == .perResource, group.resources == nil {
+                throw fail(table.values["tokens"]!.line, "tokens", "\"per-resource\" mints a token for each entry of `resources`, and the group names none; list the servers its tokens are for in `resources`")
+            }
+            if let request = table.values["token_request"], group.tokens != .perResource {
+                throw fail(request.line, "token_request", "does nothing without `tokens = \"per-resource\"`")
             }
             if group.sessionMax < group.sessionTimeout {
                 throw fail(table.values["session_max"]?.line ?? table.line, "session_max", "must not be shorter than session_timeout")

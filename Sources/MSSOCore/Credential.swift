@@ -18,6 +18,10 @@ public struct Credential: Codable, Sendable, Equatable {
     /// The provider's id for the user (`sub` of the login's checked ID token): a refresh whose ID
     /// token names another is not this session's (OpenID Connect Core §12.2).
     public var subject: String?
+    /// The tokens minted from this session for one server or one app's scopes (``MintedToken``):
+    /// stored with it, in the same item, so a rotated refresh token and the token it minted are
+    /// written in one step.
+    public var minted: [MintedToken] = []
 
     public init(issuer: String, username: String?, accessToken: String, refreshToken: String?,
                 accessTokenExpiresAt: Double, loggedInAt: Double, sessionExpiresAt: Double, sessionMaxAt: Double,
@@ -34,7 +38,7 @@ public struct Credential: Codable, Sendable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case issuer, username, accessToken, refreshToken, accessTokenExpiresAt, loggedInAt, sessionExpiresAt, sessionMaxAt, subject
+        case issuer, username, accessToken, refreshToken, accessTokenExpiresAt, loggedInAt, sessionExpiresAt, sessionMaxAt, subject, minted
     }
 
     /// Reads a stored credential, refusing one whose times no real session could have (a keyring
@@ -51,6 +55,11 @@ public struct Credential: Codable, Sendable, Equatable {
         sessionExpiresAt = try c.decode(Double.self, forKey: .sessionExpiresAt)
         sessionMaxAt = try c.decode(Double.self, forKey: .sessionMaxAt)
         subject = try c.decodeIfPresent(String.self, forKey: .subject)
+        minted = try c.decodeIfPresent([MintedToken].self, forKey: .minted) ?? []
+        guard minted.count <= MintedToken.maximum, Set(minted.map(\.target)).count == minted.count,
+              minted.allSatisfy({ Self.plausible($0.expiresAt) }) else {
+            throw DecodingError.dataCorruptedError(forKey: .minted, in: c, debugDescription: "not minted tokens msso keeps")
+        }
         for (key, time) in [(CodingKeys.accessTokenExpiresAt, accessTokenExpiresAt), (.loggedInAt, loggedInAt),
                             (.sessionExpiresAt, sessionExpiresAt), (.sessionMaxAt, sessionMaxAt)]
         where !Self.plausible(time) {
@@ -62,8 +71,33 @@ public struct Credential: Codable, Sendable, Equatable {
         }
     }
 
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(issuer, forKey: .issuer)
+        try c.encodeIfPresent(username, forKey: .username)
+        try c.encode(accessToken, forKey: .accessToken)
+        try c.encodeIfPresent(refreshToken, forKey: .refreshToken)
+        try c.encode(accessTokenExpiresAt, forKey: .accessTokenExpiresAt)
+        try c.encode(loggedInAt, forKey: .loggedInAt)
+        try c.encode(sessionExpiresAt, forKey: .sessionExpiresAt)
+        try c.encode(sessionMaxAt, forKey: .sessionMaxAt)
+        try c.encodeIfPresent(subject, forKey: .subject)
+        if !minted.isEmpty { try c.encode(minted, forKey: .minted) } // a shared group's item stays as it was
+    }
+
     /// A Unix time between 2000 and 2200: anything else is not a time this broker wrote.
     static func plausible(_ time: Double) -> Bool { time.isFinite && time > 946_684_800 && time < 7_258_118_400 }
+
+    /// The token minted for `target`, if one is held (expired or not).
+    public func minted(for target: TokenTarget) -> MintedToken? {
+        minted.first { $0.target == target }
+    }
+
+    /// Holds `token` in place of the one for its target.
+    public mutating func keep(_ token: MintedToken) {
+        minted.removeAll { $0.target == token.target }
+        minted.append(token)
+    }
 
     /// When the session ends on the wall clock: its window's end, or sooner the access token's
     /// expiry when the IdP gave no refresh token (nothing can renew it then, so no app could sign
@@ -130,6 +164,66 @@ extension Credential: CustomStringConvertible, CustomDebugStringConvertible, Cus
     }
     public var debugDescription: String { description }
     public var customMirror: Mirror { Mirror(self, children: ["redacted": description]) }
+}
+
+/// What a minted token is for: one server of the group's `resources` (``Resources/entry(for:)``),
+/// one app's narrower `scopes`, or both. The session's own token has neither.
+public struct TokenTarget: Hashable, Codable, Sendable, CustomStringConvertible {
+    /// The `resources` entry, as configured.
+    public var resource: String?
+    /// The scopes asked for, sorted; nil: the group's.
+    public var scopes: [String]?
+
+    public init(resource: String?, scopes: [String]? = nil) {
+        self.resource = resource
+        self.scopes = scopes?.sorted()
+    }
+
+    /// The session's own token.
+    public static let session = TokenTarget(resource: nil)
+
+    /// Whether this is the session's own token (nothing to mint).
+    public var isSession: Bool { resource == nil && scopes == nil }
+
+    /// For sentences and logs: `https://git.example.com/ (scopes read)`.
+    public var description: String {
+        [resource, scopes.map { "(scopes \($0.joined(separator: " ")))" }].compactMap { $0 }.joined(separator: " ")
+    }
+}
+
+/// An access token minted from the session for one target (``TokenTarget``): used there alone,
+/// renewed like the session's own (within `refresh_lead` of its expiry), and ended with it.
+public struct MintedToken: Codable, Sendable, Equatable {
+    public var resource: String?
+    public var scopes: [String]?
+    public var accessToken: String
+    public var expiresAt: Double
+
+    /// At most this many per session: 64 `resources` entries, a few scope sets among them.
+    public static let maximum = 256
+
+    public init(_ target: TokenTarget, accessToken: String, expiresAt: Double) {
+        resource = target.resource
+        scopes = target.scopes
+        self.accessToken = accessToken
+        self.expiresAt = expiresAt
+    }
+
+    public var target: TokenTarget { TokenTarget(resource: resource, scopes: scopes) }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        resource = try c.decodeIfPresent(String.self, forKey: .resource)
+        scopes = try c.decodeIfPresent([String].self, forKey: .scopes)
+        accessToken = try c.decode(String.self, forKey: .accessToken)
+        expiresAt = try c.decode(Double.self, forKey: .expiresAt)
+        guard !accessToken.isEmpty, accessToken.utf8.count <= 16384, (resource?.utf8.count ?? 0) <= 8192,
+              (scopes?.count ?? 0) <= 64, resource != nil || scopes != nil else {
+            throw DecodingError.dataCorruptedError(forKey: .accessToken, in: c, debugDescription: "not a minted token msso keeps")
+        }
+    }
+
+    enum CodingKeys: String, CodingKey { case resource, scopes, accessToken, expiresAt }
 }
 
 /// Tokens as an identity provider hands them out.

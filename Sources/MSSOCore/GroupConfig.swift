@@ -85,6 +85,22 @@ public enum AccountRule: String, Equatable, Sendable {
     case loginUser = "login-user"
 }
 
+/// Which access token a request of a group gets (`tokens` in its table).
+public enum TokenScope: String, Equatable, Sendable, CaseIterable {
+    /// The session's own token, wherever the group's requests go (today's and the default).
+    case shared
+    /// A token minted for the `resources` entry the request falls in, used only there.
+    case perResource = "per-resource"
+}
+
+/// How a token for one server is asked for (`token_request`).
+public enum TokenRequest: String, Equatable, Sendable, CaseIterable {
+    /// The refresh grant with `resource` (RFC 8707); the login asks for every entry.
+    case resource
+    /// The session's access token exchanged for one with `resource` (RFC 8693).
+    case exchange
+}
+
 /// One access group: the apps of a suite that share one login, and the IdP they use.
 public struct GroupConfig: Equatable, Sendable {
     public var name: String
@@ -139,6 +155,11 @@ public struct GroupConfig: Equatable, Sendable {
     /// refuses another unless asked for a new one); `.loginUser`, the ID token's ``accountClaim``
     /// must be the name of the Unix user mssod runs as. Only the administrator's files set it.
     public var account: AccountRule?
+    /// Whether each server of `resources` gets a token of its own (`tokens`).
+    public var tokens: TokenScope = .shared
+    /// How such a token is asked for; nil: the exchange when the provider's discovery lists its
+    /// grant, else resource indicators (``TokenRequest``).
+    public var tokenRequest: TokenRequest?
     /// The ID token's claim `account = "login-user"` compares with the login name.
     public var accountClaim = "preferred_username"
 

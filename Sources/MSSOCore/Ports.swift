@@ -73,6 +73,16 @@ public protocol IdentityProvider: Sendable {
     /// with the URL to open.
     func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws -> TokenSet
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet
+    /// How the group's tokens for one server are asked for: its `token_request`, else the
+    /// exchange when the provider's discovery lists that grant, else resource indicators.
+    func mintingMechanism(_ group: GroupConfig) async throws -> TokenRequest
+    /// An access token for `target` (``TokenTarget``): by the refresh grant with `resource` and
+    /// `scope` (its answer's refresh token, when the provider rotates it, replaces the session's),
+    /// or by exchanging the session's `accessToken` (RFC 8693). Throws `ResourceRefused` when the
+    /// provider will not mint it (the session is kept), `Expired` when it ends the session, and
+    /// ``IdPBusy`` when it cannot answer now.
+    func mint(_ group: GroupConfig, target: TokenTarget, by mechanism: TokenRequest, refreshToken: String?,
+              accessToken: String, dpop: SigningKey?) async throws -> TokenSet
     /// Asks the provider to forget a token (RFC 7009): the refresh token, or the access token of a
     /// session that has none. Bounded in time; never throws: the outcome says what happened.
     func revoke(_ group: GroupConfig, token: String, hint: TokenKind) async -> Revocation
@@ -89,9 +99,13 @@ public protocol IdentityProvider: Sendable {
 public struct RescuedTokens: Sendable {
     public var tokens: TokenSet
     public var answersStored: Bool
-    public init(tokens: TokenSet, answersStored: Bool) {
+    /// It answered a mint (``IdentityProvider/mint(_:target:by:refreshToken:accessToken:dpop:)``):
+    /// its refresh token is the session's, its access token is for some other target.
+    public var minted: Bool
+    public init(tokens: TokenSet, answersStored: Bool, minted: Bool = false) {
         self.tokens = tokens
         self.answersStored = answersStored
+        self.minted = minted
     }
 }
 
@@ -99,6 +113,11 @@ extension IdentityProvider {
     /// A provider that keeps no answer outside the broker (the unit tests' fakes).
     public func rescuedRefresh(_ group: GroupConfig, spent refreshToken: String?) async -> RescuedTokens? { nil }
     public func forgetRescuedRefresh(_ group: GroupConfig) {}
+    public func mintingMechanism(_ group: GroupConfig) async throws -> TokenRequest { group.tokenRequest ?? .resource }
+    public func mint(_ group: GroupConfig, target: TokenTarget, by mechanism: TokenRequest, refreshToken: String?,
+                     accessToken: String, dpop: SigningKey?) async throws -> TokenSet {
+        throw BrokerError(.resourceRefused, "this identity provider mints no token for one server")
+    }
 }
 
 /// Which token a revocation names (RFC 7009 `token_type_hint`).

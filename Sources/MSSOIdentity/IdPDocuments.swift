@@ -16,6 +16,8 @@ struct IdPEndpoints: Sendable {
     /// The client authentication methods the token endpoint takes; nil when the provider does not
     /// say (OAuth's default then: `client_secret_basic`).
     var authMethods: [String]?
+    /// The grants the provider lists (`grant_types_supported`): whether it offers token exchange.
+    var grantTypes: [String]?
 
     private struct Document: Decodable {
         var issuer: String
@@ -25,6 +27,7 @@ struct IdPEndpoints: Sendable {
         var revocation_endpoint: String?
         var jwks_uri: String?
         var token_endpoint_auth_methods_supported: [String]?
+        var grant_types_supported: [String]?
     }
 
     /// Reads and checks a discovery document (OpenID Connect's, or with `metadata` an OAuth
@@ -53,6 +56,7 @@ struct IdPEndpoints: Sendable {
         revocation = try endpoint(document.revocation_endpoint, "revocation_endpoint")
         jwks = try endpoint(document.jwks_uri, "jwks_uri")
         authMethods = document.token_endpoint_auth_methods_supported.map { Array($0.prefix(32)) }
+        grantTypes = document.grant_types_supported.map { Array($0.prefix(32)) }
     }
 
     /// The client authentication the group uses at this provider: the configured method, else

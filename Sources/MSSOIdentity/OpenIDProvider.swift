@@ -17,7 +17,7 @@ import Synchronization
 public final class OpenIDProvider: IdentityProvider {
     private let http: IdPHTTP
     let logger: Logger
-    private let requestTimeout: Double
+    let requestTimeout: Double
     private let revokeTimeout: Double
     /// Discovery documents by everything that decided their fetch (``IdPRoute``: issuer, CA,
     /// proxy, admin or not), never by issuer alone: a user's group naming an administrator's
@@ -80,7 +80,7 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.badRequest, "the identity provider of \"\(group.name)\" does not offer device login; use `msso login --username` or `--browser`")
         }
         let start: DeviceAuthorization
-        switch try await post(endpoint, group: group, form: [("scope", group.scopes.joined(separator: " "))]) {
+        switch try await post(endpoint, group: group, form: [("scope", group.scopes.joined(separator: " "))] + (await loginResources(group))) {
         case .success(let body): start = try decode(DeviceAuthorization.self, body, group)
         case .failure(let error): throw Self.refusal(error, group: group, doing: "start a device login", grant: "device authorization")
         }
@@ -125,6 +125,7 @@ public final class OpenIDProvider: IdentityProvider {
             URLQueryItem(name: "code_challenge", value: Base64URL.encode(Data(SHA256.hash(data: Data(verifier.utf8))))),
             URLQueryItem(name: "code_challenge_method", value: "S256"),
         ] + (group.effectivePrompt.map { [URLQueryItem(name: "prompt", value: $0)] } ?? [])
+          + (await loginResources(group)).map { URLQueryItem(name: $0.0, value: $0.1) }
         do {
             try await checkAuthorizationRequest(url.url!, group: group, redirectURI: redirectURI)
         } catch {
@@ -148,7 +149,7 @@ public final class OpenIDProvider: IdentityProvider {
         }
         switch try await post(endpoints.token, group: group, dpop: dpop, form: [
             ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
-        ]) {
+        ] + (await loginResources(group))) {
         case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nonce)
         case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the browser login", grant: "authorization code")
         }
@@ -244,9 +245,13 @@ public final class OpenIDProvider: IdentityProvider {
         // The token may be being spent already, by the request of a mssod that died or stopped
         // (its mssod-idp goes on): its answer is this refresh's, for spending it twice would end
         // the session at a provider that rotates refresh tokens.
+        var refreshToken = refreshToken
         if let elsewhere = await RescuedRefresh.answerElsewhere(group, spending: refreshToken, within: requestTimeout + IdPHTTP.grace) {
             logger.notice("took the answer of a refresh an earlier mssod had under way", metadata: ["group": "\(group.name)"])
-            return try await keptTokens(elsewhere.body, askedAt: elsewhere.askedAt, group: group)
+            let kept = try await keptTokens(elsewhere.body, askedAt: elsewhere.askedAt, group: group)
+            // A mint's answer: its access token is for one server, its refresh token is the one to spend.
+            guard elsewhere.minted, let rotated = kept.refreshToken else { return kept }
+            refreshToken = rotated
         }
         let outcome: Exchange
         do {
@@ -383,7 +388,7 @@ public final class OpenIDProvider: IdentityProvider {
     /// POSTs a form to an endpoint with the group's client authentication. No answer at all, or a
     /// redirect, throws `IdPUnavailable`. With `dpop`, the request carries a DPoP proof; a
     /// `use_dpop_nonce` refusal is retried once with the nonce the IdP sent (RFC 9449 §8).
-    private func exchange(_ url: URL, group: GroupConfig, timeout: Double? = nil, dpop: SigningKey? = nil,
+    func exchange(_ url: URL, group: GroupConfig, timeout: Double? = nil, dpop: SigningKey? = nil,
                           rescue: IdPHTTP.Rescue? = nil, form: [(String, String)]) async throws(BrokerError) -> Exchange {
         let first = try await exchange(url, group: group, timeout: timeout, dpop: dpop, rescue: rescue, form: form, attempt: 1)
         if case .refused(let error) = first, error.code == "use_dpop_nonce", dpop != nil {
@@ -474,7 +479,7 @@ public final class OpenIDProvider: IdentityProvider {
         return answer
     }
 
-    private func discover(_ group: GroupConfig) async throws(BrokerError) -> IdPEndpoints {
+    func discover(_ group: GroupConfig) async throws(BrokerError) -> IdPEndpoints {
         let now = Date().timeIntervalSince1970
         let route = IdPRoute(group)
         if let known = discoveries.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime { return known.endpoints }

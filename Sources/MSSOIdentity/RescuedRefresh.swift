@@ -14,10 +14,14 @@ import MSSOSigning
 enum RescuedRefresh {
     static func key(_ group: GroupConfig) -> String { "msso:rescue:\(group.name)" }
 
-    /// What the request asks mssod-idp to keep with the answer.
-    static func rescue(_ group: GroupConfig, spent refreshToken: String, at time: Double) -> IdPHTTP.Rescue {
-        IdPHTTP.Rescue(key: key(group), tag: "\(fingerprint(refreshToken)) \(Int(time))")
+    /// What the request asks mssod-idp to keep with the answer. A mint's answer (a token for one
+    /// server or one app's scopes) says so: its access token is not the session's.
+    static func rescue(_ group: GroupConfig, spent refreshToken: String, at time: Double, minting: Bool = false) -> IdPHTTP.Rescue {
+        IdPHTTP.Rescue(key: key(group), tag: "\(fingerprint(refreshToken)) \(Int(time))\(minting ? " \(mintMark)" : "")")
     }
+
+    /// The tag's third word on a mint's answer.
+    static let mintMark = "minted"
 
     /// Not the token: a reader of the keyring learns nothing it could use from it.
     static func fingerprint(_ refreshToken: String) -> String {
@@ -26,8 +30,9 @@ enum RescuedRefresh {
 
     /// What is kept for the group: an answer, or a request still under way elsewhere.
     enum Kept {
-        /// The fingerprint of the token it answered, when it was asked, and the IdP's body.
-        case answer(fingerprint: String, askedAt: Double, body: Data)
+        /// The fingerprint of the token it answered, when it was asked, the IdP's body, and
+        /// whether it answered a mint.
+        case answer(fingerprint: String, askedAt: Double, body: Data, minted: Bool)
         /// A `mssod-idp` (of this mssod, or of one that died or stopped) spending that token now.
         case underWay(fingerprint: String, askedAt: Double, pid: Int32)
     }
@@ -39,13 +44,15 @@ enum RescuedRefresh {
         let length = buffer.withUnsafeMutableBytes { cmsso_keys_read(key, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
         defer { buffer.withUnsafeMutableBytes { explicit_bzero($0.baseAddress!, $0.count) } }
         guard length > 0, length <= buffer.count, let newline = buffer[..<length].firstIndex(of: 10) else { return nil }
-        let tag = String(decoding: buffer[..<newline], as: UTF8.self).split(separator: " ")
+        var tag = String(decoding: buffer[..<newline], as: UTF8.self).split(separator: " ")
+        let minted = tag.count >= 3 && tag[2] == mintMark
+        if minted { tag.remove(at: 2) }
         guard tag.count >= 2, let askedAt = Double(tag[1]), askedAt.isFinite else { return nil }
         if tag.count == 3, newline + 1 == length, let pid = Int32(tag[2]), pid > 0 {
             return .underWay(fingerprint: String(tag[0]), askedAt: askedAt, pid: pid)
         }
         guard tag.count == 2 else { return nil }
-        return .answer(fingerprint: String(tag[0]), askedAt: askedAt, body: Data(buffer[(newline + 1)..<length]))
+        return .answer(fingerprint: String(tag[0]), askedAt: askedAt, body: Data(buffer[(newline + 1)..<length]), minted: minted)
     }
 
     /// Whether `pid` is still a `mssod-idp` (its name; it is not dumpable, so not its executable).
@@ -58,13 +65,13 @@ enum RescuedRefresh {
     /// Before a refresh of `refreshToken`: the answer of a request that is spending it already (a
     /// mssod that died or stopped left it under way), waited for while its `mssod-idp` runs, at
     /// most `seconds`. Nil when there is none: the token is then this refresh's to spend.
-    static func answerElsewhere(_ group: GroupConfig, spending refreshToken: String, within seconds: Double) async -> (askedAt: Double, body: Data)? {
+    static func answerElsewhere(_ group: GroupConfig, spending refreshToken: String, within seconds: Double) async -> (askedAt: Double, body: Data, minted: Bool)? {
         let fingerprint = fingerprint(refreshToken)
         let end = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         while true {
             switch read(group) {
-            case .answer(fingerprint, let askedAt, let body)?:
-                return (askedAt, body)
+            case .answer(fingerprint, let askedAt, let body, let minted)?:
+                return (askedAt, body, minted)
             case .underWay(fingerprint, _, let pid)? where running(pid) && ContinuousClock.now < end:
                 try? await Task.sleep(for: .milliseconds(20))
             default:
@@ -91,10 +98,10 @@ enum RescuedRefresh {
 extension OpenIDProvider {
     public func rescuedRefresh(_ group: GroupConfig, spent refreshToken: String?) async -> RescuedTokens? {
         // One still under way is waited for by the refresh that would spend its token.
-        guard case .answer(let fingerprint, let askedAt, let body)? = RescuedRefresh.read(group) else { return nil }
+        guard case .answer(let fingerprint, let askedAt, let body, let minted)? = RescuedRefresh.read(group) else { return nil }
         let matches = refreshToken.map { RescuedRefresh.fingerprint($0) == fingerprint } ?? false
         do {
-            return RescuedTokens(tokens: try await keptTokens(body, askedAt: askedAt, group: group), answersStored: matches)
+            return RescuedTokens(tokens: try await keptTokens(body, askedAt: askedAt, group: group), answersStored: matches, minted: minted)
         } catch {
             logger.warning("a kept refresh answer could not be read; it is dropped", metadata: ["group": "\(group.name)", "error": "\(error)"])
             RescuedRefresh.forget(group)

@@ -148,6 +148,9 @@ public struct SessionStatus: Codable, Sendable, Equatable {
     public var newAccount: Bool?
     /// With ``newAccount``: the name of the account it replaced, when the group had one.
     public var previousAccount: String?
+    /// In `status` only: the tokens minted from the session for one server (`tokens =
+    /// "per-resource"`) or one app's scopes, and until when; never a token.
+    public var tokens: [MintedTokenStatus]?
 
     public init(group: String, state: State, issuer: String? = nil, username: String? = nil,
                 loggedInAt: Double? = nil, sessionExpiresAt: Double? = nil, sessionMaxAt: Double? = nil,
@@ -221,6 +224,21 @@ public struct BrowserPrompt: Codable, Sendable, Equatable {
 
     public init(url: String, expiresAt: Double) {
         self.url = url
+        self.expiresAt = expiresAt
+    }
+}
+
+/// A token minted from a session (``SessionStatus/tokens``): what it is for and until when.
+public struct MintedTokenStatus: Codable, Sendable, Equatable {
+    /// The group's `resources` entry it was minted for; absent for one app's scopes alone.
+    public var resource: String?
+    /// The scopes it was minted with; absent: the group's.
+    public var scopes: [String]?
+    public var expiresAt: Double
+
+    public init(resource: String?, scopes: [String]?, expiresAt: Double) {
+        self.resource = resource
+        self.scopes = scopes
         self.expiresAt = expiresAt
     }
 }

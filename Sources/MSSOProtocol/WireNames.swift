@@ -48,6 +48,9 @@ extension ErrorName {
     /// A bug in the daemon (see its log), an error name this library does not know, or a frame it
     /// cannot read.
     public static let `internal` = ErrorName(rawValue: "Internal")
+    /// The identity provider would not mint a token for the server asked for (`tokens =
+    /// "per-resource"`); the session is kept.
+    public static let resourceRefused = ErrorName(rawValue: "ResourceRefused")
 }
 
 /// The names of the signals the daemon sends.

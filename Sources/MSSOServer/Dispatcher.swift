@@ -112,7 +112,7 @@ final class Dispatcher: Sendable {
             let (config, url) = (decision.group!, decision.url!)
             if !decision.confirm {
                 do {
-                    if let response = try broker.signWithoutWaiting(request, url: url, group: config) {
+                    if let response = try broker.signWithoutWaiting(request, url: url, group: config, target: decision.target) {
                         record(method, caller, group: group, failure: nil)
                         return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
                     }
@@ -121,9 +121,9 @@ final class Dispatcher: Sendable {
                     return .now(ReplyWriter.error(serial: serial, error))
                 }
             }
-            return later { [request] _ in reply(try await broker.sign(request, url: url)) }
+            return later { [request] _ in reply(try await broker.sign(request, url: url, target: decision.target)) }
         case .token(let args):
-            return later { _ in reply(try await broker.token(decision.group!.name, renew: args.renew ?? false)) }
+            return later { _ in reply(try await broker.token(decision.group!.name, renew: args.renew ?? false, target: decision.target)) }
         case .login(var args):
             args.group = decision.group!.name
             let requester = caller.host == nil ? "\(caller.described) (pid \(caller.pid))" : caller.described

@@ -41,6 +41,9 @@ struct Decision: Sendable {
     var groups: [String]?
     /// A `sign`'s URL: an absolute http(s) URL, within the group's `resources`.
     var url: URL?
+    /// Which token a `sign` or `token` carries: the session's, or one minted for the server of
+    /// `resources` its URL falls in (`tokens = "per-resource"`).
+    var target = TokenTarget.session
     /// Whether the user is asked first (``AccessPolicy/Rule/confirm``).
     var confirm = false
 }
@@ -90,11 +93,13 @@ struct Gate: Sendable {
             let config = try resolve(args.group)
             try config.resources?.authorize(args.resource, group: config.name, verb: "token")
             decision.group = config
+            decision.target = target(config, url: args.resource)
         case .sign(let request):
             let config = try resolve(request.group)
             decision.url = try request.validatedURL()
             try config.resources?.authorize(request.url, group: config.name, verb: "signature")
             decision.group = config
+            decision.target = target(config, url: request.url)
         case .hello, .ping, .apps, .audit, .diagnose, .lock, .unlock, .forward:
             break
         }
@@ -104,6 +109,12 @@ struct Gate: Sendable {
         if locked, !rule.whileLocked { throw AccessPolicy.lockedRefusal }
         decision.confirm = asks(rule.confirm, caller, group: decision.group)
         return decision
+    }
+
+    /// The token a request to `url` (within the group's `resources`, checked) carries.
+    private func target(_ config: GroupConfig, url: String?) -> TokenTarget {
+        guard config.tokens == .perResource, let url, let entry = config.resources?.entry(for: url) else { return .session }
+        return TokenTarget(resource: entry)
     }
 
     /// Throws unless the caller's role may ask for `action` at all: its row's cell, a host's

@@ -21,7 +21,13 @@ struct Status: ParsableCommand {
             if groups.isEmpty {
                 Output.print("No access group is configured.")
             } else {
-                groups.forEach { Output.print(Output.line($0)) }
+                for group in groups {
+                    Output.print(Output.line(group))
+                    for token in group.tokens ?? [] {
+                        let what = [token.resource, token.scopes.map { "scopes \($0.joined(separator: " "))" }] // (made safe by print)
+                        Output.print("  a token for \(what.compactMap { $0 }.joined(separator: ", ")), until \(Output.when(token.expiresAt))")
+                    }
+                }
             }
             // Where every group above is kept (one store for all), when it is not the desktop keyring.
             if let store = result.store, store.kind == .kernel {

@@ -6,7 +6,10 @@ real IdP (RFC 7662 introspection, with the client's credentials), and then serve
 - a minimal Kubernetes API under /api and /apis (enough for `kubectl get namespaces`);
 - anything else: a JSON echo of who the token belongs to.
 
-It records the tokens it saw, so tests can tell a refreshed token from the first one. With
+With `audiences` (path prefix → audience, the longest prefix wins), a token is accepted under a
+prefix only when the IdP's introspection names that audience (`aud`): a server of its own, as a
+token minted for one server (RFC 8707) is good only there. It records the tokens it saw, so tests
+can tell a refreshed token from the first one. With
 `tls=True` it serves https with a self-signed certificate for 127.0.0.1 (`certificate`), since
 kubectl sends credentials only over TLS.
 """
@@ -29,6 +32,8 @@ class TokenServer:
         self.git_root = git_root
         self.seen: list[str] = []
         self.refused = 0
+        self.audiences: dict[str, str] = {}
+        self.wrong_audience = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.port = self.server.server_address[1]
         self.certificate = None
@@ -80,6 +85,13 @@ class TokenServer:
                     server.refused += 1
                     return self.answer(401, b'{"error": "no active token"}', "application/json",
                                        {"WWW-Authenticate": 'Basic realm="msso test"'})
+                wanted = max((prefix for prefix in server.audiences if self.path.startswith(prefix)), key=len, default=None)
+                if wanted is not None:
+                    audience = server.idp.introspect(token).get("aud")
+                    if server.audiences[wanted] not in (audience if isinstance(audience, list) else [audience]):
+                        server.wrong_audience += 1
+                        return self.answer(401, json.dumps({"error": "the token is for another server", "aud": audience}).encode(),
+                                           "application/json", {"WWW-Authenticate": 'Basic realm="msso test"'})
                 server.seen.append(token)
                 if self.path.startswith("/git/"):
                     return self.git(body, user)

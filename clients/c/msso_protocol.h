@@ -84,7 +84,8 @@
     X(UNSUPPORTED_VERSION, "UnsupportedVersion", 64) \
     X(CONFIG_INVALID, "ConfigInvalid", 78)           \
     X(BROKER_UNREACHABLE, "BrokerUnreachable", 3)    \
-    X(INTERNAL, "Internal", 70)
+    X(INTERNAL, "Internal", 70)                      \
+    X(RESOURCE_REFUSED, "ResourceRefused", 6)
 /* END GENERATED names */
 
 #endif

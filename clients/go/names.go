@@ -49,6 +49,9 @@ var (
 	// A bug in the daemon (see its log), an error name this library does not know, or a frame it
 	// cannot read.
 	ErrInternal = &Error{Name: "Internal"}
+	// The identity provider would not mint a token for the server asked for (`tokens =
+	// "per-resource"`); the session is kept.
+	ErrResourceRefused = &Error{Name: "ResourceRefused"}
 )
 
 // The exit status the msso command gives each error (Error.ExitStatus).
@@ -74,6 +77,7 @@ var exitStatuses = map[string]int{
 	"ConfigInvalid":      78,
 	"BrokerUnreachable":  3,
 	"Internal":           70,
+	"ResourceRefused":    6,
 }
 
 // The states of SessionStatus.State.

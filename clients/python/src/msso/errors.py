@@ -13,7 +13,7 @@ __all__ = [
     "MSSOError", "NotLoggedIn", "Expired", "Corrupt", "Busy", "TimedOut", "KeyringLocked", "KeyringUnavailable",
     "Locked", "IdPUnavailable", "InvalidCredentials", "LoginDenied", "Forbidden", "ResourceForbidden",
     "NotEntitled", "UnknownGroup", "UnknownMethod", "BadRequest", "UnsupportedVersion", "ConfigInvalid",
-    "BrokerUnreachable", "Internal", "ERRORS", "error_for",
+    "BrokerUnreachable", "Internal", "ResourceRefused", "ERRORS", "error_for",
 ]
 # END GENERATED all
 
@@ -154,6 +154,12 @@ class Internal(MSSOError):
     """A bug in the daemon (see its log), an error name this library does not know, or a frame it
     cannot read."""
     name, exit_status = "Internal", 70
+
+
+class ResourceRefused(MSSOError):
+    """The identity provider would not mint a token for the server asked for (`tokens =
+    "per-resource"`); the session is kept."""
+    name, exit_status = "ResourceRefused", 6
 # END GENERATED errors
 
 

@@ -1,0 +1,93 @@
+import FoundationEssentials
+import MSSOCore
+import MSSOProtocol
+import MSSOSigning
+
+/// Tokens minted from a session for one server (`tokens = "per-resource"`) or one app's scopes:
+/// RFC 8707 resource indicators on the refresh grant, or RFC 8693 token exchange.
+extension OpenIDProvider {
+    static let tokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange"
+    static let accessTokenType = "urn:ietf:params:oauth:token-type:access_token"
+
+    public func mintingMechanism(_ group: GroupConfig) async throws -> TokenRequest {
+        if let configured = group.tokenRequest { return configured }
+        return try await discover(group).grantTypes?.contains(Self.tokenExchange) == true ? .exchange : .resource
+    }
+
+    /// The `resource` parameters a login sends: every entry of a per-resource group that asks
+    /// by resource indicators (RFC 8707 §2: the refresh grant may then name any one of them).
+    func loginResources(_ group: GroupConfig) async -> [(String, String)] {
+        guard group.tokens == .perResource, let entries = group.resources?.entries,
+              (try? await mintingMechanism(group)) == .resource else { return [] }
+        return entries.map { ("resource", $0) }
+    }
+
+    public func mint(_ group: GroupConfig, target: TokenTarget, by mechanism: TokenRequest, refreshToken: String?,
+                     accessToken: String, dpop: SigningKey?) async throws -> TokenSet {
+        var form: [(String, String)]
+        var rescue: IdPHTTP.Rescue?
+        switch mechanism {
+        case .resource:
+            guard var refreshToken else {
+                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" gave the session no refresh token, so msso cannot ask it for a token for \(target) (resource indicators need one); log in again, or use `token_request = \"exchange\"` if the provider offers it")
+            }
+            // As a refresh: an earlier mssod's request may be spending this token already.
+            if let elsewhere = await RescuedRefresh.answerElsewhere(group, spending: refreshToken, within: requestTimeout + IdPHTTP.grace),
+               let rotated = try await keptTokens(elsewhere.body, askedAt: elsewhere.askedAt, group: group).refreshToken {
+                logger.notice("took the refresh token of a request an earlier mssod had under way", metadata: ["group": "\(group.name)"])
+                refreshToken = rotated
+            }
+            form = [("grant_type", "refresh_token"), ("refresh_token", refreshToken)]
+            rescue = RescuedRefresh.rescue(group, spent: refreshToken, at: Date().timeIntervalSince1970, minting: true)
+        case .exchange:
+            form = [("grant_type", Self.tokenExchange), ("subject_token", accessToken), ("subject_token_type", Self.accessTokenType),
+                    ("requested_token_type", Self.accessTokenType)]
+        }
+        if let resource = target.resource { form.append(("resource", resource)) }
+        if let scopes = target.scopes { form.append(("scope", scopes.joined(separator: " "))) }
+        let how = mechanism == .resource ? "resource indicators (RFC 8707)" : "token exchange (RFC 8693)"
+        let outcome: Exchange
+        do {
+            outcome = try await exchange(try await discover(group).token, group: group, dpop: dpop, rescue: rescue, form: form)
+        } catch {
+            throw IdPBusy(error)
+        }
+        switch outcome {
+        case .answered(let body):
+            var tokens = try await refreshedTokens(body, group: group, dpop: dpop != nil)
+            if mechanism == .exchange { tokens.refreshToken = nil } // the session's stays the session's
+            if let resource = target.resource, let audience = Self.audience(of: tokens.accessToken), !audience.contains(resource) {
+                // A provider that ignores `resource` answers with a token for everywhere: not one to send to one server.
+                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token for \(resource) (\(how)) with one for \(audience.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so it ignores the resource; msso does not send that token there. Use `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` if the provider offers it, or `tokens = \"shared\"`")
+            }
+            return tokens
+        case .refused(let error) where error.code == "invalid_grant" && mechanism == .resource:
+            throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
+        case .refused(let error) where error.code == "invalid_target" || error.code == "invalid_scope" || error.code == "invalid_request"
+                                    || error.code == "unauthorized_client" || error.code == "unsupported_grant_type" || error.code == "invalid_grant":
+            let narrowed = mechanism == .resource && error.code == "invalid_target"
+                ? " If the login asked for it, the provider may have narrowed the session's refresh token to the server it minted for last (glewlwyd does, with one-use refresh tokens): let its refresh tokens be used more than once, or use `token_request = \"exchange\"`." : ""
+            throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" refused a token for \(target) by \(how) (\(error.code)); the session is kept.\(narrowed)\(error.said)")
+        case .refused(let error):
+            throw IdPBusy(Self.refusal(error, group: group, doing: "mint a token for \(target)", grant: mechanism == .resource ? "refresh token" : "token exchange"))
+        case .unavailable(let error, let retryAfter):
+            throw IdPBusy(error, retryAfter: retryAfter)
+        }
+    }
+
+    /// The `aud` of a JWT access token (a string or a list); nil for an opaque token or one that
+    /// names none, which msso cannot check.
+    static func audience(of token: String) -> [String]? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1].utf8.count <= 16384, let payload = JOSEBase64.decode(parts[1]) else { return nil }
+        struct Claims: Decodable {
+            var aud: [String]?
+            enum CodingKeys: CodingKey { case aud }
+            init(from decoder: Decoder) throws {
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                if let one = try? c.decode(String.self, forKey: .aud) { aud = [one] } else { aud = try? c.decode([String].self, forKey: .aud) }
+            }
+        }
+        return (try? JSONDecoder().decode(Claims.self, from: payload))?.aud
+    }
+}

@@ -1,0 +1,151 @@
+"""Tokens good only where they are sent (`tokens = "per-resource"`): one login, and for each entry
+of the group's `resources` an access token minted for it alone, against the real glewlwyd with
+RFC 8707 resource indicators (it takes `resource` on the device and code grants and sets the
+token's `aud` to it) and a resource server that accepts under each prefix only a token whose
+introspected audience is that prefix's."""
+import json
+import subprocess
+
+import pytest
+
+from harness import BIN, GROUP, SECRETS, Broker, IdP
+from test_tools import KUBECTL, kubeconfig, repos  # noqa: F401 (fixture)
+from token_server import TokenServer
+
+
+@pytest.fixture
+def servers(repos):  # noqa: F811
+    """One TLS resource server (kubectl sends credentials only over TLS) with two audiences: git
+    under /git/, the rest of it (the Kubernetes API) under its origin. Its glewlwyd lists both
+    as the client's resources; its refresh tokens can be used more than once."""
+    served = TokenServer(None, repos, tls=True)
+    git, api = f"{served.url}/git/", f"{served.url}/"
+    idp = IdP(resources=[api, git], refresh_one_use="never")
+    served.idp = idp
+    served.audiences = {"/git/": git, "/": api}
+    yield served, idp, git, api
+    served.close()
+    idp.cleanup()
+
+
+def device_login(broker, idp):
+    cli = subprocess.Popen([BIN / "msso", "login", "--device"], env=broker.env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    prompt = cli.stderr.readline()
+    assert "enter the code" in prompt, prompt
+    idp.approve_device(prompt.strip().rsplit(" ", 1)[-1])
+    out, err = cli.communicate(timeout=30)
+    assert cli.returncode == 0, out + err
+
+
+@pytest.fixture
+def per_resource(desktop, servers):
+    served, idp, git, api = servers
+    daemon = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource"}})
+    device_login(daemon, idp)
+    yield daemon, served, idp, git, api
+    daemon.stop()
+
+
+def bearer(done):
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip().removeprefix("Authorization: Bearer ")
+    SECRETS.add(token)
+    return token
+
+
+def test_each_server_gets_a_token_minted_for_it_alone(per_resource):
+    daemon, served, idp, git, api = per_resource
+    for_git = bearer(daemon.msso("sign", "--url", f"{git}team/repo.git/info/refs"))
+    for_api = bearer(daemon.msso("sign", "--url", f"{api}api/v1/namespaces"))
+    assert for_git != for_api
+    assert idp.introspect(for_git)["aud"] == git
+    assert idp.introspect(for_api)["aud"] == api
+    # Kept: the next sign for the same server gets the same token, without the IdP.
+    assert bearer(daemon.msso("sign", "--url", f"{git}other.git")) == for_git
+    assert daemon.logged("minted an access token") == 2
+    # msso token names the resource too; kubectl's cluster is the origin's entry.
+    token = json.loads(daemon.msso("token", "--resource", f"{api}api", "--format", "json").stdout)
+    assert token["accessToken"] == for_api
+
+
+def test_a_token_minted_for_git_is_refused_by_the_kubernetes_api(per_resource):
+    """What the issue asks: a token a tool was given for git does not open the other server."""
+    daemon, served, idp, git, api = per_resource
+    import requests
+    for_git = bearer(daemon.msso("sign", "--url", f"{git}x.git"))
+    refused = requests.get(f"{api}api/v1/namespaces", headers={"Authorization": f"Bearer {for_git}"},
+                           verify=str(served.certificate), timeout=10)
+    assert refused.status_code == 401 and served.wrong_audience == 1
+    for_api = bearer(daemon.msso("sign", "--url", f"{api}api/v1/namespaces"))
+    accepted = requests.get(f"{api}api/v1/namespaces", headers={"Authorization": f"Bearer {for_api}"},
+                            verify=str(served.certificate), timeout=10)
+    assert accepted.status_code == 200, accepted.text
+
+
+def test_status_lists_the_minted_tokens_never_the_tokens(per_resource):
+    daemon, served, idp, git, api = per_resource
+    for_git = bearer(daemon.msso("sign", "--url", f"{git}x.git"))
+    status = daemon.msso("status", "--json")
+    assert status.returncode == 0 and for_git not in status.stdout
+    group = json.loads(status.stdout)["groups"][0]
+    minted = group["tokens"]
+    assert [entry["resource"] for entry in minted] == [git] and minted[0]["expiresAt"] > 0
+    words = daemon.msso("status")
+    assert git in words.stdout and for_git not in words.stdout
+
+
+def test_minted_tokens_outlive_a_restart_and_end_with_the_session(per_resource):
+    daemon, served, idp, git, api = per_resource
+    for_git = bearer(daemon.msso("sign", "--url", f"{git}x.git"))
+    daemon.restart()
+    assert bearer(daemon.msso("sign", "--url", f"{git}x.git")) == for_git, "stored with the session, not minted again"
+    assert daemon.logged("minted an access token") == 1
+    assert daemon.msso("logout").returncode == 0
+    assert daemon.msso("sign", "--url", f"{git}x.git").returncode == 2
+
+
+@pytest.mark.skipif(not KUBECTL.exists(), reason="Debian's kubectl is unpacked by scripts/setup")
+def test_kubectl_and_git_each_get_their_servers_token(per_resource, tmp_path):
+    daemon, served, idp, git, api = per_resource
+    config = json.loads(kubeconfig(tmp_path / "kubeconfig", served).read_text())
+    config["users"][0]["user"]["exec"]["provideClusterInfo"] = True
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    env = dict(daemon.env, KUBECONFIG=str(tmp_path / "kubeconfig"), HOME=str(tmp_path))
+    listed = subprocess.run([KUBECTL, "get", "namespaces"], env=env, capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    assert "msso-test" in listed.stdout and served.wrong_audience == 0
+    assert idp.introspect(served.seen[-1])["aud"] == api
+
+
+def test_a_provider_that_narrows_the_session_is_named_and_the_session_kept(desktop, repos):  # noqa: F811
+    """glewlwyd with one-use refresh tokens keeps in the rotated token only the resource just
+    minted: the second server is refused (invalid_target). msso says so (exit 6, the resource,
+    the mechanism, the provider's words) and keeps the session and the first server's token."""
+    served = TokenServer(None, repos, tls=True)
+    git, api = f"{served.url}/git/", f"{served.url}/"
+    idp = IdP(resources=[api, git])
+    served.idp = idp
+    daemon = None
+    try:
+        daemon = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource"}})
+        device_login(daemon, idp)
+        for_git = bearer(daemon.msso("sign", "--url", f"{git}x.git"))
+        refused = daemon.msso("sign", "--url", f"{api}api")
+        assert refused.returncode == 6, refused.stderr
+        assert api in refused.stderr and "resource indicators" in refused.stderr and "invalid_target" in refused.stderr
+        assert "narrowed" in refused.stderr
+        assert daemon.msso("check").returncode == 0, "the session is kept"
+        assert bearer(daemon.msso("sign", "--url", f"{git}x.git")) == for_git
+    finally:
+        if daemon:
+            daemon.stop()
+        served.close()
+        idp.cleanup()
+
+
+def test_per_resource_without_resources_is_a_configuration_error(desktop, idp):
+    daemon = Broker(desktop, idp, groups={GROUP: {"tokens": "per-resource"}}, start=False)
+    done = subprocess.run([*desktop.prefix, BIN / "mssod"], env=daemon.env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78, done.stderr
+    assert "tokens" in done.stderr and "`resources`" in done.stderr, done.stderr
