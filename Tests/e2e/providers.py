@@ -6,10 +6,17 @@
 - `Chromium`: Debian's chromium, headless, driven by selenium through Debian's chromedriver: a real
   browser on the providers' real login and consent pages.
 
-Every client secret is recorded in harness.SECRETS.
+Every client secret is recorded in harness.SECRETS. Requests of one's own, no msso (for
+test_provider_minting.py): `Provider.token_request` (any grant, a list value sent repeated) and
+`Provider.introspect` (RFC 7662; both providers', django-oauth-toolkit's at /o/introspect/);
+`IdpyProvider.code_login` (a code grant through its login form, no browser) and
+`IdpyProvider.exchange` (RFC 8693).
 """
+import base64
+import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -18,7 +25,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, quote_plus, urlparse
 
 import requests
 
@@ -67,6 +74,37 @@ class Provider:
         """The provider's verdict on an access token: its userinfo endpoint with msso's header."""
         name, _, value = header.partition(": ")
         return requests.get(self.discovery()["userinfo_endpoint"], headers={name: value}, timeout=5)
+
+    def token_request(self, client=None, auth="post", **params):
+        """A request of one's own at its token endpoint (the answer as it is): `client`'s
+        credentials in the body (auth="post"), in a Basic header ("basic"), or none (None); a list
+        value is sent as a repeated parameter (RFC 8707's `resource`)."""
+        client = client or self.password_client
+        data = list(params.items())
+        headers = {}
+        if auth == "post":
+            data += [("client_id", client), ("client_secret", self.secret(client))]
+        elif auth == "basic":
+            headers["Authorization"] = basic(client, self.secret(client))
+        data = [(key, each) for key, value in data for each in (value if isinstance(value, (list, tuple)) else [value])]
+        return requests.post(self.discovery()["token_endpoint"], data=data, headers=headers, timeout=10)
+
+    def introspect(self, token, client=None):
+        """RFC 7662 introspection of a token, as `client` (Basic): the provider's JSON answer."""
+        client = client or self.password_client
+        answer = requests.post(self.introspection_endpoint, data={"token": token}, timeout=10,
+                               headers={"Authorization": basic(client, self.secret(client))})
+        assert answer.status_code == 200, (answer.status_code, answer.text)
+        return answer.json()
+
+    @property
+    def introspection_endpoint(self):
+        return self.discovery().get("introspection_endpoint") or f"{self.issuer}/introspect/"
+
+
+def basic(client, secret):
+    """RFC 6749 §2.3.1: each form-encoded, then Basic."""
+    return "Basic " + base64.b64encode(f"{quote_plus(client)}:{quote_plus(secret)}".encode()).decode()
 
 
 def start_server(script, directory, spec, issuer):
@@ -147,26 +185,38 @@ class DjangoProviders:
 
 
 class IdpyProvider(Provider):
-    """idpyoidc 5.0.0 on a port of its own: issuer http://127.0.0.1:PORT, one client "idpy-msso"."""
+    """idpyoidc 5.0.0 on a port of its own: issuer http://127.0.0.1:PORT, clients "idpy-msso" (msso's)
+    and "idpy-xchg", "idpy-peer" (the minting facts' own, test_provider_minting.py). RFC 8693 token
+    exchange for every client, to the resources RESOURCES and audiences AUDIENCES only."""
 
     TOKEN_TTL = 4
+    CLIENTS = ("idpy-msso", "idpy-xchg", "idpy-peer")
+    RESOURCES = ("https://api.example.test/", "https://files.example.test/")
+    AUDIENCES = ("api-example",)
+    TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+    ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
+    REFRESH_TOKEN = "urn:ietf:params:oauth:token-type:refresh_token"
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="msso-idpy-op-"))
         port = free_port()
         redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
-        secret = secrets.token_urlsafe(24)
-        SECRETS.add(secret)
-        secret_file = self.dir / "idpy-msso.secret"
-        secret_file.write_text(secret)
-        secret_file.chmod(0o600)
+        client_secrets = {client: secrets.token_urlsafe(24) for client in self.CLIENTS}
+        SECRETS.update(client_secrets.values())
+        files = {}
+        for client, secret in client_secrets.items():
+            files[client] = self.dir / f"{client}.secret"
+            files[client].write_text(secret)
+            files[client].chmod(0o600)
         # Its ID tokens carry the claims of the scopes granted: with profile and not email, a name
         # and no preferred_username or email.
         super().__init__("idpyoidc 5.0.0", f"http://127.0.0.1:{port}", "idpy-msso", "idpy-msso",
-                         {"idpy-msso": secret_file}, username="Alice Liddell", revocation=False,
+                         files, username="Alice Liddell", revocation=False,
                          scopes=("openid", "profile"), redirect_uri=redirect_uri)
         spec = {"dir": str(self.dir), "port": port, "token_ttl": self.TOKEN_TTL, "users": USERS,
-                "clients": [{"client_id": "idpy-msso", "client_secret": secret, "redirect_uri": redirect_uri}]}
+                "clients": [{"client_id": client, "client_secret": secret, "redirect_uri": redirect_uri}
+                            for client, secret in client_secrets.items()],
+                "exchange": {"resource": list(self.RESOURCES), "audience": list(self.AUDIENCES)}}
         try:
             self.process = start_server(HERE / "idpy_op" / "serve.py", self.dir, spec, self.issuer)
         except BaseException:
@@ -176,6 +226,42 @@ class IdpyProvider(Provider):
     def cleanup(self):
         stop_server(self.process)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def code_login(self, client, user="alice", scopes=("openid", "profile", "offline_access")):
+        """An authorization code grant with PKCE, its login form posted with `requests` (no browser):
+        the token endpoint's JSON answer, recorded as secrets. With offline_access (and so
+        prompt=consent, which it wants then) it issues a refresh token; its password grant works
+        once per user and client, this as often as wanted."""
+        session = requests.Session()
+        verifier = secrets.token_urlsafe(48)
+        challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+        page = session.get(self.discovery()["authorization_endpoint"], timeout=10, params={
+            "response_type": "code", "client_id": client, "redirect_uri": self.redirect_uri,
+            "scope": " ".join(scopes), "state": secrets.token_hex(8), "nonce": secrets.token_hex(8),
+            "code_challenge": challenge, "code_challenge_method": "S256",
+            **({"prompt": "consent"} if "offline_access" in scopes else {})})
+        assert page.status_code == 200, (page.status_code, page.text[:500])
+        action = re.search(r'action="([^"]+)"', page.text).group(1)
+        token = re.search(r'name="token" value="([^"]+)"', page.text).group(1)
+        landed = session.post(requests.compat.urljoin(page.url, action), allow_redirects=False, timeout=10,
+                              data={"token": token, "username": user, "password": PASSWORDS[user]})
+        assert landed.status_code in (302, 303), (landed.status_code, landed.text[:500])
+        code = parse_qs(urlparse(landed.headers["Location"]).query)["code"][0]
+        answer = self.token_request(client, grant_type="authorization_code", code=code,
+                                    redirect_uri=self.redirect_uri, code_verifier=verifier)
+        assert answer.status_code == 200, (answer.status_code, answer.text)
+        tokens = answer.json()
+        SECRETS.update(tokens[name] for name in ("access_token", "refresh_token") if name in tokens)
+        return tokens
+
+    def exchange(self, subject_token, subject_token_type=None, client="idpy-xchg", auth="post", **params):
+        """An RFC 8693 token exchange (the answer as it is); subject_token_type defaults to
+        an access token's; its answer's token is recorded as a secret."""
+        answer = self.token_request(client, auth, grant_type=self.TOKEN_EXCHANGE, subject_token=subject_token,
+                                    subject_token_type=subject_token_type or self.ACCESS_TOKEN, **params)
+        if answer.headers.get("Content-Type", "").startswith("application/json"):
+            SECRETS.update(value for key, value in answer.json().items() if key in ("access_token", "refresh_token"))
+        return answer
 
 
 class Chromium:

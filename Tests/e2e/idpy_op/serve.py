@@ -12,6 +12,15 @@ What it is, as configured here: issuer http://127.0.0.1:PORT (no path); a login 
 scope offline_access, which it accepts only with prompt=consent; no revocation endpoint; the
 password grant (its ResourceOwnerPasswordCredentials helper) reads client_secret from the body only
 and issues an access token alone. ID tokens carry the claims of the scopes granted (profile: name).
+
+RFC 8693 token exchange (grant_type urn:ietf:params:oauth:grant-type:token-exchange), every client:
+subject_token_type ...:access_token or ...:refresh_token, requested_token_type ...:access_token
+(default) or ...:refresh_token; `resource` limited to SPEC's "exchange": {"resource": [...]} and
+`audience` to its "audience" list (its policy function validate_token_exchange_policy). The token
+it mints has aud = the audience values, plus the resource values only beside an audience (resource
+alone is checked, then dropped), and expires with its subject token. An RFC 7662 introspection
+endpoint (/introspection, any client, any token: its audience restriction off) shows a token's aud
+and scope. Facts: Tests/e2e/test_provider_minting.py.
 """
 import json
 import secrets
@@ -29,6 +38,10 @@ from idpyoidc.server.oauth2.add_on import pkce
 from idpyoidc.server.oidc.token import Token
 from idpyoidc.server.user_authn.authn_context import INTERNETPROTOCOLPASSWORD
 
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
+REFRESH_TOKEN = "urn:ietf:params:oauth:token-type:refresh_token"
+
 LOGIN_TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Please log in</title></head><body>
 <h1>{{ page_header }}</h1>
@@ -42,6 +55,7 @@ LOGIN_TEMPLATE = """<!doctype html>
 
 def configuration(spec, directory: Path):
     passwords = {"class": "idpyoidc.server.util.JSONDictDB", "kwargs": {"filename": str(directory / "passwd.json")}}
+    exchange = spec.get("exchange", {})
     users = {name: {"sub": f"{name}-{secrets.token_hex(4)}", "email": user["email"],
                     "name": f"{user.get('first_name', '')} {user.get('last_name', '')}".strip()}
              for name, user in spec["users"].items()}
@@ -71,7 +85,20 @@ def configuration(spec, directory: Path):
                     "refresh_token": {"class": "idpyoidc.server.oidc.token_helper.refresh_token.RefreshTokenHelper"},
                     "password": {"class": "idpyoidc.server.oauth2.token_helper.resource_owner_password_credentials"
                                           ".ResourceOwnerPasswordCredentials", "kwargs": {"db": passwords}},
+                    # Its configuration is the helper's kwargs, all of it (without kwargs the helper
+                    # gets {} and raises ImproperlyConfigured on every exchange).
+                    TOKEN_EXCHANGE: {"class": "idpyoidc.server.oidc.token_helper.token_exchange.TokenExchangeHelper",
+                                     "kwargs": {
+                        "subject_token_types_supported": [ACCESS_TOKEN, REFRESH_TOKEN],
+                        "requested_token_types_supported": [ACCESS_TOKEN, REFRESH_TOKEN],
+                        "default_requested_token_type": ACCESS_TOKEN,
+                        "policy": {"": {"function": "idpyoidc.server.oauth2.token_helper.validate_token_exchange_policy",
+                                        "kwargs": {"resource": exchange.get("resource", []),
+                                                   "audience": exchange.get("audience", [])}}}}},
                 }}},
+            "introspection": {"path": "introspection", "class": "idpyoidc.server.oauth2.introspection.Introspection",
+                              "kwargs": {"client_authn_method": ["client_secret_post", "client_secret_basic"],
+                                         "enforce_audience_restriction": False}},
             "userinfo": {"path": "userinfo", "class": "idpyoidc.server.oidc.userinfo.UserInfo", "kwargs": {}},
         },
         "authentication": {"user": {
@@ -83,7 +110,9 @@ def configuration(spec, directory: Path):
         "authz": {"class": "idpyoidc.server.authz.AuthzHandling", "kwargs": {"grant_config": {
             "usage_rules": {
                 "authorization_code": {"supports_minting": ["access_token", "refresh_token", "id_token"], "max_usage": 1},
-                "access_token": {},
+                # An access token may be the subject of an exchange; its lifetime stays the token
+                # handler's (with rules and no expires_in, it would have none).
+                "access_token": {"supports_minting": ["access_token"], "expires_in": spec["token_ttl"]},
                 "refresh_token": {"supports_minting": ["access_token", "refresh_token", "id_token"]}},
             "expires_in": 43200}}},
         "add_on": {"pkce": {"function": "idpyoidc.server.oauth2.add_on.pkce.add_support",
@@ -116,7 +145,7 @@ def make_server(spec):
         server.context.cdb[client["client_id"]] = {
             "client_id": client["client_id"], "client_secret": client["client_secret"],
             "redirect_uris": [(client["redirect_uri"], {})], "response_types_supported": ["code"],
-            "grant_types_supported": ["authorization_code", "refresh_token", "password"],
+            "grant_types_supported": ["authorization_code", "refresh_token", "password", TOKEN_EXCHANGE],
             "allowed_scopes": ["openid", "profile", "email", "offline_access"], "client_salt": secrets.token_hex(8)}
     return server
 
@@ -147,7 +176,10 @@ def make_app(server):
         http_info = {"headers": {k: v for k, v in request.headers.items(lower=True) if k not in ("cookie", "user-agent")},
                      "method": request.method, "url": request.url,
                      "cookie": [{"name": k, "value": v} for k, v in request.cookies.items()]}
-        raw = request.args.to_dict() if request.method == "GET" else request.form.to_dict()
+        # A repeated parameter (RFC 8707's resource, RFC 8693's audience) as a list: to_dict() keeps
+        # the first value alone.
+        raw = {key: values[0] if len(values) == 1 else values
+               for key, values in (request.args if request.method == "GET" else request.form).lists()}
         try:
             parsed = endpoint.parse_request(raw, http_info=http_info)
         except ClientAuthenticationError as error:  # RFC 6749 §5.2 (its example says invalid_request)
@@ -184,6 +216,10 @@ def make_app(server):
     @app.route("/token", methods=["POST"])
     def token():
         return serve(server.get_endpoint("token"))
+
+    @app.route("/introspection", methods=["POST"])
+    def introspection():
+        return serve(server.get_endpoint("introspection"))
 
     @app.route("/userinfo", methods=["GET", "POST"])
     def userinfo():
