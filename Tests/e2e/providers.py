@@ -10,7 +10,8 @@ Every client secret is recorded in harness.SECRETS. Requests of one's own, no ms
 test_provider_minting.py): `Provider.token_request` (any grant, a list value sent repeated) and
 `Provider.introspect` (RFC 7662; both providers', django-oauth-toolkit's at /o/introspect/);
 `IdpyProvider.code_login` (a code grant through its login form, no browser) and
-`IdpyProvider.exchange` (RFC 8693).
+`IdpyProvider.exchange` (RFC 8693); `DjangoProviders.resource_server(name)`, the URL of a
+resource server that checks a bound token's aud (RFC 8707).
 """
 import base64
 import hashlib
@@ -177,6 +178,12 @@ class DjangoProviders:
         except BaseException:
             self.cleanup()
             raise
+
+    def resource_server(self, name):
+        """The URL of a resource server of the site (django_op/op_site.py ResourceServer) that takes
+        django-oauth-toolkit's access tokens, a token bound to resources (RFC 8707) only if this
+        URL is one of them or under one."""
+        return f"http://127.0.0.1:{self.port}/api/{name}/"
 
     def cleanup(self):
         if hasattr(self, "process"):

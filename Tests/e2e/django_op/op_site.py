@@ -1,8 +1,21 @@
 """The URLs and hooks of the Django site serve.py runs (imported by Django once it is configured)."""
 from django.contrib.auth import views as auth_views
+from django.http import JsonResponse
 from django.urls import include, path
 from oauth2_provider import urls as dot_urls
 from oauth2_provider.oauth2_validators import OAuth2Validator
+from oauth2_provider.views.generic import ProtectedResourceMetadataView
+
+
+class ResourceServer(ProtectedResourceMetadataView):
+    """Resource servers at /api/<name>/ that take django-oauth-toolkit's access tokens as its own
+    views do: a token bound to resources (RFC 8707 `resource` on its token request) only where its
+    URL is one of them or under one (its URL-prefix check); else a 401 with WWW-Authenticate: Bearer
+    error="invalid_token", error_description="The access token is not valid for this resource."."""
+
+    def get(self, request, name):
+        return JsonResponse({"api": name, "user": request.resource_owner.get_username()})
+
 
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
@@ -12,6 +25,7 @@ urlpatterns = [
     path("", include((dot_urls.metadata_urlpatterns, "dot_metadata"))),
     # django-oidc-provider
     path("openid/", include("oidc_provider.urls", namespace="oidc_provider")),
+    path("api/<slug:name>/", ResourceServer.as_view()),
 ]
 
 

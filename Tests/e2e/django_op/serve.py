@@ -5,6 +5,8 @@
 - django-oidc-provider, issuer http://127.0.0.1:PORT/openid; no revocation endpoint at all.
 
 Both share Django's users and its login page (/accounts/login/); each has its own consent page.
+Resource servers at /api/<name>/ take django-oauth-toolkit's access tokens, checking the aud of one
+bound to resources (RFC 8707 `resource` on its token request; op_site.ResourceServer).
 
     python serve.py SPEC.json
 
