@@ -160,6 +160,9 @@ public struct GroupConfig: Equatable, Sendable {
     /// How such a token is asked for; nil: the exchange when the provider's discovery lists its
     /// grant, else resource indicators (``TokenRequest``).
     public var tokenRequest: TokenRequest?
+    /// For an entry of `resources`, the `audience` its token is asked for with
+    /// (`[groups."NAME".audiences]`): how providers such as Keycloak or Auth0 name a server.
+    public var audiences: [String: String] = [:]
     /// The ID token's claim `account = "login-user"` compares with the login name.
     public var accountClaim = "preferred_username"
 

@@ -11,6 +11,8 @@ struct IdPEndpoints: Sendable {
     var authorization: URL?
     var deviceAuthorization: URL?
     var revocation: URL?
+    /// RFC 7662: where a minted token's audience is looked up when it is not a JWT.
+    var introspection: URL?
     /// Where the provider publishes the keys its ID tokens are signed with.
     var jwks: URL?
     /// The client authentication methods the token endpoint takes; nil when the provider does not
@@ -25,6 +27,7 @@ struct IdPEndpoints: Sendable {
         var authorization_endpoint: String?
         var device_authorization_endpoint: String?
         var revocation_endpoint: String?
+        var introspection_endpoint: String?
         var jwks_uri: String?
         var token_endpoint_auth_methods_supported: [String]?
         var grant_types_supported: [String]?
@@ -54,6 +57,7 @@ struct IdPEndpoints: Sendable {
         authorization = try endpoint(document.authorization_endpoint, "authorization_endpoint")
         deviceAuthorization = try endpoint(document.device_authorization_endpoint, "device_authorization_endpoint")
         revocation = try endpoint(document.revocation_endpoint, "revocation_endpoint")
+        introspection = try endpoint(document.introspection_endpoint, "introspection_endpoint")
         jwks = try endpoint(document.jwks_uri, "jwks_uri")
         authMethods = document.token_endpoint_auth_methods_supported.map { Array($0.prefix(32)) }
         grantTypes = document.grant_types_supported.map { Array($0.prefix(32)) }

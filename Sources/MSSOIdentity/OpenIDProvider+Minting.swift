@@ -43,7 +43,9 @@ extension OpenIDProvider {
             form = [("grant_type", Self.tokenExchange), ("subject_token", accessToken), ("subject_token_type", Self.accessTokenType),
                     ("requested_token_type", Self.accessTokenType)]
         }
+        let asked = target.resource.flatMap { group.audiences[$0] }
         if let resource = target.resource { form.append(("resource", resource)) }
+        if let asked { form.append(("audience", asked)) }
         if let scopes = target.scopes { form.append(("scope", scopes.joined(separator: " "))) }
         let how = mechanism == .resource ? "resource indicators (RFC 8707)" : "token exchange (RFC 8693)"
         let outcome: Exchange
@@ -56,9 +58,9 @@ extension OpenIDProvider {
         case .answered(let body):
             var tokens = try await refreshedTokens(body, group: group, dpop: dpop != nil)
             if mechanism == .exchange { tokens.refreshToken = nil } // the session's stays the session's
-            if let resource = target.resource, let audience = Self.audience(of: tokens.accessToken), !audience.contains(resource) {
+            if let resource = target.resource, let named = await audience(of: tokens.accessToken, group: group), !named.contains(asked ?? resource) {
                 // A provider that ignores `resource` answers with a token for everywhere: not one to send to one server.
-                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token for \(resource) (\(how)) with one for \(audience.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so it ignores the resource; msso does not send that token there. Use `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` if the provider offers it, or `tokens = \"shared\"`")
+                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token for \(resource)\(asked.map { " (audience \"\($0)\")" } ?? "") by \(how) with one for \(named.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so msso does not send it there; if the provider knows the server by another name, give it in [groups.\"\(group.name)\".audiences], else try `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` or `tokens = \"shared\"`")
             }
             return tokens
         case .refused(let error) where error.code == "invalid_grant" && mechanism == .resource:
@@ -75,19 +77,31 @@ extension OpenIDProvider {
         }
     }
 
-    /// The `aud` of a JWT access token (a string or a list); nil for an opaque token or one that
-    /// names none, which msso cannot check.
-    static func audience(of token: String) -> [String]? {
+    /// Whom a minted token is for (`aud`): read from a JWT, else asked of the provider's
+    /// introspection endpoint (RFC 7662, as the client); nil when neither says, which msso then
+    /// cannot check (a provider that ignores `resource` and issues opaque tokens without
+    /// introspection goes unnoticed: docs/SECURITY.md).
+    func audience(of token: String, group: GroupConfig) async -> [String]? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[1].utf8.count <= 16384, let payload = JOSEBase64.decode(parts[1]) else { return nil }
-        struct Claims: Decodable {
-            var aud: [String]?
-            enum CodingKeys: CodingKey { case aud }
-            init(from decoder: Decoder) throws {
-                let c = try decoder.container(keyedBy: CodingKeys.self)
-                if let one = try? c.decode(String.self, forKey: .aud) { aud = [one] } else { aud = try? c.decode([String].self, forKey: .aud) }
-            }
+        if parts.count == 3, parts[1].utf8.count <= 16384, let payload = JOSEBase64.decode(parts[1]),
+           let claims = try? JSONDecoder().decode(Audience.self, from: payload), let aud = claims.aud {
+            return aud
         }
-        return (try? JSONDecoder().decode(Claims.self, from: payload))?.aud
+        guard let endpoint = try? await discover(group).introspection,
+              case .answered(let body)? = try? await exchange(endpoint, group: group, form: [("token", token), ("token_type_hint", "access_token")]),
+              let answer = try? JSONDecoder().decode(Audience.self, from: body) else { return nil }
+        return answer.active == false ? [] : answer.aud
+    }
+
+    /// `aud` (a string or a list) of a JWT's claims or an introspection's answer, and `active`.
+    struct Audience: Decodable {
+        var aud: [String]?
+        var active: Bool?
+        enum CodingKeys: CodingKey { case aud, active }
+        init(from decoder: Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            if let one = try? c.decode(String.self, forKey: .aud) { aud = [one] } else { aud = try? c.decode([String].self, forKey: .aud) }
+            active = try? c.decode(Bool.self, forKey: .active)
+        }
     }
 }

@@ -416,7 +416,10 @@ class Broker:
                       "scopes": ["openid", "app1"], "session_timeout": "30m", "session_max": "12h"}
             values.update(overrides)
             lines.append(f'[groups."{name}"]')
-            lines += [f"{k} = {json.dumps(v)}" for k, v in values.items() if v is not None]  # None: key left out
+            lines += [f"{k} = {json.dumps(v)}" for k, v in values.items() if v is not None and not isinstance(v, dict)]  # None: key left out
+            for table, entries in ((k, v) for k, v in values.items() if isinstance(v, dict)):  # a subtable: [groups."NAME".audiences]
+                lines.append(f'[groups."{name}".{table}]')
+                lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in entries.items()]
         self.config.parent.mkdir(parents=True, exist_ok=True)
         self.config.write_text("\n".join(lines) + "\n")
         if not self.admin_files:

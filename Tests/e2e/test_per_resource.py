@@ -149,3 +149,29 @@ def test_per_resource_without_resources_is_a_configuration_error(desktop, idp):
     done = subprocess.run([*desktop.prefix, BIN / "mssod"], env=daemon.env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 78, done.stderr
     assert "tokens" in done.stderr and "`resources`" in done.stderr, done.stderr
+
+
+def test_idpyoidc_mints_by_token_exchange_for_the_audience_an_entry_names(desktop, chromium, idpy_provider):
+    """idpyoidc lists RFC 8693 token exchange in its discovery, so msso exchanges the session's
+    token there by default. It sets `aud` only from `audience` (a `resource` alone leaves it the
+    client's id): the entry that names its audience ([groups."G".audiences]) gets a token for it;
+    the one that does not gets a token for everywhere, which msso refuses to send (exit 6)."""
+    from test_providers import browser_login
+    idpy = idpy_provider
+    api, files = idpy.RESOURCES
+    group = idpy.group("browser", scopes=["openid", "profile", "offline_access"], redirect_uri=idpy.redirect_uri,
+                       browser_timeout="30s", refresh_lead="2s", resources=[api, files], tokens="per-resource",
+                       audiences={api: idpy.AUDIENCES[0]})
+    daemon = Broker(desktop, None, groups={GROUP: group})
+    try:
+        code, _, err, landing, _ = browser_login(daemon, chromium, idpy)
+        assert code == 0, err
+        for_api = bearer(daemon.msso("sign", "--url", f"{api}items"))
+        assert idpy.AUDIENCES[0] in idpy.introspect(for_api, idpy.browser_client)["aud"]
+        assert daemon.logged("by=exchange") == 1, "discovery lists the exchange: msso uses it"
+        refused = daemon.msso("sign", "--url", f"{files}x")
+        assert refused.returncode == 6, refused.stderr
+        assert files in refused.stderr and "token exchange" in refused.stderr and "audiences" in refused.stderr
+        assert daemon.msso("check").returncode == 0, "the session is kept"
+    finally:
+        daemon.stop()
