@@ -197,7 +197,7 @@ extension Broker {
            groups[name]?.unsaved != true {
             return held
         }
-        let mechanism = try await identity.mintingMechanism(config)
+        let mechanism = try await identity.mintingMechanism(config, for: target)
         if mechanism == .exchange, tokenLeft(credential, name) < config.refreshLead || groups[name]?.unsaved == true {
             // The exchange's subject is the session's own token: renewed first (this lane's turn).
             credential = try await performRefresh(config, generation: generation)

@@ -96,6 +96,9 @@ public struct Credential: Codable, Sendable, Equatable {
     /// Holds `token` in place of the one for its target.
     public mutating func keep(_ token: MintedToken) {
         minted.removeAll { $0.target == token.target }
+        if minted.count >= MintedToken.maximum, let soonest = minted.indices.min(by: { minted[$0].expiresAt < minted[$1].expiresAt }) {
+            minted.remove(at: soonest) // bounded: the one that ends first is minted again when asked for
+        }
         minted.append(token)
     }
 
@@ -239,6 +242,8 @@ public struct TokenSet: Sendable {
     /// The string claims of the login's checked ID token, for the administrator's `account_claim`
     /// (empty without an ID token).
     public var claims: [String: String] = [:]
+    /// The scopes granted, when the provider said (`scope` of its answer).
+    public var scope: String?
 
     public init(accessToken: String, refreshToken: String?, expiresIn: Double, username: String? = nil, subject: String? = nil) {
         self.accessToken = accessToken

@@ -149,6 +149,12 @@ public struct Entitlements: Sendable, Equatable {
                 case "confirm":
                     guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
                     registration.confirm = on ? true : nil
+                case "scopes":
+                    let scopes = try value.strings(fail, key)
+                    guard !scopes.isEmpty, scopes.count <= 64, scopes.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 256 && $0.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F && $0 != 0x22 && $0 != 0x5C } }) else {
+                        throw fail(value.line, key, "expected the scopes this app's tokens are minted with (1 to 64 OAuth scope tokens, a subset of each group's `scopes`)")
+                    }
+                    registration.scopes = Array(Set(scopes)).sorted()
                 default:
                     throw fail(value.line, key, "unknown key in app \"\(registration.name)\"")
                 }

@@ -73,9 +73,10 @@ public protocol IdentityProvider: Sendable {
     /// with the URL to open.
     func browserLogin(_ group: GroupConfig, dpop: SigningKey?, prompt: @Sendable (BrowserPrompt) -> Void) async throws -> TokenSet
     func refresh(_ group: GroupConfig, refreshToken: String, dpop: SigningKey?) async throws -> TokenSet
-    /// How the group's tokens for one server are asked for: its `token_request`, else the
-    /// exchange when the provider's discovery lists that grant, else resource indicators.
-    func mintingMechanism(_ group: GroupConfig) async throws -> TokenRequest
+    /// How a token for `target` is asked for: for one server, the group's `token_request`, else
+    /// the exchange when the provider's discovery lists that grant, else resource indicators;
+    /// for one app's scopes, the exchange alone (``TokenTarget``), else `ResourceRefused`.
+    func mintingMechanism(_ group: GroupConfig, for target: TokenTarget) async throws -> TokenRequest
     /// An access token for `target` (``TokenTarget``): by the refresh grant with `resource` and
     /// `scope` (its answer's refresh token, when the provider rotates it, replaces the session's),
     /// or by exchanging the session's `accessToken` (RFC 8693). Throws `ResourceRefused` when the
@@ -113,7 +114,9 @@ extension IdentityProvider {
     /// A provider that keeps no answer outside the broker (the unit tests' fakes).
     public func rescuedRefresh(_ group: GroupConfig, spent refreshToken: String?) async -> RescuedTokens? { nil }
     public func forgetRescuedRefresh(_ group: GroupConfig) {}
-    public func mintingMechanism(_ group: GroupConfig) async throws -> TokenRequest { group.tokenRequest ?? .resource }
+    public func mintingMechanism(_ group: GroupConfig, for target: TokenTarget) async throws -> TokenRequest {
+        target.scopes != nil ? .exchange : group.tokenRequest ?? .resource
+    }
     public func mint(_ group: GroupConfig, target: TokenTarget, by mechanism: TokenRequest, refreshToken: String?,
                      accessToken: String, dpop: SigningKey?) async throws -> TokenSet {
         throw BrokerError(.resourceRefused, "this identity provider mints no token for one server")

@@ -96,6 +96,8 @@ struct TokenResponse: Decodable {
     var expires_in: Lenient?
     var refresh_token: String?
     var id_token: String?
+    /// The scopes granted, when the provider says (RFC 6749 §5.1: when they differ from those asked).
+    var scope: String?
 
     /// The longest access token lifetime believed: longer claims are cut to a day, so a broken IdP
     /// cannot make a token live on for years.
@@ -111,7 +113,9 @@ struct TokenResponse: Decodable {
         }
         let lifetime = expires_in?.value.map { min(max($0, 1), Self.maximumLifetime) } ?? 300
         // The name shown comes from the ID token once it is checked (OpenIDProvider.loginTokens).
-        return TokenSet(accessToken: access_token, refreshToken: refresh_token, expiresIn: lifetime)
+        var tokens = TokenSet(accessToken: access_token, refreshToken: refresh_token, expiresIn: lifetime)
+        tokens.scope = scope.map { String($0.prefix(4096)) }
+        return tokens
     }
 }
 

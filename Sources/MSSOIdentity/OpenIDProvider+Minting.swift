@@ -9,16 +9,26 @@ extension OpenIDProvider {
     static let tokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange"
     static let accessTokenType = "urn:ietf:params:oauth:token-type:access_token"
 
-    public func mintingMechanism(_ group: GroupConfig) async throws -> TokenRequest {
+    public func mintingMechanism(_ group: GroupConfig, for target: TokenTarget) async throws -> TokenRequest {
+        let listed = try await discover(group).grantTypes?.contains(Self.tokenExchange) == true
+        if target.scopes != nil {
+            // A refresh with a narrower scope narrows the session's own refresh token at some
+            // providers (django-oauth-toolkit, against RFC 6749 §6) and is ignored at others
+            // (glewlwyd): only an exchange leaves the session as it was.
+            guard listed || group.tokenRequest == .exchange else {
+                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" does not list token exchange (RFC 8693) in its discovery, the one way msso mints a token with fewer scopes (\(target)) without narrowing the session itself; remove `scopes` from the app's registration, or, if the provider offers the exchange unlisted, set `tokens = \"per-resource\"` and `token_request = \"exchange\"`")
+            }
+            return .exchange
+        }
         if let configured = group.tokenRequest { return configured }
-        return try await discover(group).grantTypes?.contains(Self.tokenExchange) == true ? .exchange : .resource
+        return listed ? .exchange : .resource
     }
 
     /// The `resource` parameters a login sends: every entry of a per-resource group that asks
     /// by resource indicators (RFC 8707 §2: the refresh grant may then name any one of them).
     func loginResources(_ group: GroupConfig) async -> [(String, String)] {
         guard group.tokens == .perResource, let entries = group.resources?.entries,
-              (try? await mintingMechanism(group)) == .resource else { return [] }
+              (try? await mintingMechanism(group, for: TokenTarget(resource: entries[0]))) == .resource else { return [] }
         return entries.map { ("resource", $0) }
     }
 
@@ -58,7 +68,12 @@ extension OpenIDProvider {
         case .answered(let body):
             var tokens = try await refreshedTokens(body, group: group, dpop: dpop != nil)
             if mechanism == .exchange { tokens.refreshToken = nil } // the session's stays the session's
-            if let resource = target.resource, let named = await audience(of: tokens.accessToken, group: group), !named.contains(asked ?? resource) {
+            let claims = await claims(of: tokens.accessToken, group: group, needed: target.resource != nil || (target.scopes != nil && tokens.scope == nil))
+            if let wanted = target.scopes, let granted = (tokens.scope ?? claims?.scope)?.split(separator: " ").map(String.init),
+               let beyond = granted.first(where: { !wanted.contains($0) }) {
+                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token with the scopes \(wanted.joined(separator: " ")) by \(how) with one that also has \"\(TerminalText.safe(String(beyond.prefix(200))))\", so msso does not hand it out; the provider does not narrow scopes this way")
+            }
+            if let resource = target.resource, let named = claims?.aud, !named.contains(asked ?? resource) {
                 // A provider that ignores `resource` answers with a token for everywhere: not one to send to one server.
                 throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token for \(resource)\(asked.map { " (audience \"\($0)\")" } ?? "") by \(how) with one for \(named.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so msso does not send it there; if the provider knows the server by another name, give it in [groups.\"\(group.name)\".audiences], else try `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` or `tokens = \"shared\"`")
             }
@@ -77,30 +92,34 @@ extension OpenIDProvider {
         }
     }
 
-    /// Whom a minted token is for (`aud`): read from a JWT, else asked of the provider's
-    /// introspection endpoint (RFC 7662, as the client); nil when neither says, which msso then
-    /// cannot check (a provider that ignores `resource` and issues opaque tokens without
-    /// introspection goes unnoticed: docs/SECURITY.md).
-    func audience(of token: String, group: GroupConfig) async -> [String]? {
+    /// Whom a minted token is for (`aud`) and its scopes: read from a JWT, else asked of the
+    /// provider's introspection endpoint (RFC 7662, as the client); nil when neither says, which
+    /// msso then cannot check (a provider that ignores `resource` and issues opaque tokens
+    /// without introspection goes unnoticed: docs/SECURITY.md).
+    func claims(of token: String, group: GroupConfig, needed: Bool) async -> Claims? {
+        guard needed else { return nil }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         if parts.count == 3, parts[1].utf8.count <= 16384, let payload = JOSEBase64.decode(parts[1]),
-           let claims = try? JSONDecoder().decode(Audience.self, from: payload), let aud = claims.aud {
-            return aud
+           let claims = try? JSONDecoder().decode(Claims.self, from: payload), claims.aud != nil || claims.scope != nil {
+            return claims
         }
         guard let endpoint = try? await discover(group).introspection,
               case .answered(let body)? = try? await exchange(endpoint, group: group, form: [("token", token), ("token_type_hint", "access_token")]),
-              let answer = try? JSONDecoder().decode(Audience.self, from: body) else { return nil }
-        return answer.active == false ? [] : answer.aud
+              var answer = try? JSONDecoder().decode(Claims.self, from: body) else { return nil }
+        if answer.active == false { answer.aud = [] } // not a token anyone would take
+        return answer
     }
 
-    /// `aud` (a string or a list) of a JWT's claims or an introspection's answer, and `active`.
-    struct Audience: Decodable {
+    /// `aud` (a string or a list) and `scope` of a JWT's claims or an introspection's answer.
+    struct Claims: Decodable {
         var aud: [String]?
+        var scope: String?
         var active: Bool?
-        enum CodingKeys: CodingKey { case aud, active }
+        enum CodingKeys: CodingKey { case aud, scope, active }
         init(from decoder: Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             if let one = try? c.decode(String.self, forKey: .aud) { aud = [one] } else { aud = try? c.decode([String].self, forKey: .aud) }
+            scope = (try? c.decode(String.self, forKey: .scope)).map { String($0.prefix(4096)) }
             active = try? c.decode(Bool.self, forKey: .active)
         }
     }

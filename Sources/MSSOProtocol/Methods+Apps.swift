@@ -51,6 +51,9 @@ public struct AppRegistration: Equatable, Sendable, Codable {
     /// as the kernel names it) must be allowed by the user, in a desktop notification (`confirm =
     /// true`, like `ssh-add -c`). Nil: no.
     public var confirm: Bool?
+    /// The scopes this app's tokens and signatures are minted with, a subset of each group's
+    /// (`scopes = [...]`). Nil: the group's own token.
+    public var scopes: [String]?
 }
 
 /// The caller as the broker recognises it, answered by `apps`.

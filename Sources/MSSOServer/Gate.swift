@@ -93,13 +93,13 @@ struct Gate: Sendable {
             let config = try resolve(args.group)
             try config.resources?.authorize(args.resource, group: config.name, verb: "token")
             decision.group = config
-            decision.target = target(config, url: args.resource)
+            decision.target = try target(config, url: args.resource, caller)
         case .sign(let request):
             let config = try resolve(request.group)
             decision.url = try request.validatedURL()
             try config.resources?.authorize(request.url, group: config.name, verb: "signature")
             decision.group = config
-            decision.target = target(config, url: request.url)
+            decision.target = try target(config, url: request.url, caller)
         case .hello, .ping, .apps, .audit, .diagnose, .lock, .unlock, .forward:
             break
         }
@@ -111,10 +111,25 @@ struct Gate: Sendable {
         return decision
     }
 
-    /// The token a request to `url` (within the group's `resources`, checked) carries.
-    private func target(_ config: GroupConfig, url: String?) -> TokenTarget {
-        guard config.tokens == .perResource, let url, let entry = config.resources?.entry(for: url) else { return .session }
-        return TokenTarget(resource: entry)
+    /// The token a request to `url` (within the group's `resources`, checked) from `caller`
+    /// carries: for the entry it falls in (`tokens = "per-resource"`), with the scopes the
+    /// caller's registrations for the group name (all of them: an app the administrator limited
+    /// stays limited, whatever a file of the user's adds). A registration naming a scope the group
+    /// does not have is refused, named.
+    private func target(_ config: GroupConfig, url: String?, _ caller: Caller) throws(BrokerError) -> TokenTarget {
+        let resource = config.tokens == .perResource ? url.flatMap { config.resources?.entry(for: $0) } : nil
+        var scopes: Set<String>?
+        for registration in caller.registrations where registration.groups.contains(config.name) {
+            guard let named = registration.scopes else { continue }
+            if let beyond = named.first(where: { !config.scopes.contains($0) }) {
+                throw BrokerError(.forbidden, "the registration of app \"\(registration.name)\" (\(registration.source)) asks for the scope \"\(beyond)\", which the access group \"\(config.name)\" does not have (its scopes: \(config.scopes.joined(separator: " "))); an app's `scopes` must be a subset of its group's")
+            }
+            scopes = scopes.map { $0.intersection(named) } ?? Set(named)
+        }
+        if let scopes, scopes.isEmpty {
+            throw BrokerError(.forbidden, "the registrations of \(caller.described) for \"\(config.name)\" name scopes that have none in common, so no token can be minted for it; give it one `scopes` list")
+        }
+        return TokenTarget(resource: resource, scopes: scopes.map { Array($0) })
     }
 
     /// Throws unless the caller's role may ask for `action` at all: its row's cell, a host's

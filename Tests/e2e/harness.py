@@ -392,7 +392,7 @@ class Broker:
         if start:
             self.start()
 
-    def register(self, name, executables, groups, admin=None, sha256=None):
+    def register(self, name, executables, groups, admin=None, sha256=None, scopes=None):
         """An apps.d file registering executables for groups, in the admin's or the user's directory
         (by default, where the broker's configuration is)."""
         admin = self.admin_files if admin is None else admin
@@ -404,6 +404,8 @@ class Broker:
                       f"groups = {json.dumps(groups)}"]
             if sha256:
                 lines.append(f"sha256 = {json.dumps(sha256)}")
+            if scopes is not None:
+                lines.append(f"scopes = {json.dumps(scopes)}")
         (directory / f"{name}.toml").write_text("\n".join(lines) + "\n")
         if not admin:
             self.desktop.chown(directory.parent.parent, recursive=True)  # the user's ~/.config

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from harness import BIN, GROUP, SECRETS, Broker, IdP
+from harness import BIN, GROUP, SECRETS, Broker, IdP, wait_for
 from test_tools import KUBECTL, kubeconfig, repos  # noqa: F401 (fixture)
 from token_server import TokenServer
 
@@ -173,5 +173,56 @@ def test_idpyoidc_mints_by_token_exchange_for_the_audience_an_entry_names(deskto
         assert refused.returncode == 6, refused.stderr
         assert files in refused.stderr and "token exchange" in refused.stderr and "audiences" in refused.stderr
         assert daemon.msso("check").returncode == 0, "the session is kept"
+    finally:
+        daemon.stop()
+
+
+def test_an_app_registered_with_fewer_scopes_gets_tokens_with_those_alone(desktop, chromium, idpy_provider):
+    """A token per app: msso's registration names `scopes = ["openid"]`, a subset of the group's;
+    its tokens are exchanged for that scope alone (idpyoidc honours a narrower scope on the
+    exchange), the session's own keeps every scope, and a registration asking for a scope the
+    group does not have is refused, named."""
+    from test_providers import browser_login
+    idpy = idpy_provider
+    group = idpy.group("browser", scopes=["openid", "profile", "offline_access"], redirect_uri=idpy.redirect_uri,
+                       browser_timeout="30s", refresh_lead="2s")
+    daemon = Broker(desktop, None, groups={GROUP: group}, start=False)
+    daemon.register("narrow", [BIN / "msso"], [GROUP], scopes=["openid"])
+    daemon.start()
+    try:
+        code, _, err, landing, _ = browser_login(daemon, chromium, idpy)
+        assert code == 0, err
+        token = bearer(daemon.msso("sign", "--url", idpy.discovery()["userinfo_endpoint"]))
+        assert idpy.introspect(token, idpy.browser_client)["scope"] == "openid"
+        assert daemon.logged("by=exchange") == 1
+        status = json.loads(daemon.msso("status", "--json").stdout)["groups"][0]
+        assert status["tokens"][0]["scopes"] == ["openid"] and "resource" not in status["tokens"][0]
+        session = desktop.keyring_item()[1]
+        SECRETS.update([session["accessToken"], session.get("refreshToken") or ""])
+        assert "profile" in idpy.introspect(session["accessToken"], idpy.browser_client)["scope"]
+        daemon.register("narrow", [BIN / "msso"], [GROUP], scopes=["openid", "admin"])
+        wait_for(lambda: daemon.msso("sign", "--url", idpy.discovery()["userinfo_endpoint"]).returncode == 7,
+                 what="the reloaded registration to be refused")
+        refused = daemon.msso("sign", "--url", idpy.discovery()["userinfo_endpoint"])
+        assert 'registration of app "narrow-0"' in refused.stderr and '"admin"' in refused.stderr, refused.stderr
+    finally:
+        daemon.stop()
+
+
+def test_fewer_scopes_where_the_provider_offers_no_exchange_is_refused_and_the_session_kept(desktop, idp):
+    """glewlwyd lists no token exchange; a refresh with a narrower scope would be ignored there (and
+    narrows the session's own refresh token at django-oauth-toolkit): msso refuses (exit 6) with
+    the reason, and spends nothing."""
+    daemon = Broker(desktop, idp, start=False)
+    daemon.register("narrow", [BIN / "msso"], [GROUP], scopes=["openid"])
+    daemon.start()
+    try:
+        assert daemon.login().returncode == 0
+        before = desktop.keyring_item()[1]
+        SECRETS.update([before["accessToken"], before["refreshToken"]])
+        refused = daemon.msso("sign", "--url", "https://api.example.com/items")
+        assert refused.returncode == 6 and "token exchange" in refused.stderr, refused.stderr
+        assert desktop.keyring_item()[1]["refreshToken"] == before["refreshToken"]
+        assert daemon.msso("check").returncode == 0
     finally:
         daemon.stop()
