@@ -505,9 +505,11 @@ public actor Broker {
               kept.tokens.subject == nil || credential.subject == nil || kept.tokens.subject == credential.subject else {
             return dropRescuedRefresh(config, kept, stored: stored)
         }
-        credential.accessToken = kept.tokens.accessToken
         credential.refreshToken = kept.tokens.refreshToken ?? credential.refreshToken
-        credential.accessTokenExpiresAt = now() + kept.tokens.expiresIn
+        if !kept.minted { // a mint's access token is for one server or app: it is asked for again when needed
+            credential.accessToken = kept.tokens.accessToken
+            credential.accessTokenExpiresAt = now() + kept.tokens.expiresIn
+        }
         update(name) {
             $0.credential = credential
             $0.unsaved = true

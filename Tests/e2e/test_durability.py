@@ -158,11 +158,11 @@ def rotating(desktop):
         provider.cleanup()
 
 
-def refresh_held_at_the_idp(desktop, provider, daemon):
+def refresh_held_at_the_idp(desktop, provider, daemon, url=URL):
     """Call inside `frozen(provider.pid())`: starts a sign, whose refresh is then under way, past the check
     that the store can take its answer, announced by mssod-idp, and waiting for the held IdP. (The sign,
     mssod-idp's pid.)"""
-    sign = subprocess.Popen([BIN / "msso", "sign", "--url", URL], env=daemon.env, stdout=subprocess.DEVNULL,
+    sign = subprocess.Popen([BIN / "msso", "sign", "--url", url], env=daemon.env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     helper = wait_for(lambda: idp_helpers(daemon.process.pid), what="the refresh to start")[0]
     wait_for(lambda: kept_refresh_answer(desktop), what="mssod-idp to announce the refresh")

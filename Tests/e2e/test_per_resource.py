@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from harness import BIN, GROUP, SECRETS, Broker, IdP, wait_for
-from test_tools import KUBECTL, kubeconfig, repos  # noqa: F401 (fixture)
+from test_tools import KUBECTL, git, git_env, kubeconfig, repos  # noqa: F401 (fixture)
 from token_server import TokenServer
 
 
@@ -116,6 +116,22 @@ def test_kubectl_and_git_each_get_their_servers_token(per_resource, tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert "msso-test" in listed.stdout and served.wrong_audience == 0
     assert idp.introspect(served.seen[-1])["aud"] == api
+
+
+def test_git_gets_the_git_servers_token_through_its_credential_helper(per_resource, tmp_path):
+    """Real git and git-credential-msso: the token it hands git is the one minted for the git
+    entry (git sends the path when told `credential.useHttpPath`: both entries share an origin)."""
+    daemon, served, idp, git_entry, api = per_resource
+    daemon.register("git-helper", [BIN / "git-credential-msso"], [GROUP])
+    env = dict(git_env(daemon, tmp_path / "home"), GIT_SSL_CAINFO=str(served.certificate))
+    with open(tmp_path / "home" / ".gitconfig", "a") as config:
+        config.write("[credential]\n\tuseHttpPath = true\n")
+    wait_for(lambda: daemon.logged("app registrations reloaded") >= 2, what="mssod to read the helper's registration")
+    done = git(["ls-remote", f"{git_entry}suite.git"], env)
+    assert done.returncode == 0, done.stderr
+    assert served.wrong_audience == 0 and served.seen
+    SECRETS.update(served.seen)
+    assert idp.introspect(served.seen[-1])["aud"] == git_entry
 
 
 def test_a_provider_that_narrows_the_session_is_named_and_the_session_kept(desktop, repos):  # noqa: F811
@@ -226,3 +242,39 @@ def test_fewer_scopes_where_the_provider_offers_no_exchange_is_refused_and_the_s
         assert daemon.msso("check").returncode == 0
     finally:
         daemon.stop()
+
+
+def test_a_crash_during_a_mint_under_rotation_loses_no_session(desktop):
+    """glewlwyd rotates the refresh token on every use, a mint's too. mssod killed -9 after the IdP
+    answered a mint and before the keyring stored it (the keyring held still): mssod-idp kept the
+    answer, marked as a mint's; the next mssod takes its refresh token (not its access token as the
+    session's) and mints again with it. Nothing spent twice, the session kept."""
+    from faults import frozen, kill_hard
+    from test_durability import refresh_held_at_the_idp, stored
+    resource = "http://127.0.0.1:9/api/"  # a name at the IdP: nothing is sent there
+    provider = IdP(resources=[resource])
+    daemon = Broker(desktop, provider, groups={GROUP: {"resources": [resource], "tokens": "per-resource"}},
+                    args=["--keyring-timeout", "3"])
+    try:
+        device_login(daemon, provider)
+        _, item = stored(desktop)
+        with frozen(provider.pid()):
+            sign, _ = refresh_held_at_the_idp(desktop, provider, daemon, url=f"{resource}x")
+            keyring = frozen(desktop.keyring.pid)
+            keyring.__enter__()
+        try:
+            wait_for(lambda: not provider.introspect(item["refreshToken"]).get("active"), interval=0.1, what="the IdP to rotate")
+            kill_hard(daemon)
+            sign.wait(timeout=10)
+        finally:
+            keyring.__exit__(None, None, None)
+        daemon.start()
+        token = bearer(daemon.msso("sign", "--url", f"{resource}x"))
+        assert provider.introspect(token)["aud"] == resource
+        rotated = stored(desktop)[1]["refreshToken"]
+        assert rotated != item["refreshToken"] and provider.introspect(rotated)["active"]
+        assert stored(desktop)[1]["accessToken"] == item["accessToken"], "the session's own token was not replaced"
+        assert daemon.logged("took the answer to a refresh that an earlier mssod did not store") == 1
+    finally:
+        daemon.stop()
+        provider.cleanup()
