@@ -42,7 +42,7 @@ extension Broker {
         }
         let probe = identity as? any DiscoveryProbe
         let clock = ContinuousClock()
-        let discovery = await withTaskGroup(of: DiscoveryCheck.self) { tasks in
+        var discovery = await withTaskGroup(of: DiscoveryCheck.self) { tasks in
             for config in inForce.groups.values {
                 tasks.addTask {
                     let start = clock.now
@@ -56,6 +56,23 @@ extension Broker {
             var checks: [DiscoveryCheck] = []
             for await check in tasks { checks.append(check) }
             return checks.sorted { $0.group < $1.group }
+        }
+        for index in discovery.indices where discovery[index].ok {
+            guard let config = inForce.groups[discovery[index].group] else { continue }
+            let outcomes = groups[config.name]?.mintOutcomes.values.sorted { $0.target < $1.target } ?? []
+            if !outcomes.isEmpty { discovery[index].mints = outcomes }
+            guard config.tokens == .perResource, let entry = config.resources?.entries.first else { continue }
+            do {
+                switch try await identity.mintingMechanism(config, for: TokenTarget(resource: entry)) {
+                case .exchange:
+                    discovery[index].minting = "mints a token for each of its \(config.resources!.entries.count) resources by token exchange (RFC 8693)\(config.tokenRequest == nil ? ", which its provider's discovery lists" : "")"
+                case .resource:
+                    discovery[index].minting = "mints a token for each of its \(config.resources!.entries.count) resources by resource indicators (RFC 8707)\(config.tokenRequest == nil ? ", as its provider's discovery lists no token exchange" : ""); a provider cannot say beforehand whether it honours them: msso checks the audience of each token it mints, and logins must be device or browser logins at providers that ignore `resource` on the password grant (glewlwyd)"
+                }
+            } catch {
+                discovery[index].minting = (error as? BrokerError)?.message ?? "\(error)"
+                discovery[index].mintingFails = true
+            }
         }
         let keyringFailure = await keyring
         let keyringFinding = keyringFailure.map(Finding.init) ?? (store is any KeyringProbe ? .fine

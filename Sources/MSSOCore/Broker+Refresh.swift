@@ -170,14 +170,27 @@ extension Broker {
         defer { if groups[name]?.mints[target] == task { groups[name]?.mints[target] = nil } }
         do {
             let minted = try await task.value
+            noteMint(name, target, failure: nil)
             return (minted.accessToken, mintedLife(minted, name))
+        } catch let error as BrokerError {
+            noteMint(name, target, failure: error.message)
+            throw error
         } catch let busy as IdPBusy {
+            noteMint(name, target, failure: busy.error.message)
             // The IdP is down but the token held still works: serve it, and ask again later.
             if let held = groups[name]?.credential?.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
                 return (held.accessToken, mintedLife(held, name))
             }
             throw BrokerError(.idpUnavailable, "\(busy.error.message); the session is kept")
         }
+    }
+
+    private func noteMint(_ name: String, _ target: TokenTarget, failure: String?) {
+        guard groups[name] != nil else { return }
+        if groups[name]!.mintOutcomes[target] == nil, groups[name]!.mintOutcomes.count >= MintedToken.maximum {
+            groups[name]!.mintOutcomes.removeAll() // bounded; doctor then shows the newest only
+        }
+        groups[name]!.mintOutcomes[target] = MintOutcome(target: target.description, ok: failure == nil, at: now(), message: failure)
     }
 
     /// A minted token's life on both clocks (``tokenLife(of:_:)``'s rule).

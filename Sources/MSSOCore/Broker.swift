@@ -64,6 +64,8 @@ public actor Broker {
         /// The last request to the IdP that may spend the refresh token (a refresh or a mint):
         /// the next one starts once it has ended, with the token it stored.
         var lane: Task<Void, Never>?
+        /// How the last request for each target's token went, for `msso doctor` (bounded as the tokens are).
+        var mintOutcomes: [TokenTarget: MintOutcome] = [:]
         /// Each minted token's life on both clocks (as ``tokenLife``), measured when it was minted or read.
         var mintedLives: [TokenTarget: SessionWindow] = [:]
         /// The keyring read in progress: callers share it (and its failure) rather than queue.

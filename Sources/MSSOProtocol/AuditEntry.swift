@@ -19,9 +19,13 @@ public struct AuditEntry: Codable, Sendable, Equatable {
     /// local ssh process that carried it, and `executable` is absent. On a `forward` call, the
     /// host the forward was asked for.
     public var host: String?
+    /// On a `sign` or `token` of a minted token: what it was minted for (the `resources` entry,
+    /// an app's scopes).
+    public var resource: String?
 
     public init(time: Double, uid: UInt32, pid: Int32, executable: String?, app: String?, group: String?,
-                verb: String, outcome: String, error: String?, detail: String? = nil, host: String? = nil) {
+                verb: String, outcome: String, error: String?, detail: String? = nil, host: String? = nil, resource: String? = nil) {
+        self.resource = resource
         self.time = time
         self.uid = uid
         self.pid = pid

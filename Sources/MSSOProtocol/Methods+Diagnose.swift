@@ -36,6 +36,11 @@ public struct DiscoveryCheck: Codable, Sendable, Equatable {
     public var seconds: Double
     public var error: ErrorName?
     public var message: String?
+    /// For a group that mints tokens per server or per app: how its provider is asked, or why
+    /// it cannot be (then ``mintingFails``), and how the last request for each target went.
+    public var minting: String?
+    public var mintingFails: Bool?
+    public var mints: [MintOutcome]?
 
     public init(group: String, issuer: String, seconds: Double, failure: BrokerError?) {
         self.group = group
@@ -102,5 +107,22 @@ public struct Diagnosis: Codable, Sendable, Equatable {
         self.discovery = discovery
         self.caller = caller
         self.locked = locked
+    }
+}
+
+/// How the last request for one minted token went (`msso doctor`).
+public struct MintOutcome: Codable, Sendable, Equatable {
+    /// What it was for: the `resources` entry, an app's scopes.
+    public var target: String
+    public var ok: Bool
+    public var at: Double
+    /// Why it failed.
+    public var message: String?
+
+    public init(target: String, ok: Bool, at: Double, message: String?) {
+        self.target = target
+        self.ok = ok
+        self.at = at
+        self.message = message
     }
 }

@@ -69,6 +69,8 @@ final class Dispatcher: Sendable {
             return .now(ReplyWriter.error(serial: serial, error))
         }
         let group = named
+        // What a minted token was for, on its sign's or token's audit row (never the token).
+        let resource = decision.target.isSession ? nil : decision.target.description
         @Sendable func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
         func later(_ work: @escaping @Sendable (inout String?) async throws -> [UInt8]) -> Answer {
             let task = Task {
@@ -85,7 +87,7 @@ final class Dispatcher: Sendable {
                     }
                     reply = ReplyWriter.error(serial: serial, failure!)
                 }
-                record(method, caller, group: group, failure: failure, detail: detail)
+                record(method, caller, group: group, failure: failure, detail: detail, resource: resource)
                 connection.complete(reply, serial: serial)
             }
             if case .login = arguments { connection.cancelWhenClosed(serial, task) } // nobody left to approve it
@@ -113,11 +115,11 @@ final class Dispatcher: Sendable {
             if !decision.confirm {
                 do {
                     if let response = try broker.signWithoutWaiting(request, url: url, group: config, target: decision.target) {
-                        record(method, caller, group: group, failure: nil)
+                        record(method, caller, group: group, failure: nil, resource: resource)
                         return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
                     }
                 } catch {
-                    record(method, caller, group: group, failure: error)
+                    record(method, caller, group: group, failure: error, resource: resource)
                     return .now(ReplyWriter.error(serial: serial, error))
                 }
             }
@@ -225,7 +227,8 @@ final class Dispatcher: Sendable {
     /// The call's audit row (and a debug line). `host`: the remote host, when not the caller's own
     /// (a `forward` call names the host it asked for).
     /// `detail`: what else the row says (a login's new account).
-    func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil, detail: String? = nil) {
+    func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil, detail: String? = nil,
+                resource: String? = nil) {
         let verb = MethodName.loggable(method)
         let host = host ?? caller.host
         logger.debug("call", metadata: {
@@ -242,6 +245,6 @@ final class Dispatcher: Sendable {
         audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: caller.uid, pid: caller.pid, executable: caller.app.executable,
                                 app: caller.registrations.first?.name ?? caller.app.flatpak, group: group,
                                 verb: verb, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue, detail: detail,
-                                host: host))
+                                host: host, resource: resource))
     }
 }

@@ -31,7 +31,7 @@ struct Audit: ParsableCommand {
                 let who = row.verb != Methods.Forward.name && row.host != nil
                     ? "ssh:\(row.host!) (through ssh pid \(row.pid)) uid \(row.uid)"
                     : "\(row.executable ?? "?")\(row.app.map { " (\($0))" } ?? "") pid \(row.pid) uid \(row.uid)\(row.host.map { " for ssh:\($0)" } ?? "")"
-                let detail = row.detail.map { "  \($0)" } ?? ""
+                let detail = (row.resource.map { "  for \($0)" } ?? "") + (row.detail.map { "  \($0)" } ?? "")
                 Output.print("\(Output.local(row.time, "%Y-%m-%d %H:%M:%S"))  \(row.verb)  \(row.group ?? "-")  \(outcome)  \(who)\(detail)")
             }
         }

@@ -153,6 +153,23 @@ struct Report: Encodable {
             }
         }
 
+        for probe in found.discovery {
+            if let minting = probe.minting {
+                if probe.mintingFails == true {
+                    fail("tokens", minting, status: .refused, group: probe.group)
+                } else {
+                    pass("tokens", "\(probe.group) \(minting)", group: probe.group)
+                }
+            }
+            for mint in probe.mints ?? [] {
+                if mint.ok {
+                    pass("tokens", "\(probe.group): the last token for \(mint.target) was minted at \(Output.local(mint.at, "%H:%M:%S"))", group: probe.group)
+                } else {
+                    warn("tokens", "\(probe.group): the last request for a token for \(mint.target), at \(Output.local(mint.at, "%H:%M:%S")), failed: \(mint.message ?? "")")
+                }
+            }
+        }
+
         registrationCheck(found)
 
         if found.locked {

@@ -67,6 +67,13 @@ def test_each_server_gets_a_token_minted_for_it_alone(per_resource):
     # msso token names the resource too; kubectl's cluster is the origin's entry.
     token = json.loads(daemon.msso("token", "--resource", f"{api}api", "--format", "json").stdout)
     assert token["accessToken"] == for_api
+    # Seen: doctor names the mechanism and the last outcome per server; audit names each row's.
+    doctor = daemon.msso("doctor").stdout
+    assert "by resource indicators (RFC 8707)" in doctor, doctor
+    assert f"the last token for {git} was minted" in doctor and f"the last token for {api} was minted" in doctor, doctor
+    audit = daemon.msso("audit").stdout
+    assert audit.count(f"for {git}\n") == 2 and audit.count(f"for {api}\n") == 2, audit
+    assert for_git not in doctor + audit and for_api not in doctor + audit
 
 
 def test_a_token_minted_for_git_is_refused_by_the_kubernetes_api(per_resource):
