@@ -205,9 +205,16 @@ extension Broker {
         let name = config.name
         let ended = BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while a token for \(target) was being asked for")
         guard var credential = groups[name]?.credential, groups[name]?.generation == generation else { throw ended }
-        // Minted by the request before this one in the lane, or renewed there.
-        if !renew, let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) >= config.refreshLead,
-           groups[name]?.unsaved != true {
+        // Minted by the request before this one in the lane, or renewed there; or minted before a
+        // store that failed: then it only needs storing.
+        if !renew, let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) >= config.refreshLead {
+            guard groups[name]?.unsaved == true else { return held }
+            try await exclusively(name) {
+                guard groups[name]?.generation == generation, let current = groups[name]?.credential else { throw ended }
+                try await store.save(current, group: name)
+                update(name) { $0.unsaved = false }
+                identity.forgetRescuedRefresh(config)
+            }
             return held
         }
         let mechanism = try await identity.mintingMechanism(config, for: target)

@@ -184,6 +184,37 @@ final class FakeIdP: IdentityProvider, @unchecked Sendable {
         return next()
     }
 
+    /// Mints asked for, in the order the IdP saw them: the target and the refresh token spent.
+    private(set) var mints: [(target: TokenTarget, spent: String?)] = []
+    /// Refresh tokens spent twice (a one-use provider would end the session).
+    private(set) var reused: [String] = []
+    private var spent: Set<String> = []
+    var mintDelay: UInt64 = 0
+    var mintError: BrokerError?
+    var mechanism: TokenRequest = .resource
+
+    var mintLog: (mints: [(target: TokenTarget, spent: String?)], reused: [String]) { lock.withLock { (mints, reused) } }
+
+    func mintingMechanism(_ group: GroupConfig, for target: TokenTarget) async throws -> TokenRequest { mechanism }
+
+    /// As a one-use provider: each mint by resource indicators spends its refresh token and rotates it.
+    func mint(_ group: GroupConfig, target: TokenTarget, by mechanism: TokenRequest, refreshToken: String?,
+              accessToken: String, dpop: SigningKey?) async throws -> TokenSet {
+        lock.withLock {
+            mints.append((target, mechanism == .resource ? refreshToken : nil))
+            if mechanism == .resource, let refreshToken, !spent.insert(refreshToken).inserted { reused.append(refreshToken) }
+        }
+        if mintDelay > 0 { try? await Task.sleep(nanoseconds: mintDelay) }
+        if let mintError {
+            if mintError.name == .idpUnavailable { throw IdPBusy(mintError) }
+            throw mintError
+        }
+        var tokens = next()
+        tokens.accessToken = "minted-\(target.resource ?? "-")-\(tokens.accessToken)"
+        if mechanism == .exchange { tokens.refreshToken = nil }
+        return tokens
+    }
+
     /// What ``revoke(_:token:hint:)`` answers.
     var revocation: Revocation = .revoked
 

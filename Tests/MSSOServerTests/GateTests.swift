@@ -234,6 +234,50 @@ final class GateTests: XCTestCase {
         XCTAssertEqual(decide(.sign(SignRequest(method: "GET", url: "https://api.example.com/v1/..;/admin")))?.name, .resourceForbidden)
     }
 
+    func testTheTokenARequestCarriesIsChosenByItsURLAndItsCallersRegistrations() throws {
+        var config = GroupConfig(name: mine, issuer: "https://idp.example", clientID: "msso")
+        config.scopes = ["openid", "read", "write"]
+        config.resources = try Resources(["https://h.example/", "https://h.example/git/"])
+        config.tokens = .perResource
+        let app = AppIdentity(executable: "/opt/suite/mail")
+        func registration(_ scopes: [String]?, admin: Bool) -> AppRegistration {
+            var registration = AppRegistration(name: admin ? "mail" : "mail-mine", executable: app.executable, sha256: nil, flatpak: nil,
+                                               groups: [mine], source: admin ? "/etc/msso/apps.d/mail.toml:1" : "~/.config/msso/apps.d/m.toml:1",
+                                               admin: admin)
+            registration.scopes = scopes
+            return registration
+        }
+        func target(_ url: String, _ registrations: [AppRegistration]) -> Result<TokenTarget, BrokerError> {
+            let rules = Rules(configuration: Configuration(groups: [config]), entitlements: Entitlements(registrations: registrations),
+                              logger: Logger(label: "test"))
+            let caller = Caller(uid: 1000, pid: 1, role: .app, app: app, registrations: registrations)
+            var named: String?
+            do {
+                return .success(try Gate(policy: AccessPolicy(owner: 1000), rules: rules)
+                    .decide(.sign(SignRequest(method: "GET", url: url)), caller, locked: false, group: &named).target)
+            } catch { return .failure(error) }
+        }
+        XCTAssertEqual(try target("https://h.example/git/x.git", [registration(nil, admin: true)]).get(),
+                       TokenTarget(resource: "https://h.example/git/"), "the most specific entry")
+        XCTAssertEqual(try target("https://h.example/api", [registration(nil, admin: true)]).get(), TokenTarget(resource: "https://h.example/"))
+        // The administrator's limit holds whatever the user's own registration adds.
+        XCTAssertEqual(try target("https://h.example/api", [registration(["read"], admin: true), registration(["read", "write"], admin: false)]).get(),
+                       TokenTarget(resource: "https://h.example/", scopes: ["read"]))
+        XCTAssertEqual(try target("https://h.example/api", [registration(["read"], admin: true), registration(nil, admin: false)]).get(),
+                       TokenTarget(resource: "https://h.example/", scopes: ["read"]), "a registration without scopes widens nothing")
+        guard case .failure(let refusal) = target("https://h.example/api", [registration(["read", "admin"], admin: true)]) else {
+            return XCTFail("a scope the group lacks")
+        }
+        XCTAssertEqual(refusal.name, .forbidden)
+        XCTAssertTrue(refusal.message.contains(#"app "mail" (/etc/msso/apps.d/mail.toml:1)"#) && refusal.message.contains(#""admin""#), refusal.message)
+        guard case .failure(let disjoint) = target("https://h.example/api", [registration(["read"], admin: true), registration(["write"], admin: false)]) else {
+            return XCTFail("no scope in common")
+        }
+        XCTAssertEqual(disjoint.name, .forbidden)
+        config.tokens = .shared
+        XCTAssertEqual(try target("https://h.example/git/x", [registration(nil, admin: true)]).get(), .session, "a shared group's token")
+    }
+
     func testAHostMayBeGivenOnlyWhatTheTableLetsAHostHave() {
         XCTAssertEqual(ForwardRule.allowedVerbs, [.token, .sign, .status, .check, .login, .extend, .logout, .subscribe])
         XCTAssertEqual(ForwardRule.defaultVerbs, [.token, .sign, .status, .check])

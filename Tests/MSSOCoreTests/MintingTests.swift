@@ -1,0 +1,165 @@
+import Foundation
+import Logging
+@testable import MSSOCore
+import MSSOProtocol
+import XCTest
+
+/// Tokens per server and per app (`tokens = "per-resource"`, a registration's `scopes`): minted
+/// from the session, stored with it before use, single-flight per target, and every request that
+/// may spend the refresh token one after the other (a one-use provider ends the session on reuse).
+final class MintingTests: XCTestCase {
+    let clock = TestClock()
+    let store = MemoryStore()
+    let idp = FakeIdP()
+    let group = "com.example.suite"
+    let git = TokenTarget(resource: "https://git.example.com/")
+    let kube = TokenTarget(resource: "https://k8s.example.com/")
+
+    func makeBroker() throws -> Broker {
+        var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
+        config.resources = try Resources(["https://git.example.com/", "https://k8s.example.com/"])
+        config.tokens = .perResource
+        return Broker(configuration: Configuration(groups: [config]), store: store, identity: idp,
+                      logger: Logger(label: "test"), clock: clock)
+    }
+
+    func login(_ broker: Broker) async throws {
+        _ = try await broker.login(LoginArguments(flow: .password, username: "alice", password: "right")) { _, _ in }
+    }
+
+    static func sign(_ broker: Broker, _ target: TokenTarget, url: String = "https://git.example.com/x") async throws -> String {
+        let request = SignRequest(method: "GET", url: url)
+        return try await broker.sign(request, url: request.validatedURL(), target: target).headers[0].value
+    }
+
+    func testConcurrentSignsForTwoServersMintOncePerServerOneAfterTheOther() async throws {
+        let broker = try makeBroker()
+        try await login(broker) // rt-1
+        idp.mintDelay = 20_000_000
+        let (git, kube) = (self.git, self.kube)
+        let signed = try await withThrowingTaskGroup(of: String.self) { tasks in
+            for index in 0..<20 {
+                tasks.addTask { try await Self.sign(broker, index % 2 == 0 ? git : kube) }
+            }
+            return try await tasks.reduce(into: Set<String>()) { $0.insert($1) }
+        }
+        let log = idp.mintLog
+        XCTAssertEqual(log.mints.count, 2, "one mint per server, shared by its ten signs")
+        XCTAssertEqual(Set(log.mints.map(\.target)), [git, kube])
+        XCTAssertEqual(log.mints.map(\.spent), ["rt-1", "rt-2"], "the second spends the token the first stored")
+        XCTAssertEqual(log.reused, [])
+        XCTAssertEqual(signed.count, 2)
+        let stored = try XCTUnwrap(store.item(group))
+        XCTAssertEqual(stored.refreshToken, "rt-3")
+        XCTAssertEqual(Set(stored.minted.map(\.target)), [git, kube])
+        XCTAssertEqual(stored.accessToken, "at-1", "the session's own token is not replaced")
+        XCTAssertTrue(signed.allSatisfy { $0.hasPrefix("Bearer minted-") })
+    }
+
+    func testAHeldTokenIsServedWithoutTheIdPAndRenewedWithinTheLead() async throws {
+        let broker = try makeBroker()
+        try await login(broker)
+        let first = try await Self.sign(broker, git)
+        let again = try await Self.sign(broker, git)
+        XCTAssertEqual(first, again)
+        XCTAssertEqual(idp.mintLog.mints.count, 1)
+        clock.advance(300 - 29) // within refresh_lead (30 s) of the minted token's end
+        let renewed = try await Self.sign(broker, git)
+        XCTAssertNotEqual(renewed, first)
+        XCTAssertEqual(idp.mintLog.mints.count, 2)
+    }
+
+    func testAMintedTokenIsStoredBeforeItIsUsedAndTheRotatedTokenKept() async throws {
+        let broker = try makeBroker()
+        try await login(broker)
+        store.locked = true
+        do {
+            _ = try await Self.sign(broker, git)
+            XCTFail("the store refused the write: nothing is handed out")
+        } catch let error as BrokerError {
+            XCTAssertEqual(error.name, .keyringLocked)
+        }
+        store.locked = false
+        let signed = try await Self.sign(broker, git)
+        XCTAssertEqual(store.item(group)?.refreshToken, "rt-2", "the rotated token, kept in memory, stored now")
+        XCTAssertEqual(store.item(group)?.minted(for: git).map { "Bearer " + $0.accessToken }, signed)
+        XCTAssertEqual(idp.mintLog.reused, [])
+    }
+
+    func testARestartReadsTheMintedTokensAndALogoutEndsThem() async throws {
+        let broker = try makeBroker()
+        try await login(broker)
+        let first = try await Self.sign(broker, git)
+        let restarted = try makeBroker()
+        let again = try await Self.sign(restarted, git)
+        XCTAssertEqual(again, first)
+        XCTAssertEqual(idp.mintLog.mints.count, 1)
+        _ = try await restarted.logout(nil, all: false)
+        do {
+            _ = try await Self.sign(restarted, git)
+            XCTFail("logged out")
+        } catch let error as BrokerError {
+            XCTAssertEqual(error.name, .notLoggedIn)
+        }
+    }
+
+    func testARefusedMintKeepsTheSessionAndTheTokenItSpentNothingOf() async throws {
+        let broker = try makeBroker()
+        try await login(broker)
+        idp.mintError = BrokerError(.resourceRefused, "refused")
+        do {
+            _ = try await Self.sign(broker, kube)
+            XCTFail("refused")
+        } catch let error as BrokerError {
+            XCTAssertEqual(error.name, .resourceRefused)
+        }
+        XCTAssertEqual(store.item(group)?.refreshToken, "rt-1")
+        let status = try await broker.check(group)
+        XCTAssertEqual(status.state, .valid)
+    }
+
+    func testStatusListsTheMintedTokensNeverATokenAndTheyAreBounded() async throws {
+        let broker = try makeBroker()
+        try await login(broker)
+        _ = try await Self.sign(broker, git)
+        let status = try await broker.status(group)
+        XCTAssertEqual(status.first?.tokens?.map(\.resource), ["https://git.example.com/"])
+        let encoded = String(decoding: try JSONEncoder().encode(status), as: UTF8.self)
+        XCTAssertFalse(encoded.contains("minted-"), "no token in status")
+
+        var credential = try XCTUnwrap(store.item(group))
+        for index in 0..<(MintedToken.maximum + 10) {
+            credential.keep(MintedToken(TokenTarget(resource: nil, scopes: ["s\(index)"]), accessToken: "t", expiresAt: clock.now() + Double(index)))
+        }
+        XCTAssertEqual(credential.minted.count, MintedToken.maximum)
+        XCTAssertNil(credential.minted(for: TokenTarget(resource: nil, scopes: ["s0"])), "the one that ends first gave its place")
+    }
+
+    func testAStoredItemWithHostileMintedTokensIsCorrupt() throws {
+        func decode(_ minted: String) throws -> Credential {
+            let json = #"{"issuer":"https://idp.example","accessToken":"a","refreshToken":"r","accessTokenExpiresAt":1800000000,"loggedInAt":1800000000,"sessionExpiresAt":1800000600,"sessionMaxAt":1800003600,"minted":\#(minted)}"#
+            return try JSONDecoder().decode(Credential.self, from: Data(json.utf8))
+        }
+        XCTAssertEqual(try decode(#"[{"resource":"https://git.example.com/","accessToken":"t","expiresAt":1800000300}]"#).minted.count, 1)
+        let one = #"{"resource":"https://git.example.com/","accessToken":"t","expiresAt":1800000300}"#
+        XCTAssertThrowsError(try decode("[\(one),\(one)]"), "a target twice")
+        XCTAssertThrowsError(try decode(#"[{"resource":"https://git.example.com/","accessToken":"t","expiresAt":1e300}]"#), "no time msso wrote")
+        XCTAssertThrowsError(try decode(#"[{"accessToken":"t","expiresAt":1800000300}]"#), "for nothing")
+        XCTAssertThrowsError(try decode(#"[{"resource":"https://git.example.com/","accessToken":"","expiresAt":1800000300}]"#), "no token")
+        let many = (0...MintedToken.maximum).map { #"{"scopes":["s\#($0)"],"accessToken":"t","expiresAt":1800000300}"# }
+        XCTAssertThrowsError(try decode("[\(many.joined(separator: ","))]"), "more than msso keeps")
+        // A shared group's item is written as before: no `minted` key.
+        let plain = Credential(issuer: "i", username: nil, accessToken: "a", refreshToken: nil, accessTokenExpiresAt: 1800000000,
+                               loggedInAt: 1800000000, sessionExpiresAt: 1800000600, sessionMaxAt: 1800003600)
+        XCTAssertFalse(String(decoding: try JSONEncoder().encode(plain), as: UTF8.self).contains("minted"))
+    }
+
+    func testTheMostSpecificEntryIsTheTarget() throws {
+        let resources = try Resources(["https://h.example/", "https://h.example/git/", "https://other.example/"])
+        XCTAssertEqual(resources.entry(for: "https://h.example/git/x.git"), "https://h.example/git/")
+        XCTAssertEqual(resources.entry(for: "https://H.example/api"), "https://h.example/")
+        XCTAssertEqual(resources.entry(for: "https://h.example/gitx"), "https://h.example/")
+        XCTAssertEqual(resources.entry(for: "https://other.example"), "https://other.example/")
+        XCTAssertNil(resources.entry(for: "https://third.example/"))
+    }
+}
