@@ -83,7 +83,7 @@ extension OpenIDProvider {
         case .refused(let error) where error.code == "invalid_target" || error.code == "invalid_scope" || error.code == "invalid_request"
                                     || error.code == "unauthorized_client" || error.code == "unsupported_grant_type" || error.code == "invalid_grant":
             let narrowed = mechanism == .resource && error.code == "invalid_target"
-                ? " If the login asked for it, the provider may have narrowed the session's refresh token to the server it minted for last (glewlwyd does, with one-use refresh tokens): let its refresh tokens be used more than once, or use `token_request = \"exchange\"`." : ""
+                ? " A refresh token names the servers its login asked for: a password login's may name none (glewlwyd ignores `resource` on the password grant: log in with `msso login` or `--browser`), and a provider may have narrowed it to the server it minted for last (glewlwyd does with one-use refresh tokens, django-oauth-toolkit always: let its refresh tokens be used more than once, or use `token_request = \"exchange\"`)." : ""
             throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" refused a token for \(target) by \(how) (\(error.code)); the session is kept.\(narrowed)\(error.said)")
         case .refused(let error):
             throw IdPBusy(Self.refusal(error, group: group, doing: "mint a token for \(target)", grant: mechanism == .resource ? "refresh token" : "token exchange"))

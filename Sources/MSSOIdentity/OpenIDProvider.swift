@@ -65,7 +65,7 @@ public final class OpenIDProvider: IdentityProvider {
         switch try await post(endpoints.token, group: group, dpop: dpop, form: [
             ("grant_type", "password"), ("username", username), ("password", password),
             ("scope", group.scopes.joined(separator: " ")),
-        ]) {
+        ] + (await loginResources(group))) {
         case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil, typed: username)
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
         case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.bare && error.status == 403):

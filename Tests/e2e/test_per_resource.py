@@ -285,3 +285,19 @@ def test_a_crash_during_a_mint_under_rotation_loses_no_session(desktop):
     finally:
         daemon.stop()
         provider.cleanup()
+
+
+def test_a_password_login_at_glewlwyd_names_the_way_out(desktop, servers):
+    """glewlwyd ignores `resource` on the password grant: the session's refresh token names no
+    server, and the first mint is refused (invalid_target). msso says why and what to do (a
+    device or browser login), exit 6, and keeps the session."""
+    served, idp, git, api = servers
+    daemon = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource"}})
+    try:
+        assert daemon.login().returncode == 0
+        refused = daemon.msso("sign", "--url", f"{git}x.git")
+        assert refused.returncode == 6, refused.stderr
+        assert "password login" in refused.stderr and "`msso login` or `--browser`" in refused.stderr, refused.stderr
+        assert daemon.msso("check").returncode == 0
+    finally:
+        daemon.stop()
