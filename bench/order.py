@@ -43,6 +43,7 @@ TOOLS = Path(options.tools)
 PROFILES = {"bearer": GROUP, "dpop": "order.dpop", "http-signature": "order.http-signature",
             "dpop+http-signature": "order.dpop-http-signature"}
 URL = "https://api.example.com/v1/items?page=2"
+PER_RESOURCE, RESOURCE = "order.per-resource", "https://api.example.com/"  # a token minted for its one server
 REFRESHING = "order.refresh"  # a refresh lead as long as the token's life: its signs refresh
 
 
@@ -58,7 +59,7 @@ def functions(binary):
     return table
 
 
-def life(broker):
+def life(broker, idp):
     """What a broker does in a day, each verb at least once."""
     def msso(*argv, input=None):
         done = broker.msso(*argv, input=input)
@@ -73,6 +74,12 @@ def life(broker):
     for verb in ("check", "status", "extend", "token"):
         msso(verb, "--group", GROUP)
         msso(verb, "--group", GROUP, "--json")
+    device = subprocess.Popen([MSSO, "login", "--group", PER_RESOURCE, "--device"], env=broker.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    idp.approve_device(device.stderr.readline().strip().rsplit(" ", 1)[-1])
+    assert device.wait(timeout=30) == 0, device.stderr.read()
+    msso("sign", "--group", PER_RESOURCE, "--url", URL)
+    msso("status", "--group", PER_RESOURCE)
     msso("login", "--group", REFRESHING, "--username", "alice", "--password-stdin", input="alice-pass\n")
     time.sleep(1.1)
     msso("sign", "--group", REFRESHING, "--url", URL)
@@ -81,7 +88,7 @@ def life(broker):
     assert subscriber.call("subscribe", {"groups": [GROUP]})["type"] == "reply"
     client = RawClient(broker.socket)
     for _ in range(200):
-        for group in PROFILES.values():
+        for group in [*PROFILES.values(), PER_RESOURCE]:
             client.call("sign", {"group": group, "method": "GET", "url": URL})
         client.call("ping", {"data": "x"})
     frame = Path(tempfile.mkdtemp()) / "sign"
@@ -107,8 +114,9 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="msso-order-"))
     table = functions(DAEMON)
     (work / "functions").write_text("".join(f"{address:x}\n" for address in sorted(table)))
-    desktop, idp = Desktop(), IdP()
+    desktop, idp = Desktop(), IdP(resources=[RESOURCE])
     groups = {name: {"sign": profile} for profile, name in PROFILES.items()}
+    groups[PER_RESOURCE] = {"resources": [RESOURCE], "tokens": "per-resource"}
     groups[REFRESHING] = {"refresh_lead": "3600s"}
     # SWIFT_BACKTRACE set as mssod wants it: it would re-exec itself otherwise, out of the trace.
     # Started with an option, as the bench starts it, so that option parsing is traced too.
@@ -119,7 +127,7 @@ def main():
     try:
         broker.register("order", [PYTHON, TOOLS / "load", MSSO], list(groups))
         broker.start()
-        life(broker)
+        life(broker, idp)
     finally:
         broker.stop()
         idp.cleanup()

@@ -82,14 +82,18 @@ public struct Resources: Equatable, Sendable {
     /// The entry a URL the gate allowed falls in (the most specific, when several cover it): the
     /// server a per-resource token is minted for.
     public func entry(for url: String) -> String? {
-        Array(url.utf8).withUnsafeBufferPointer { b in
-            guard let parts = Self.parts(b) else { return nil }
-            var best: Int?
-            for (k, prefix) in prefixes.enumerated() where Self.reach(of: prefix, b, parts) != .none {
-                if best == nil || prefix.path.count > prefixes[best!].path.count { best = k }
-            }
-            return best.map { entries[$0] }
+        if prefixes.count == 1 { return entries[0] } // the gate allowed the URL: within the one there is
+        if let found = url.utf8.withContiguousStorageIfAvailable({ entry(for: $0) }) { return found }
+        return Array(url.utf8).withUnsafeBufferPointer { entry(for: $0) }
+    }
+
+    func entry(for b: UnsafeBufferPointer<UInt8>) -> String? {
+        guard let parts = Self.parts(b) else { return nil }
+        var best: Int?
+        for (k, prefix) in prefixes.enumerated() where Self.reach(of: prefix, b, parts) != .none {
+            if best == nil || prefix.path.count > prefixes[best!].path.count { best = k }
         }
+        return best.map { entries[$0] }
     }
 
     /// How far a prefix covers a URL by its bytes: not at all, as its whole origin, or as a path

@@ -70,7 +70,7 @@ final class Dispatcher: Sendable {
         }
         let group = named
         // What a minted token was for, on its sign's or token's audit row (never the token).
-        let resource = decision.target.isSession ? nil : decision.target.description
+        let resource = decision.target.isSession ? nil : decision.target
         @Sendable func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
         func later(_ work: @escaping @Sendable (inout String?) async throws -> [UInt8]) -> Answer {
             let task = Task {
@@ -228,7 +228,7 @@ final class Dispatcher: Sendable {
     /// (a `forward` call names the host it asked for).
     /// `detail`: what else the row says (a login's new account).
     func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil, detail: String? = nil,
-                resource: String? = nil) {
+                resource: TokenTarget? = nil) {
         let verb = MethodName.loggable(method)
         let host = host ?? caller.host
         logger.debug("call", metadata: {
@@ -245,6 +245,6 @@ final class Dispatcher: Sendable {
         audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: caller.uid, pid: caller.pid, executable: caller.app.executable,
                                 app: caller.registrations.first?.name ?? caller.app.flatpak, group: group,
                                 verb: verb, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue, detail: detail,
-                                host: host, resource: resource))
+                                host: host, resource: resource?.description))
     }
 }

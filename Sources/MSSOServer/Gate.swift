@@ -118,6 +118,7 @@ struct Gate: Sendable {
     /// does not have is refused, named.
     private func target(_ config: GroupConfig, url: String?, _ caller: Caller) throws(BrokerError) -> TokenTarget {
         let resource = config.tokens == .perResource ? url.flatMap { config.resources?.entry(for: $0) } : nil
+        guard caller.registrations.contains(where: { $0.scopes != nil }) else { return TokenTarget(resource: resource) }
         var scopes: Set<String>?
         for registration in caller.registrations where registration.groups.contains(config.name) {
             guard let named = registration.scopes else { continue }
