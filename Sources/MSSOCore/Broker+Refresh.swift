@@ -160,8 +160,12 @@ extension Broker {
             task = running
         } else {
             let backoff = groups[name]!.backoff
-            if now() < backoff.notBefore, let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
-                return (held.accessToken, mintedLife(held, name))
+            if now() < backoff.notBefore, groups[name]?.unsaved != true {
+                // The IdP was unavailable: a token that still works is served, none is asked for yet.
+                if let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
+                    return (held.accessToken, mintedLife(held, name))
+                }
+                throw BrokerError(.idpUnavailable, "the identity provider of \"\(name)\" is unavailable, so no token for \(target) could be had; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
             }
             let generation = groups[name]!.generation
             task = inLane(name) { try await self.performMint(config, target, generation: generation, renew: renew) }

@@ -118,6 +118,25 @@ final class MintingTests: XCTestCase {
         XCTAssertEqual(status.state, .valid)
     }
 
+    func testAnUnavailableIdPIsAskedAgainOnlyAfterItsBackoffAndAHeldTokenServedMeanwhile() async throws {
+        let broker = try makeBroker()
+        try await login(broker)
+        let held = try await Self.sign(broker, git)
+        idp.mintError = BrokerError(.idpUnavailable, "down")
+        clock.advance(300 - 29)
+        let served = try await Self.sign(broker, git)
+        XCTAssertEqual(served, held, "the token held still works: served")
+        let asked = idp.mintLog.mints.count
+        do {
+            _ = try await Self.sign(broker, kube)
+            XCTFail("nothing held for that server, and the IdP is backing off")
+        } catch let error as BrokerError {
+            XCTAssertEqual(error.name, .idpUnavailable)
+            XCTAssertTrue(error.message.contains("asks again in"), error.message)
+        }
+        XCTAssertEqual(idp.mintLog.mints.count, asked, "not asked during the backoff")
+    }
+
     func testStatusListsTheMintedTokensNeverATokenAndTheyAreBounded() async throws {
         let broker = try makeBroker()
         try await login(broker)
