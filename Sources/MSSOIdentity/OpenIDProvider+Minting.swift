@@ -78,7 +78,9 @@ extension OpenIDProvider {
                 throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token for \(resource)\(asked.map { " (audience \"\($0)\")" } ?? "") by \(how) with one for \(named.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so msso does not send it there; if the provider knows the server by another name, give it in [groups.\"\(group.name)\".audiences], else try `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` or `tokens = \"shared\"`")
             }
             return tokens
-        case .refused(let error) where error.code == "invalid_grant" && mechanism == .resource:
+        // As a refresh's: the IdP refuses the refresh token (glewlwyd with a bare 400): the session is over.
+        case .refused(let error) where mechanism == .resource
+                && (error.code == "invalid_grant" || (error.code.isEmpty && (error.status == 400 || error.status == 401))):
             throw BrokerError(.expired, "the identity provider of \"\(group.name)\" ended the session; run `msso login --group \(group.name)`")
         case .refused(let error) where error.code == "invalid_target" || error.code == "invalid_scope" || error.code == "invalid_request"
                                     || error.code == "unauthorized_client" || error.code == "unsupported_grant_type" || error.code == "invalid_grant":

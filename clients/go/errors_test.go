@@ -72,7 +72,7 @@ func TestErrorNamesAndExitStatusesAreTheDefinition(t *testing.T) {
 	sentinels := []*Error{ErrNotLoggedIn, ErrExpired, ErrCorrupt, ErrBusy, ErrTimedOut, ErrKeyringLocked,
 		ErrKeyringUnavailable, ErrLocked, ErrIdPUnavailable, ErrInvalidCredentials, ErrLoginDenied, ErrForbidden,
 		ErrResourceForbidden, ErrNotEntitled, ErrUnknownGroup, ErrUnknownMethod, ErrBadRequest,
-		ErrUnsupportedVersion, ErrConfigInvalid, ErrBrokerUnreachable, ErrInternal}
+		ErrUnsupportedVersion, ErrConfigInvalid, ErrBrokerUnreachable, ErrInternal, ErrResourceRefused}
 	if len(declared) != len(sentinels) || len(sentinels) != len(expected) {
 		t.Fatalf("%d Err variables, %d listed here, %d names in the definition", len(declared), len(sentinels), len(expected))
 	}
