@@ -427,6 +427,10 @@ public final class OpenIDProvider: IdentityProvider {
             fields.append(("client_id", group.clientID))
         }
         let body = Array(fields.map { Self.formEncode($0.0) + "=" + Self.formEncode($0.1) }.joined(separator: "&").utf8)
+        // What this request sent that must not come back in the provider's words (a hostile or
+        // careless provider may echo a token in its error_description, which msso shows).
+        var secrets = fields.filter { Self.secretFields.contains($0.0) }.map(\.1)
+        if case .clientSecretBasic = try await discover(group).clientAuthentication(group) { secrets.append(try clientSecret(group)) }
         let answer = try await send(url, group: group, method: .post, headers: headers, body: body, timeout: timeout, rescue: rescue)
         if let nonce = answer.dpopNonce, nonce.utf8.count <= 1024 { dpopNonces.withLock { $0[nonceKey] = nonce } }
         let data = Data(answer.body)
@@ -437,12 +441,23 @@ public final class OpenIDProvider: IdentityProvider {
             let code = body?.error ?? ""
             let plausible = code.utf8.count <= 64 && code.utf8.allSatisfy { (97...122).contains($0) || $0 == UInt8(ascii: "_") }
             return .refused(OAuthError(status: answer.status, code: plausible ? code : "", bare: answer.body.allSatisfy { [9, 10, 13, 32].contains($0) },
-                                       description: OAuthError.shown(body?.error_description)))
+                                       description: OAuthError.shown(Self.withoutSecrets(body?.error_description, sent: secrets))))
         default:
             let later = answer.retryAfter.map { " (it asks to wait \(Int(min($0, 86400))) s)" } ?? ""
             return .unavailable(BrokerError(.idpUnavailable, "the identity provider of \"\(group.name)\" answered HTTP \(answer.status)\(later) at \(url.path.prefix(200))"),
                                 retryAfter: answer.retryAfter)
         }
+    }
+
+    /// The form fields whose values are secrets.
+    static let secretFields: Set<String> = ["refresh_token", "subject_token", "client_secret", "password", "client_assertion",
+                                            "code", "code_verifier", "device_code", "token"]
+
+    /// `text` with every secret of `sent` (at least 8 bytes: shorter ones are not tokens) cut out.
+    static func withoutSecrets(_ text: String?, sent: [String]) -> String? {
+        guard var text else { return nil }
+        for secret in sent where secret.utf8.count >= 8 { text = text.replacing(secret, with: "[a secret msso sent]") }
+        return text
     }
 
     /// One exchange, with the IdP's silence or a redirect said in words.

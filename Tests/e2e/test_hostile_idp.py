@@ -449,3 +449,28 @@ def test_an_oauth_refusal_names_its_cause_its_exit_status_and_the_providers_word
     assert 'The identity provider said: "Expected DPoP header,?]0;pwned? none found"' in done.stderr
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
     assert broker.alive()
+
+
+def test_a_provider_that_echoes_a_secret_in_its_words_does_not_make_msso_show_it(desktop, fake):
+    """Found by an outside test: the provider's `error_description` is shown to the user and the
+    apps (`OAuthError.said`), and a hostile one echoed the refresh token it was sent. Every secret
+    a request sent (refresh token, password, client secret) is cut out of the words shown."""
+    daemon = Broker(desktop, fake, groups={GROUP: {"refresh_lead": "3600s"}})
+    try:
+        fake.password_error = (400, {"error": "invalid_request", "error_description": "your password alice-pass is wrong"})
+        refused = daemon.login()
+        assert refused.returncode == 6 and "your password [a secret msso sent] is wrong" in refused.stderr, refused.stderr
+        assert "alice-pass" not in refused.stderr
+        fake.password_error = None
+        assert daemon.login().returncode == 0
+        fake.refresh_error = lambda form: (400, {"error": "invalid_request", "error_description":
+                                                 f"no refresh for {form['refresh_token'][0]} of client {secret_of(fake)}"})
+        # Every sign refreshes (refresh_lead); the token still works, so the sign is served, and
+        # the refusal's words go to the log and to doctor's last outcome: none holds the secrets.
+        token = desktop.keyring_item()[1]["refreshToken"]
+        SECRETS.add(token)
+        assert daemon.msso("sign", "--url", "https://api.example.com/x").returncode == 0
+        assert daemon.logged("no refresh for [a secret msso sent] of client [a secret msso sent]") >= 1
+        assert token not in daemon.log.read_text() and secret_of(fake) not in daemon.log.read_text()
+    finally:
+        daemon.stop()
