@@ -96,6 +96,59 @@ public struct Resources: Equatable, Sendable {
         return best.map { entries[$0] }
     }
 
+    /// The entry `url` falls in once its path is resolved as a lenient server resolves it
+    /// (``resolvedPath(_:)``), when that is another than ``entry(for:)`` finds by its bytes: a
+    /// request a server would route to another entry's server than the token is minted for.
+    /// Nil when they agree, or when one entry alone could cover the URL's origin.
+    public func otherEntryOnceResolved(_ url: String) -> String? {
+        guard prefixes.count > 1, let raw = entry(for: url) else { return nil }
+        return Array(url.utf8).withUnsafeBufferPointer { b -> String? in
+            guard let parts = Self.parts(b),
+                  prefixes.filter({ $0.https == parts.https && $0.port == parts.port && $0.host.count == parts.host.count }).count > 1 else { return nil }
+            var resolved = Array(b[..<parts.path.lowerBound])
+            resolved += Self.resolvedPath(UnsafeBufferPointer(rebasing: b[parts.path]))
+            let read = resolved.withUnsafeBufferPointer { entry(for: $0) }
+            return read == raw ? nil : read ?? "none of them"
+        }
+    }
+
+    /// A path as the most lenient server reads it: each segment percent-decoded until nothing more
+    /// decodes (an encoded slash or backslash then splits it), cut at its first `;` (Java servers
+    /// drop a segment's parameters), empty segments dropped (`//`), `.` and `..` resolved.
+    static func resolvedPath(_ path: UnsafeBufferPointer<UInt8>) -> [UInt8] {
+        var segments: [[UInt8]] = []
+        for raw in path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
+            var bytes = Array(raw)
+            while bytes.contains(UInt8(ascii: "%")) {
+                var out: [UInt8] = [], k = 0
+                while k < bytes.count {
+                    if bytes[k] == UInt8(ascii: "%"), k + 2 < bytes.count, isHex(bytes[k + 1]), isHex(bytes[k + 2]) {
+                        out.append(hexValue(bytes[k + 1]) << 4 | hexValue(bytes[k + 2]))
+                        k += 3
+                    } else {
+                        out.append(bytes[k])
+                        k += 1
+                    }
+                }
+                if out == bytes { break }
+                bytes = out
+            }
+            let slash = UInt8(ascii: "/"), backslash = UInt8(ascii: "\\"), dot = UInt8(ascii: "."), semicolon = UInt8(ascii: ";")
+            let pieces: [ArraySlice<UInt8>] = bytes.split(omittingEmptySubsequences: false) { $0 == slash || $0 == backslash }
+            for piece in pieces {
+                let segment: [UInt8] = Array(piece.prefix { $0 != semicolon })
+                if segment.isEmpty || segment == [dot] { continue }
+                if segment == [dot, dot] {
+                    _ = segments.popLast()
+                } else {
+                    segments.append(segment)
+                }
+            }
+        }
+        let trailing = path.last == UInt8(ascii: "/")
+        return [UInt8(ascii: "/")] + Array(segments.joined(separator: [UInt8(ascii: "/")])) + (trailing && !segments.isEmpty ? [UInt8(ascii: "/")] : [])
+    }
+
     /// How far a prefix covers a URL by its bytes: not at all, as its whole origin, or as a path
     /// prefix (where ``escape(_:)`` must find nothing).
     enum Reach { case none, origin, path }

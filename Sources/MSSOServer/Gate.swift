@@ -117,7 +117,17 @@ struct Gate: Sendable {
     /// stays limited, whatever a file of the user's adds). A registration naming a scope the group
     /// does not have is refused, named.
     private func target(_ config: GroupConfig, url: String?, _ caller: Caller) throws(BrokerError) -> TokenTarget {
-        let resource = config.tokens == .perResource ? url.flatMap { config.resources?.entry(for: $0) } : nil
+        var resource: String?
+        if config.tokens == .perResource, let url, let resources = config.resources {
+            guard let entry = resources.entry(for: url) else {
+                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is not one of the resources of the access group \"\(config.name)\"")
+            }
+            if let other = resources.otherEntryOnceResolved(url) {
+                // Never a token of one server for a request another would take: found by an outside test.
+                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is under \(entry) as written, but a server that resolves its path (dot segments, `;` parameters, `//`, percent-encoding) reads it as under \(other), and the access group \"\(config.name)\" mints a token for each; send the request to its path resolved")
+            }
+            resource = entry
+        }
         guard caller.registrations.contains(where: { $0.scopes != nil }) else { return TokenTarget(resource: resource) }
         var scopes: Set<String>?
         for registration in caller.registrations where registration.groups.contains(config.name) {

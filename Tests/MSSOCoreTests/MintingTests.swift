@@ -173,6 +173,26 @@ final class MintingTests: XCTestCase {
         XCTAssertFalse(String(decoding: try JSONEncoder().encode(plain), as: UTF8.self).contains("minted"))
     }
 
+    func testAPathAServerResolvesIntoAnotherEntryIsFound() throws {
+        // Found by an outside test: each of these got the token of `/` for a request that `/admin/` serves.
+        let resources = try Resources(["https://a.example.com/", "https://a.example.com/admin/"])
+        for url in ["https://a.example.com/x/../admin/users", "https://a.example.com/admin;v=1/users", "https://a.example.com//admin/users",
+                    "https://a.example.com/%61dmin/users", "https://a.example.com/%2561dmin/users", "https://a.example.com/x%2f..%2fadmin/u",
+                    "https://a.example.com/./admin/u"] {
+            XCTAssertEqual(resources.otherEntryOnceResolved(url), "https://a.example.com/admin/", url)
+        }
+        // And the other way: written under /admin/, read outside it.
+        XCTAssertEqual(resources.otherEntryOnceResolved("https://a.example.com/admin/../x"), "https://a.example.com/")
+        for url in ["https://a.example.com/admin/users", "https://a.example.com/x", "https://a.example.com/adminx/y",
+                    "https://a.example.com/admin/users?next=/../x", "https://a.example.com/"] {
+            XCTAssertNil(resources.otherEntryOnceResolved(url), url)
+        }
+        // One entry per origin: nothing to confuse (and no work on the hot path).
+        XCTAssertNil(try Resources(["https://a.example.com/", "https://b.example.com/"]).otherEntryOnceResolved("https://a.example.com/x/../y"))
+        let path = Array("/a/./b/../c//d;p/%2e%2e/e/".utf8)
+        XCTAssertEqual(path.withUnsafeBufferPointer { Resources.resolvedPath($0) }, Array("/a/c/e/".utf8))
+    }
+
     func testTheMostSpecificEntryIsTheTarget() throws {
         let resources = try Resources(["https://h.example/", "https://h.example/git/", "https://other.example/"])
         XCTAssertEqual(resources.entry(for: "https://h.example/git/x.git"), "https://h.example/git/")

@@ -90,6 +90,19 @@ def test_a_token_minted_for_git_is_refused_by_the_kubernetes_api(per_resource):
     assert accepted.status_code == 200, accepted.text
 
 
+def test_a_path_a_server_resolves_into_the_other_servers_entry_gets_neither_token(per_resource):
+    """Found by an outside test: `/x/../git/…`, `/%67it/…`, `//git/…`, `/git;v=1/…` are under the
+    origin's entry as written and under git's once a server resolves them (curl does, before it
+    sends): msso gave the origin's token for git's server. Now refused (exit 7), naming both."""
+    daemon, served, idp, git, api = per_resource
+    for path in ["x/../git/suite.git", "%67it/suite.git", "/git/suite.git", "git;v=1/suite.git", "git/../api/v1"]:
+        refused = daemon.msso("sign", "--url", f"{api}{path}")
+        assert refused.returncode == 7, (path, refused.stdout, refused.stderr)
+        assert "reads it as under" in refused.stderr, refused.stderr
+        assert daemon.msso("token", "--resource", f"{api}{path}").returncode == 7
+    assert daemon.logged("minted an access token") == 0
+
+
 def test_status_lists_the_minted_tokens_never_the_tokens(per_resource):
     daemon, served, idp, git, api = per_resource
     for_git = bearer(daemon.msso("sign", "--url", f"{git}x.git"))
