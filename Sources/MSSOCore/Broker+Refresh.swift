@@ -247,6 +247,22 @@ extension Broker {
             throw busy
         } catch is CancellationError {
             throw ended
+        } catch let refused as MintRefused {
+            // Nothing handed out, but the refresh token the provider rotated as it answered is kept.
+            if let rotated = refused.refreshToken {
+                try await exclusively(name) {
+                    guard groups[name]?.generation == generation, var current = groups[name]?.credential else { throw ended }
+                    current.refreshToken = rotated
+                    update(name) {
+                        $0.credential = current
+                        $0.unsaved = true
+                    }
+                    try await store.save(current, group: name)
+                    update(name) { $0.unsaved = false }
+                    identity.forgetRescuedRefresh(config)
+                }
+            }
+            throw refused.error
         }
         let minted = MintedToken(target, accessToken: tokens.accessToken, expiresAt: now() + tokens.expiresIn)
         return try await exclusively(name) {

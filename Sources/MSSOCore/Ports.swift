@@ -95,6 +95,18 @@ public protocol IdentityProvider: Sendable {
     func forgetRescuedRefresh(_ group: GroupConfig)
 }
 
+/// A mint the provider answered with a token msso does not hand out (not for the server, or with
+/// more scopes than asked): `error` says why; `refreshToken`, when the provider rotated the
+/// session's as it answered, is the session's now and must be stored.
+public struct MintRefused: Error, Sendable {
+    public var error: BrokerError
+    public var refreshToken: String?
+    public init(error: BrokerError, refreshToken: String?) {
+        self.error = error
+        self.refreshToken = refreshToken
+    }
+}
+
 /// A refresh's answer kept outside the broker (an earlier broker died or stopped before storing
 /// it, or could not store it): its tokens, and whether it answered the refresh token now stored.
 public struct RescuedTokens: Sendable {

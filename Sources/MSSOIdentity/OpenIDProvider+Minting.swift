@@ -68,14 +68,9 @@ extension OpenIDProvider {
         case .answered(let body):
             var tokens = try await refreshedTokens(body, group: group, dpop: dpop != nil)
             if mechanism == .exchange { tokens.refreshToken = nil } // the session's stays the session's
-            let claims = await claims(of: tokens.accessToken, group: group, needed: target.resource != nil || (target.scopes != nil && tokens.scope == nil))
-            if let wanted = target.scopes, let granted = (tokens.scope ?? claims?.scope)?.split(separator: " ").map(String.init),
-               let beyond = granted.first(where: { !wanted.contains($0) }) {
-                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token with the scopes \(wanted.joined(separator: " ")) by \(how) with one that also has \"\(TerminalText.safe(String(beyond.prefix(200))))\", so msso does not hand it out; the provider does not narrow scopes this way")
-            }
-            if let resource = target.resource, let named = claims?.aud, !named.contains(asked ?? resource) {
-                // A provider that ignores `resource` answers with a token for everywhere: not one to send to one server.
-                throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" answered a request for a token for \(resource)\(asked.map { " (audience \"\($0)\")" } ?? "") by \(how) with one for \(named.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so msso does not send it there; if the provider knows the server by another name, give it in [groups.\"\(group.name)\".audiences], else try `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` or `tokens = \"shared\"`")
+            if let problem = await refusal(of: tokens, for: target, audience: asked, how: how, mechanism: mechanism, group: group) {
+                // Not handed out; but a refresh token the provider rotated is the session's now.
+                throw MintRefused(error: problem, refreshToken: tokens.refreshToken)
             }
             return tokens
         // As a refresh's: the IdP refuses the refresh token (glewlwyd with a bare 400): the session is over.
@@ -94,35 +89,84 @@ extension OpenIDProvider {
         }
     }
 
-    /// Whom a minted token is for (`aud`) and its scopes: read from a JWT, else asked of the
-    /// provider's introspection endpoint (RFC 7662, as the client); nil when neither says, which
-    /// msso then cannot check (a provider that ignores `resource` and issues opaque tokens
-    /// without introspection goes unnoticed: docs/SECURITY.md).
-    func claims(of token: String, group: GroupConfig, needed: Bool) async -> Claims? {
-        guard needed else { return nil }
-        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        if parts.count == 3, parts[1].utf8.count <= 16384, let payload = JOSEBase64.decode(parts[1]),
-           let claims = try? JSONDecoder().decode(Claims.self, from: payload), claims.aud != nil || claims.scope != nil {
-            return claims
+    /// Why msso does not hand out the token a mint got, or nil. For a server, the token's audience
+    /// must name it (or its `audiences` name): read from the JWT, else from the provider's
+    /// introspection (RFC 7662, as the client); a token that names none there is refused, and only
+    /// an opaque token from a provider without introspection goes unchecked (docs/SECURITY.md). For
+    /// an app's scopes, no scope beyond them in the answer, the JWT (`scope`, `scp`) or the
+    /// introspection; none said at all is the scopes asked for (RFC 8693 §2.2.1).
+    func refusal(of tokens: TokenSet, for target: TokenTarget, audience asked: String?, how: String, mechanism: TokenRequest,
+                 group: GroupConfig) async -> BrokerError? {
+        let idp = "the identity provider of \"\(group.name)\""
+        var facts = Self.jwtClaims(tokens.accessToken)
+        let opaque = facts == nil
+        if (target.resource != nil && facts?.aud == nil) || (target.scopes != nil && tokens.scope == nil && facts?.scopes == nil) {
+            if let introspected = await introspection(of: tokens.accessToken, group: group) {
+                if introspected.active == false {
+                    return BrokerError(.resourceRefused, "\(idp) says the token it just minted for \(target) by \(how) is not active; msso does not hand it out")
+                }
+                facts = Claims(aud: facts?.aud ?? introspected.aud, scopes: (facts?.scopes ?? []).union(introspected.scopes ?? []), active: true)
+            }
         }
-        guard let endpoint = try? await discover(group).introspection,
-              case .answered(let body)? = try? await exchange(endpoint, group: group, form: [("token", token), ("token_type_hint", "access_token")]),
-              var answer = try? JSONDecoder().decode(Claims.self, from: body) else { return nil }
-        if answer.active == false { answer.aud = [] } // not a token anyone would take
-        return answer
+        if let wanted = target.scopes {
+            var granted = facts?.scopes ?? []
+            for scope in (tokens.scope ?? "").split(separator: " ") { granted.insert(String(scope)) }
+            if let beyond = granted.sorted().first(where: { !wanted.contains($0) }) {
+                return BrokerError(.resourceRefused, "\(idp) answered a request for a token with the scopes \(wanted.joined(separator: " ")) by \(how) with one that also has \"\(TerminalText.safe(String(beyond.prefix(200))))\", so msso does not hand it out; the provider does not narrow scopes this way")
+            }
+        }
+        if let resource = target.resource {
+            let wanted = asked ?? resource
+            let what = "a token for \(resource)\(asked.map { " (audience \"\($0)\")" } ?? "") by \(how)"
+            guard let named = facts?.aud else {
+                if opaque, (try? await discover(group).introspection) == nil { return nil } // nothing to ask: said in SECURITY.md
+                return BrokerError(.resourceRefused, "\(idp) answered a request for \(what) with one that names no audience, so any server would take it and msso does not hand it out; use `tokens = \"shared\"` with this provider")
+            }
+            if !named.contains(wanted) {
+                return BrokerError(.resourceRefused, "\(idp) answered a request for \(what) with one for \(named.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so msso does not send it there; if the provider knows the server by another name, give it in [groups.\"\(group.name)\".audiences], else try `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` or `tokens = \"shared\"`")
+            }
+        }
+        return nil
     }
 
-    /// `aud` (a string or a list) and `scope` of a JWT's claims or an introspection's answer.
+    /// The claims of a JWT access token, nil for a token that is not one (opaque).
+    static func jwtClaims(_ token: String) -> Claims? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1].utf8.count <= 16384, let payload = JOSEBase64.decode(parts[1]) else { return nil }
+        return try? JSONDecoder().decode(Claims.self, from: payload)
+    }
+
+    /// The provider's RFC 7662 answer on `token`, asked as the client; nil when it offers none or
+    /// does not answer.
+    func introspection(of token: String, group: GroupConfig) async -> Claims? {
+        guard let endpoint = try? await discover(group).introspection,
+              case .answered(let body)? = try? await exchange(endpoint, group: group, form: [("token", token), ("token_type_hint", "access_token")]) else {
+            return nil
+        }
+        return try? JSONDecoder().decode(Claims.self, from: body)
+    }
+
+    /// What a JWT's claims or an introspection's answer say of a token: `aud` (a string or a list;
+    /// anything else is none), its scopes (`scope`, space-separated, and `scp`, a string or a
+    /// list: providers write either), and `active`.
     struct Claims: Decodable {
         var aud: [String]?
-        var scope: String?
+        var scopes: Set<String>?
         var active: Bool?
-        enum CodingKeys: CodingKey { case aud, scope, active }
+        enum CodingKeys: CodingKey { case aud, scope, scp, active }
+        init(aud: [String]?, scopes: Set<String>?, active: Bool?) {
+            (self.aud, self.scopes, self.active) = (aud, scopes, active)
+        }
         init(from decoder: Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
-            if let one = try? c.decode(String.self, forKey: .aud) { aud = [one] } else { aud = try? c.decode([String].self, forKey: .aud) }
-            scope = (try? c.decode(String.self, forKey: .scope)).map { String($0.prefix(4096)) }
+            aud = Self.strings(c, .aud)
+            let listed = (Self.strings(c, .scope) ?? []).flatMap { $0.split(separator: " ").map(String.init) } + (Self.strings(c, .scp) ?? [])
+            scopes = c.contains(.scope) || c.contains(.scp) ? Set(listed.prefix(256)) : nil
             active = try? c.decode(Bool.self, forKey: .active)
+        }
+        static func strings(_ c: KeyedDecodingContainer<CodingKeys>, _ key: CodingKeys) -> [String]? {
+            if let one = try? c.decode(String.self, forKey: key) { return [String(one.prefix(4096))] }
+            return (try? c.decode([String].self, forKey: key)).map { Array($0.prefix(256)) }
         }
     }
 }

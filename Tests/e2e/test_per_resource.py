@@ -314,3 +314,37 @@ def test_a_password_login_at_glewlwyd_names_the_way_out(desktop, servers):
         assert daemon.msso("check").returncode == 0
     finally:
         daemon.stop()
+
+
+def test_a_minted_token_that_names_no_audience_is_refused_and_the_rotated_token_kept(desktop):
+    """Found by an outside test: a provider (here a proxy in front of glewlwyd) that answers a mint
+    with a JWT naming no audience had it handed out for every server. Now refused (exit 6); and the
+    refresh token glewlwyd rotated as it answered is stored, not lost: the next mint, once the
+    provider behaves, works with it."""
+    import base64
+    from fake_idp import FakeIdP
+    resource = "http://127.0.0.1:9/api/"
+    upstream = IdP(resources=[resource])
+    fake = FakeIdP(upstream)
+    daemon = None
+    try:
+        daemon = Broker(desktop, fake, groups={GROUP: {"resources": [resource], "tokens": "per-resource"}})
+        device_login(daemon, fake)
+        before = desktop.keyring_item()[1]["refreshToken"]
+        SECRETS.add(before)
+        part = lambda value: base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()  # noqa: E731
+        fake.token_overrides = {"access_token": f"{part({'alg': 'ES256'})}.{part({'sub': 'alice', 'scope': 'openid'})}.c2ln"}
+        refused = daemon.msso("sign", "--url", f"{resource}x")
+        assert refused.returncode == 6, refused.stderr
+        assert resource in refused.stderr and ("names no audience" in refused.stderr or "is not active" in refused.stderr), refused.stderr
+        rotated = desktop.keyring_item()[1]["refreshToken"]
+        SECRETS.add(rotated)
+        assert rotated != before and upstream.introspect(rotated)["active"], "the rotated refresh token is stored"
+        fake.token_overrides = {}
+        token = bearer(daemon.msso("sign", "--url", f"{resource}x"))
+        assert upstream.introspect(token)["aud"] == resource
+    finally:
+        if daemon:
+            daemon.stop()
+        fake.stop()
+        upstream.cleanup()
