@@ -93,6 +93,7 @@ extension Broker {
         let refreshed = credential
         return try await exclusively(name) {
             guard groups[name]?.generation == generation else {
+                abandon(config, rotated: needsNewToken ? refreshed.refreshToken : nil)
                 throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
             }
             // The IdP may have rotated the refresh token: keep it in memory even if the store
@@ -107,6 +108,17 @@ extension Broker {
             logger.info("access token refreshed", metadata: ["group": "\(name)"])
             return refreshed
         }
+    }
+
+    /// A refresh or mint answered after its session ended (a logout or a login came meanwhile):
+    /// the refresh token the provider rotated as it answered belongs to no session, so it is
+    /// revoked (the logout revoked only the one it replaced), and its kept answer dropped.
+    /// (Found by an outside test: it stayed alive at the provider, and in the kernel keyring.)
+    func abandon(_ config: GroupConfig, rotated: String?) {
+        identity.forgetRescuedRefresh(config)
+        guard let rotated else { return }
+        let identity = self.identity
+        Task { _ = await identity.revoke(config, token: rotated, hint: .refreshToken) }
     }
 
     /// The IdP no longer honours the session: close the window now so every app sees `Expired`.
@@ -266,7 +278,10 @@ extension Broker {
         }
         let minted = MintedToken(target, accessToken: tokens.accessToken, expiresAt: now() + tokens.expiresIn)
         return try await exclusively(name) {
-            guard groups[name]?.generation == generation, var current = groups[name]?.credential else { throw ended }
+            guard groups[name]?.generation == generation, var current = groups[name]?.credential else {
+                abandon(config, rotated: tokens.refreshToken)
+                throw ended
+            }
             // The rotated refresh token is kept in memory even if the store fails; the minted
             // token is used only once stored.
             current.refreshToken = tokens.refreshToken ?? current.refreshToken

@@ -137,6 +137,29 @@ final class MintingTests: XCTestCase {
         XCTAssertEqual(idp.mintLog.mints.count, asked, "not asked during the backoff")
     }
 
+    func testALogoutDuringAMintRevokesTheRefreshTokenTheMintRotated() async throws {
+        // Found by an outside test: the logout revoked the spent token, and the mint's new one lived on.
+        let broker = try makeBroker()
+        try await login(broker) // rt-1
+        idp.mintDelay = 50_000_000
+        let (git, idp) = (self.git, self.idp)
+        let outcome = try await withThrowingTaskGroup(of: ErrorName?.self) { tasks in
+            tasks.addTask {
+                do { _ = try await Self.sign(broker, git); return nil } catch let error as BrokerError { return error.name }
+            }
+            tasks.addTask {
+                while idp.mintLog.mints.isEmpty { await Task.yield() }
+                _ = try await broker.logout(nil, all: false)
+                return .internal // (not the sign's)
+            }
+            return try await tasks.reduce(into: [ErrorName?]()) { $0.append($1) }
+        }
+        XCTAssertTrue(outcome.contains(.notLoggedIn), "logged out while it was minted: \(outcome)")
+        while !idp.counts.revoked.contains("rt-2") { await Task.yield() }
+        XCTAssertTrue(Set(idp.counts.revoked).isSuperset(of: ["rt-1", "rt-2"]), "the session's and the one the mint rotated")
+        XCTAssertNil(store.item(group))
+    }
+
     func testStatusListsTheMintedTokensNeverATokenAndTheyAreBounded() async throws {
         let broker = try makeBroker()
         try await login(broker)
