@@ -238,8 +238,25 @@ extension Broker {
             // The exchange's subject is the session's own token: renewed first (this lane's turn).
             credential = try await performRefresh(config, generation: generation)
         }
-        if mechanism == .resource, let refusal = await store.cannotSave(credential, group: name) {
-            throw refusal // the refresh token would be spent with no room for what rotates it
+        // Room for the answer: tokens that have ended give theirs, then those that end first (each
+        // minted again when asked for), so that a store with a small quota (the kernel keyring's
+        // 20,000 bytes) goes on minting rather than jam (found by an outside test: ten did).
+        var dropped = Set(credential.minted.filter { $0.target != target && mintedLife($0, name).remaining(at: clock.moment()) <= 0 }.map(\.target))
+        credential.minted.removeAll { dropped.contains($0.target) }
+        if mechanism == .resource {
+            func withAnswer(_ credential: Credential) -> Credential {
+                var probe = credential
+                let size = max(credential.minted(for: target)?.accessToken.utf8.count ?? 0, credential.accessToken.utf8.count)
+                probe.keep(MintedToken(target, accessToken: String(repeating: "x", count: size), expiresAt: now() + 1))
+                return probe
+            }
+            var refusal = await store.cannotSave(withAnswer(credential), group: name)
+            while refusal != nil, let soonest = credential.minted.filter({ $0.target != target }).min(by: { $0.expiresAt < $1.expiresAt }) {
+                dropped.insert(soonest.target)
+                credential.minted.removeAll { $0.target == soonest.target }
+                refusal = await store.cannotSave(withAnswer(credential), group: name)
+            }
+            if let refusal { throw refusal } // the refresh token would be spent with no room for what rotates it
         }
         let tokens: TokenSet
         do {
@@ -285,6 +302,7 @@ extension Broker {
             // The rotated refresh token is kept in memory even if the store fails; the minted
             // token is used only once stored.
             current.refreshToken = tokens.refreshToken ?? current.refreshToken
+            current.minted.removeAll { dropped.contains($0.target) }
             current.keep(minted)
             update(name) {
                 $0.credential = current

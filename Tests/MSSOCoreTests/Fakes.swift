@@ -72,6 +72,13 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
     /// Groups whose item reads back as not a credential.
     var corrupt: Set<String> = []
     var saveDelay: UInt64 = 0
+    /// As the kernel keyring's quota: bytes left; a save needs twice the payload and 1 KiB.
+    var room: Int?
+
+    func cannotSave(_ credential: Credential, group: String) async -> BrokerError? {
+        guard let room, let payload = try? JSONEncoder().encode(credential) else { return nil }
+        return room < 2 * payload.count + 1024 ? BrokerError(.keyringUnavailable, "quota full") : nil
+    }
 
     func item(_ group: String) -> Credential? { lock.withLock { items[group] } }
     var counts: (loads: Int, saves: Int) { lock.withLock { (loads, saves) } }

@@ -160,6 +160,29 @@ final class MintingTests: XCTestCase {
         XCTAssertNil(store.item(group))
     }
 
+    func testASmallStoreGoesOnMintingForManyServersDroppingThoseThatEndFirst() async throws {
+        // Found by an outside test: the kernel keyring's quota took about ten, then every mint was refused for good.
+        var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
+        let servers = (1...40).map { "https://srv\($0).example.com/" }
+        config.resources = try Resources(servers)
+        config.tokens = .perResource
+        let broker = Broker(configuration: Configuration(groups: [config]), store: store, identity: idp, logger: Logger(label: "test"), clock: clock)
+        try await login(broker)
+        store.room = 6000
+        for server in servers {
+            clock.advance(1)
+            _ = try await Self.sign(broker, TokenTarget(resource: server), url: server + "x")
+        }
+        let stored = try XCTUnwrap(store.item(group))
+        XCTAssertNotNil(stored.minted(for: TokenTarget(resource: servers.last!)), "the newest is held")
+        XCTAssertLessThan(stored.minted.count, servers.count, "the first ones gave their place")
+        XCTAssertEqual(idp.mintLog.reused, [])
+        // Ended ones give theirs first.
+        clock.advance(400)
+        _ = try await Self.sign(broker, TokenTarget(resource: servers[0]), url: servers[0] + "x")
+        XCTAssertEqual(store.item(group)?.minted.count, 1)
+    }
+
     func testStatusListsTheMintedTokensNeverATokenAndTheyAreBounded() async throws {
         let broker = try makeBroker()
         try await login(broker)

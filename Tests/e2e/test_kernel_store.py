@@ -331,3 +331,31 @@ def settled_quota(uid) -> int:
 def quota_used(uid) -> int:
     """Bytes of the key quota `uid` uses (/proc/key-users)."""
     return int(next(line.split()[4].split("/")[0] for line in open("/proc/key-users") if line.split()[0] == f"{uid}:"))
+
+
+def test_many_servers_minted_into_the_kernel_keyring_go_on_within_its_quota(server_session, account):
+    """Found by an outside test: with `tokens = "per-resource"` and the kernel keyring's 20,000-byte
+    quota, about ten minted tokens filled it, and every later mint was refused for good (exit 4).
+    Now the tokens that end first give their place (minted again when asked for): sixteen servers,
+    each signed for in turn at glewlwyd, and again the first; nothing refused, nothing lost."""
+    import subprocess
+    from harness import BIN, IdP
+    servers = [f"http://127.0.0.1:9/r{n}/" for n in range(16)]
+    idp = IdP(resources=servers, refresh_one_use="never")
+    daemon = Broker(server_session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, server_session)),
+                                                         "resources": servers, "tokens": "per-resource"}})
+    try:
+        cli = subprocess.Popen([*server_session.prefix, BIN / "msso", "login", "--device"], env=daemon.env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        idp.approve_device(cli.stderr.readline().strip().rsplit(" ", 1)[-1])
+        assert cli.wait(timeout=30) == 0, cli.stderr.read()
+        for server in servers + servers[:1]:
+            done = daemon.msso("sign", "--url", f"{server}x")
+            assert done.returncode == 0, (server, done.stderr)
+        stored = json.loads(payload(account))
+        SECRETS.update([stored["accessToken"], stored["refreshToken"]] + [token["accessToken"] for token in stored["minted"]])
+        assert 1 < len(stored["minted"]) < len(servers), "held as many as the quota takes"
+        assert quota_used(account) < 20_000
+    finally:
+        daemon.stop()
+        idp.cleanup()
