@@ -67,7 +67,7 @@ public enum StateFile {
     }
 
     /// Makes `directory` and those above it that are missing, 0700 (as the audit log's are).
-    static func makeDirectory(_ directory: String) -> Bool {
+    public static func makeDirectory(_ directory: String) -> Bool {
         var info = stat()
         if stat(directory, &info) == 0 { return (info.st_mode & S_IFMT) == S_IFDIR }
         let parent = AdminFiles.parent(of: directory)

@@ -109,6 +109,10 @@ struct Daemon: AsyncParsableCommand {
             logger.warning("no access group configured", metadata: ["files": "\(Configuration.searchPath(environment: environment).map(\.path))"])
         }
 
+        if let held = OneDaemon.claim(stateDirectory: Configuration.stateDirectory(environment: environment)) {
+            logger.critical("not started: \(held)")
+            throw ExitCode(1)
+        }
         let rules = Rules(configuration: configuration, logger: logger)
         let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
         // From `store` (a reload does not move sessions), chosen from now on: what `auto` finds

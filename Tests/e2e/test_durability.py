@@ -276,3 +276,23 @@ def test_a_new_mssod_waits_for_the_refresh_a_killed_one_left_under_way(desktop, 
     assert daemon.logged("took the answer of a refresh an earlier mssod had under way") == 1, daemon.log.read_text()[-4000:]
     assert daemon.msso("sign", "--url", URL).returncode == 0
     the_rotated_token_is_stored_alone(desktop, provider, item)
+
+
+def test_a_second_mssod_of_the_user_does_not_start(broker, desktop, idp):
+    """Found by an outside test: a second mssod of the same user on another socket spent the
+    refresh token the first one held, and a provider rotating them ended the session (6 of 6).
+    The second now refuses to start, naming the first, and the first serves on."""
+    assert broker.login().returncode == 0
+    second = subprocess.run([*desktop.prefix, BIN / "mssod", "--socket", str(desktop.runtime / "second.sock")],
+                            env=broker.env, capture_output=True, text=True, timeout=30)
+    assert second.returncode == 1, second.stderr
+    assert f"another mssod (pid {broker.process.pid}) already runs for this user" in second.stderr, second.stderr
+    assert not (desktop.runtime / "second.sock").exists()
+    assert signs(broker)
+    kill_hard(broker)
+    broker.start()  # the lock goes with the process, however it ends
+    assert signs(broker)
+
+
+def signs(broker) -> bool:
+    return broker.msso("sign", "--url", URL).returncode == 0
