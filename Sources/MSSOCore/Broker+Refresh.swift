@@ -233,7 +233,13 @@ extension Broker {
             }
             return held
         }
-        let mechanism = try await identity.mintingMechanism(config, for: target)
+        let mechanism: TokenRequest
+        do {
+            mechanism = try await identity.mintingMechanism(config, for: target)
+        } catch let error as BrokerError where error.name == .idpUnavailable {
+            groups[name]?.backoff.failed(at: now(), retryAfter: nil) // its discovery did not answer: backed off as a mint is
+            throw IdPBusy(error)
+        }
         if mechanism == .exchange, tokenLeft(credential, name) < config.refreshLead || groups[name]?.unsaved == true {
             // The exchange's subject is the session's own token: renewed first (this lane's turn).
             credential = try await performRefresh(config, generation: generation)
