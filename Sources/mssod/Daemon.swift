@@ -109,9 +109,13 @@ struct Daemon: AsyncParsableCommand {
             logger.warning("no access group configured", metadata: ["files": "\(Configuration.searchPath(environment: environment).map(\.path))"])
         }
 
-        if let held = OneDaemon.claim(stateDirectory: Configuration.stateDirectory(environment: environment)) {
-            logger.critical("not started: \(held)")
+        switch OneDaemon.claim(stateDirectory: Configuration.stateDirectory(environment: environment)) {
+        case .claimed: break
+        case .held(let why):
+            logger.critical("not started: \(why)")
             throw ExitCode(1)
+        case .unavailable(let why):
+            logger.warning("serving without the lock that keeps a second mssod of this user from starting: \(why)")
         }
         let rules = Rules(configuration: configuration, logger: logger)
         let audit = Self.openAudit(environment: environment, policy: configuration.policy, logger: logger)
