@@ -5,7 +5,8 @@
 Run as an ordinary user. Unless HOW is `plain`, it makes a user namespace of its own (where it holds every capability)
 and, unless HOW is `userns-only`, a pid namespace owned by it, whose pid 1 listens on SOCKET and
 starts the genuine MSSOD as its child (with the environment it was given, but a runtime directory
-of its own, so that mssod does not take SOCKET back). It answers pam_msso as mssod would (hello,
+of its own, so that mssod does not take SOCKET back, and a state directory of its own, so that the
+one-mssod-per-user lock of the genuine mssod running beside does not stop it). It answers pam_msso as mssod would (hello,
 status with one administrator's group whose session is valid, login), and sends every reply with SCM_CREDENTIALS naming
 that mssod: the kernel allows it, because it holds CAP_SYS_ADMIN over the user namespace that owns
 its pid namespace, and derives SCM_PIDFD from the pid named.
@@ -67,7 +68,7 @@ def start_mssod(mssod, nested, report):
     """Forks the genuine mssod; its pid in this process's pid namespace and its runtime directory,
     through `report`."""
     runtime = tempfile.mkdtemp(prefix="msso-forged-run-")
-    env = dict(os.environ, XDG_RUNTIME_DIR=runtime)
+    env = dict(os.environ, XDG_RUNTIME_DIR=runtime, XDG_STATE_HOME=runtime + "/state")
     read, write = os.pipe()
     child = os.fork()
     if child == 0:
@@ -159,7 +160,7 @@ def exec_after_reply(conn, record, events, mssod):
         note(events, "closed")
         os._exit(0)
     runtime = tempfile.mkdtemp(prefix="msso-forged-run-")
-    env = dict(os.environ, XDG_RUNTIME_DIR=runtime)
+    env = dict(os.environ, XDG_RUNTIME_DIR=runtime, XDG_STATE_HOME=runtime + "/state")
     note(events, f"exec {os.getpid()} {runtime}")
     conn.sendall(replies)
     os.execve(mssod, [mssod], env)
