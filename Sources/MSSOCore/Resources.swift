@@ -90,7 +90,13 @@ public struct Resources: Equatable, Sendable {
     func entry(for b: UnsafeBufferPointer<UInt8>) -> String? {
         guard let parts = Self.parts(b) else { return nil }
         var best: Int?
-        for (k, prefix) in prefixes.enumerated() where Self.reach(of: prefix, b, parts) != .none {
+        for (k, prefix) in prefixes.enumerated() {
+            switch Self.reach(of: prefix, b, parts) {
+            case .none: continue
+            case .origin: break
+            // As `allows`: a path that escapes a path prefix is not within it.
+            case .path: if Self.escape(UnsafeBufferPointer(rebasing: b[parts.path])) != nil { continue }
+            }
             if best == nil || prefix.path.count > prefixes[best!].path.count { best = k }
         }
         return best.map { entries[$0] }
@@ -103,18 +109,35 @@ public struct Resources: Equatable, Sendable {
     public func otherEntryOnceResolved(_ url: String) -> String? {
         guard prefixes.count > 1, let raw = entry(for: url) else { return nil }
         return Array(url.utf8).withUnsafeBufferPointer { b -> String? in
-            guard let parts = Self.parts(b),
-                  prefixes.filter({ $0.https == parts.https && $0.port == parts.port && $0.host.count == parts.host.count }).count > 1 else { return nil }
-            var resolved = Array(b[..<parts.path.lowerBound])
-            resolved += Self.resolvedPath(UnsafeBufferPointer(rebasing: b[parts.path]))
-            let read = resolved.withUnsafeBufferPointer { entry(for: $0) }
-            return read == raw ? nil : read ?? "none of them"
+            guard let parts = Self.parts(b) else { return nil }
+            let host = b[parts.host].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+            let here = prefixes.indices.filter { prefixes[$0].https == parts.https && prefixes[$0].port == parts.port && prefixes[$0].host == host }
+            guard here.count > 1 else { return nil }
+            // A strict server reads the path by its bytes: an entry whose path prefix the URL starts
+            // with, though one of its segments would escape it, is one it may route to.
+            let byBytes = here.filter { Self.reach(of: prefixes[$0], b, parts) != .none }.max { prefixes[$0].path.count < prefixes[$1].path.count }
+            if let byBytes, entries[byBytes] != raw { return entries[byBytes] }
+            // The most lenient reading: resolved, and compared without case (IIS, some Spring
+            // setups), the entry's own path without its last slash within it (`/admin` for
+            // `/admin/`: a server may add the slash).
+            let path = Self.resolvedPath(UnsafeBufferPointer(rebasing: b[parts.path])).map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+            var read: Int?
+            for k in here {
+                let prefix = prefixes[k].path.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+                let bare = prefix.count > 1 && prefix.last == UInt8(ascii: "/") ? Array(prefix.dropLast()) : prefix
+                let covers = prefix.count == 1 || path == bare || path.starts(with: bare + (bare.last == UInt8(ascii: "/") ? [] : [UInt8(ascii: "/")]))
+                if covers, read == nil || prefixes[k].path.count > prefixes[read!].path.count { read = k }
+            }
+            guard let read, entries[read] != raw else { return nil }
+            return entries[read]
         }
     }
 
     /// A path as the most lenient server reads it: each segment percent-decoded until nothing more
-    /// decodes (an encoded slash or backslash then splits it), cut at its first `;` (Java servers
-    /// drop a segment's parameters), empty segments dropped (`//`), `.` and `..` resolved.
+    /// decodes (`%uXXXX` too, as IIS does; an encoded slash or backslash then splits it), cut at
+    /// its first `;` (Java servers drop a segment's parameters), `?`, `#` (a server that decodes
+    /// before it splits off the query) or NUL, trailing dots dropped (IIS), empty segments dropped
+    /// (`//`), `.` and `..` resolved.
     static func resolvedPath(_ path: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var segments: [[UInt8]] = []
         for raw in path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
@@ -125,6 +148,10 @@ public struct Resources: Equatable, Sendable {
                     if bytes[k] == UInt8(ascii: "%"), k + 2 < bytes.count, isHex(bytes[k + 1]), isHex(bytes[k + 2]) {
                         out.append(hexValue(bytes[k + 1]) << 4 | hexValue(bytes[k + 2]))
                         k += 3
+                    } else if bytes[k] == UInt8(ascii: "%"), k + 5 < bytes.count, bytes[k + 1] | 0x20 == UInt8(ascii: "u"),
+                              bytes[(k + 2)...(k + 5)].allSatisfy(isHex), bytes[k + 2] == UInt8(ascii: "0"), bytes[k + 3] == UInt8(ascii: "0") {
+                        out.append(hexValue(bytes[k + 4]) << 4 | hexValue(bytes[k + 5])) // %u00XX: IIS
+                        k += 6
                     } else {
                         out.append(bytes[k])
                         k += 1
@@ -136,7 +163,8 @@ public struct Resources: Equatable, Sendable {
             let slash = UInt8(ascii: "/"), backslash = UInt8(ascii: "\\"), dot = UInt8(ascii: "."), semicolon = UInt8(ascii: ";")
             let pieces: [ArraySlice<UInt8>] = bytes.split(omittingEmptySubsequences: false) { $0 == slash || $0 == backslash }
             for piece in pieces {
-                let segment: [UInt8] = Array(piece.prefix { $0 != semicolon })
+                var segment: [UInt8] = Array(piece.prefix { $0 != semicolon && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") && $0 != 0 })
+                if segment != [dot, dot] { while segment.count > 1, segment.last == dot { segment.removeLast() } } // IIS drops trailing dots
                 if segment.isEmpty || segment == [dot] { continue }
                 if segment == [dot, dot] {
                     _ = segments.popLast()

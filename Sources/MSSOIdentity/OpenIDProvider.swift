@@ -453,11 +453,26 @@ public final class OpenIDProvider: IdentityProvider {
     static let secretFields: Set<String> = ["refresh_token", "subject_token", "client_secret", "password", "client_assertion",
                                             "code", "code_verifier", "device_code", "token"]
 
-    /// `text` with every secret of `sent` (at least 8 bytes: shorter ones are not tokens) cut out.
+    /// `text` with every secret of `sent` (at least 8 bytes: shorter ones are not tokens) cut out,
+    /// and every run that looks like an encoded one: 20 or more characters of base64, base64url,
+    /// hex or percent-encoding holding a digit (a second outside test had the provider echo the
+    /// Basic credentials, and the request body in base64). Sentences, URLs and error codes stay.
     static func withoutSecrets(_ text: String?, sent: [String]) -> String? {
         guard var text else { return nil }
         for secret in sent where secret.utf8.count >= 8 { text = text.replacing(secret, with: "[a secret msso sent]") }
-        return text
+        func encoded(_ c: Character) -> Bool {
+            c.isASCII && (c.isLetter || c.isNumber || "+=_-%".contains(c))
+        }
+        var out = "", run = ""
+        func flush() {
+            out += run.count >= 20 && run.contains(where: \.isNumber) ? "[…]" : run
+            run = ""
+        }
+        for character in text {
+            if encoded(character) { run.append(character) } else { flush(); out.append(character) }
+        }
+        flush()
+        return out
     }
 
     /// One exchange, with the IdP's silence or a redirect said in words.

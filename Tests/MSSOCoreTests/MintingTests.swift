@@ -227,8 +227,20 @@ final class MintingTests: XCTestCase {
                     "https://a.example.com/./admin/u"] {
             XCTAssertEqual(resources.otherEntryOnceResolved(url), "https://a.example.com/admin/", url)
         }
-        // And the other way: written under /admin/, read outside it.
-        XCTAssertEqual(resources.otherEntryOnceResolved("https://a.example.com/admin/../x"), "https://a.example.com/")
+        // A second outside test: encoded `?`/`#` ending a dot segment, IIS's case, trailing dots and
+        // %u, and the entry's path without its slash.
+        for url in ["https://a.example.com/x/..%3f/admin/s", "https://a.example.com/admin%3F/x", "https://a.example.com/admin",
+                    "https://a.example.com/ADMIN/s", "https://a.example.com/Admin/s", "https://a.example.com/admin./s",
+                    "https://a.example.com/admin%2e/s", "https://a.example.com/x/%u002e%u002e/admin/s"] {
+            XCTAssertEqual(resources.otherEntryOnceResolved(url), "https://a.example.com/admin/", url)
+        }
+        // And the other way: under /admin/ by its bytes (a strict server's reading), outside it once
+        // resolved: neither token.
+        for url in ["https://a.example.com/admin/../x", "https://a.example.com/admin/..%3F/s", "https://a.example.com/admin/..%23/s",
+                    "https://a.example.com/admin/..%253f/s", "https://a.example.com/admin/%2e%2e%3fx/s", "https://a.example.com/admin/.%3f/../s"] {
+            XCTAssertEqual(resources.entry(for: url), "https://a.example.com/", url)
+            XCTAssertEqual(resources.otherEntryOnceResolved(url), "https://a.example.com/admin/", url)
+        }
         for url in ["https://a.example.com/admin/users", "https://a.example.com/x", "https://a.example.com/adminx/y",
                     "https://a.example.com/admin/users?next=/../x", "https://a.example.com/"] {
             XCTAssertNil(resources.otherEntryOnceResolved(url), url)

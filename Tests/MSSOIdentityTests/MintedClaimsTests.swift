@@ -13,6 +13,20 @@ final class MintedClaimsTests: XCTestCase {
         return b64(#"{"alg":"ES256"}"#) + "." + b64(claims) + ".c2ln"
     }
 
+    func testAProvidersWordsKeepNoSecretSentInAnyEncoding() {
+        let secret = "Vp0zHk2L9qRt7WmXcB4n"
+        let basic = Data("msso:\(secret)".utf8).base64EncodedString()
+        let body = Data("grant_type=refresh_token&refresh_token=N0XlxfYO6HHT5Zqo".utf8).base64EncodedString()
+        let said = OpenIDProvider.withoutSecrets("no: \(secret), Basic \(basic), body \(body), %4e%30%58%6c%78%66%59%4f%36", sent: [secret])!
+        XCTAssertFalse(said.contains(secret) || said.contains(basic) || said.contains(body) || said.contains("%4e%30"), said)
+        XCTAssertTrue(said.hasPrefix("no: [a secret msso sent], Basic […], body […]"), said)
+        for words in ["invalid redirect_uri http://127.0.0.1:4600/callback", "unauthorized_client_for_this_grant_type",
+                      "The access token provided is expired, revoked, malformed, or invalid for other reasons.",
+                      "Token refresh cannot request resources beyond the original refresh token scope"] {
+            XCTAssertEqual(OpenIDProvider.withoutSecrets(words, sent: []), words)
+        }
+    }
+
     func testAudienceAndScopesAreReadInEveryFormProvidersWriteAndNothingElse() {
         XCTAssertEqual(OpenIDProvider.jwtClaims(jwt(#"{"aud":"https://a/"}"#))?.aud, ["https://a/"])
         XCTAssertEqual(OpenIDProvider.jwtClaims(jwt(#"{"aud":["x","y"]}"#))?.aud, ["x", "y"])

@@ -463,8 +463,11 @@ def test_a_provider_that_echoes_a_secret_in_its_words_does_not_make_msso_show_it
         assert "alice-pass" not in refused.stderr
         fake.password_error = None
         assert daemon.login().returncode == 0
+        import base64
+        basic = base64.b64encode(f"msso:{secret_of(fake)}".encode()).decode()
         fake.refresh_error = lambda form: (400, {"error": "invalid_request", "error_description":
-                                                 f"no refresh for {form['refresh_token'][0]} of client {secret_of(fake)}"})
+                                                 f"no refresh for {form['refresh_token'][0]} of client {secret_of(fake)}"
+                                                 f" (Basic {basic}, body {base64.b64encode(form['refresh_token'][0].encode()).decode()})"})
         # Every sign refreshes (refresh_lead); the token still works, so the sign is served, and
         # the refusal's words go to the log and to doctor's last outcome: none holds the secrets.
         token = desktop.keyring_item()[1]["refreshToken"]
@@ -472,5 +475,6 @@ def test_a_provider_that_echoes_a_secret_in_its_words_does_not_make_msso_show_it
         assert daemon.msso("sign", "--url", "https://api.example.com/x").returncode == 0
         assert daemon.logged("no refresh for [a secret msso sent] of client [a secret msso sent]") >= 1
         assert token not in daemon.log.read_text() and secret_of(fake) not in daemon.log.read_text()
+        assert basic not in daemon.log.read_text() and daemon.logged("(Basic […], body […])") >= 1, "nor in base64 (a second outside test)"
     finally:
         daemon.stop()

@@ -95,7 +95,11 @@ def test_a_path_a_server_resolves_into_the_other_servers_entry_gets_neither_toke
     origin's entry as written and under git's once a server resolves them (curl does, before it
     sends): msso gave the origin's token for git's server. Now refused (exit 7), naming both."""
     daemon, served, idp, git, api = per_resource
-    for path in ["x/../git/suite.git", "%67it/suite.git", "/git/suite.git", "git;v=1/suite.git", "git/../api/v1"]:
+    # And a second outside test's: an encoded `?` or `#` ending a dot segment, IIS's case, trailing
+    # dots and %u, the entry's path without its slash.
+    for path in ["x/../git/suite.git", "%67it/suite.git", "/git/suite.git", "git;v=1/suite.git", "git/../api/v1",
+                 "git/..%3F/api/v1", "x/..%23/git/suite.git", "GIT/suite.git", "git./suite.git", "git",
+                 "x/%u002e%u002e/git/suite.git"]:
         refused = daemon.msso("sign", "--url", f"{api}{path}")
         assert refused.returncode == 7, (path, refused.stdout, refused.stderr)
         assert "reads it as under" in refused.stderr, refused.stderr
