@@ -352,3 +352,19 @@ def test_a_minted_token_that_names_no_audience_is_refused_and_the_rotated_token_
             daemon.stop()
         fake.stop()
         upstream.cleanup()
+
+
+def test_the_python_library_signs_and_takes_tokens_per_server(per_resource):
+    """An app through a client library gets the same minted tokens: nothing of the library's own
+    changes; the gate picks the token from the URL. And the new error is the library's class."""
+    import msso
+    daemon, served, idp, git, api = per_resource
+    with msso.Client(daemon.socket) as client:
+        headers = dict(client.sign("GET", f"{git}x.git"))
+        for_git = headers["Authorization"].removeprefix("Bearer ")
+        SECRETS.add(for_git)
+        assert idp.introspect(for_git)["aud"] == git
+        token = client.token(resource=f"{api}api")
+        SECRETS.add(token.access_token)
+        assert idp.introspect(token.access_token)["aud"] == api
+    assert msso.ResourceRefused.exit_status == 6 and issubclass(msso.ResourceRefused, msso.MSSOError)
