@@ -42,13 +42,13 @@ extension OpenIDProvider {
                 throw BrokerError(.resourceRefused, "the identity provider of \"\(group.name)\" gave the session no refresh token, so msso cannot ask it for a token for \(target) (resource indicators need one); log in again, or use `token_request = \"exchange\"` if the provider offers it")
             }
             // As a refresh: an earlier mssod's request may be spending this token already.
-            if let elsewhere = await RescuedRefresh.answerElsewhere(group, spending: refreshToken, within: requestTimeout + IdPHTTP.grace),
+            if let elsewhere = await RescuedRefresh.answerElsewhere(group, rescueScope, spending: refreshToken, within: requestTimeout + IdPHTTP.grace),
                let rotated = try await keptTokens(elsewhere.body, askedAt: elsewhere.askedAt, group: group).refreshToken {
                 logger.notice("took the refresh token of a request an earlier mssod had under way", metadata: ["group": "\(group.name)"])
                 refreshToken = rotated
             }
             form = [("grant_type", "refresh_token"), ("refresh_token", refreshToken)]
-            rescue = RescuedRefresh.rescue(group, spent: refreshToken, at: Date().timeIntervalSince1970, minting: true)
+            rescue = RescuedRefresh.rescue(group, rescueScope, spent: refreshToken, at: Date().timeIntervalSince1970, minting: true)
         case .exchange:
             form = [("grant_type", Self.tokenExchange), ("subject_token", accessToken), ("subject_token_type", Self.accessTokenType),
                     ("requested_token_type", Self.accessTokenType)]

@@ -16,6 +16,8 @@ import Synchronization
 /// explicit refusal (`invalid_grant`, or a bare 400/401 as glewlwyd sends) ends it.
 public final class OpenIDProvider: IdentityProvider {
     private let http: IdPHTTP
+    /// Names this daemon's kept answers apart from another's of the same uid (``RescuedRefresh``).
+    let rescueScope: String
     let logger: Logger
     let requestTimeout: Double
     private let revokeTimeout: Double
@@ -46,6 +48,7 @@ public final class OpenIDProvider: IdentityProvider {
     public init(logger: Logger, requestTimeout: Double = 10, revokeTimeout: Double = 3,
                 environment: [String: String] = [:], keys: (any KeyStore)? = nil) {
         http = IdPHTTP(environment: environment)
+        rescueScope = RescuedRefresh.scope(stateDirectory: Configuration.stateDirectory(environment: environment))
         self.keys = keys
         self.logger = logger
         self.requestTimeout = requestTimeout
@@ -246,7 +249,7 @@ public final class OpenIDProvider: IdentityProvider {
         // (its mssod-idp goes on): its answer is this refresh's, for spending it twice would end
         // the session at a provider that rotates refresh tokens.
         var refreshToken = refreshToken
-        if let elsewhere = await RescuedRefresh.answerElsewhere(group, spending: refreshToken, within: requestTimeout + IdPHTTP.grace) {
+        if let elsewhere = await RescuedRefresh.answerElsewhere(group, rescueScope, spending: refreshToken, within: requestTimeout + IdPHTTP.grace) {
             logger.notice("took the answer of a refresh an earlier mssod had under way", metadata: ["group": "\(group.name)"])
             let kept = try await keptTokens(elsewhere.body, askedAt: elsewhere.askedAt, group: group)
             // A mint's answer: its access token is for one server, its refresh token is the one to spend.
@@ -256,7 +259,7 @@ public final class OpenIDProvider: IdentityProvider {
         let outcome: Exchange
         do {
             // Its answer is kept where it outlives this process until the broker has stored it.
-            let rescue = RescuedRefresh.rescue(group, spent: refreshToken, at: Date().timeIntervalSince1970)
+            let rescue = RescuedRefresh.rescue(group, rescueScope, spent: refreshToken, at: Date().timeIntervalSince1970)
             outcome = try await exchange(try await discover(group).token, group: group, dpop: dpop, rescue: rescue, form: [
                 ("grant_type", "refresh_token"), ("refresh_token", refreshToken),
             ])

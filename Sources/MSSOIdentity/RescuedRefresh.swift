@@ -12,12 +12,21 @@ import MSSOSigning
 /// it answered and the time it was asked; mssod removes it once it has stored the answer, and a
 /// later mssod takes it when the stored session is still the one it answered.
 enum RescuedRefresh {
-    static func key(_ group: GroupConfig) -> String { "msso:rescue:\(group.name)" }
+    /// `msso:rescue:SCOPE:GROUP`; SCOPE names the daemon's state directory (a digest of its path),
+    /// so that mssods of one uid with state directories of their own (a user's test runs, several
+    /// HOMEs) neither take nor drop, and revoke, each other's answers, as they did when the key
+    /// named the group alone.
+    static func key(_ group: GroupConfig, _ scope: String) -> String { "msso:rescue:\(scope):\(group.name)" }
+
+    /// The SCOPE of the keys of a daemon whose state directory is `directory`.
+    static func scope(stateDirectory directory: String) -> String {
+        SHA256.hash(data: Data(directory.utf8)).prefix(6).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+    }
 
     /// What the request asks mssod-idp to keep with the answer. A mint's answer (a token for one
     /// server or one app's scopes) says so: its access token is not the session's.
-    static func rescue(_ group: GroupConfig, spent refreshToken: String, at time: Double, minting: Bool = false) -> IdPHTTP.Rescue {
-        IdPHTTP.Rescue(key: key(group), tag: "\(fingerprint(refreshToken)) \(Int(time))\(minting ? " \(mintMark)" : "")")
+    static func rescue(_ group: GroupConfig, _ scope: String, spent refreshToken: String, at time: Double, minting: Bool = false) -> IdPHTTP.Rescue {
+        IdPHTTP.Rescue(key: key(group, scope), tag: "\(fingerprint(refreshToken)) \(Int(time))\(minting ? " \(mintMark)" : "")")
     }
 
     /// The tag's third word on a mint's answer.
@@ -38,8 +47,8 @@ enum RescuedRefresh {
     }
 
     /// What is kept for the group; nil when nothing is, or it cannot be read as either.
-    static func read(_ group: GroupConfig) -> Kept? {
-        guard let (_, key) = find(group) else { return nil }
+    static func read(_ group: GroupConfig, _ scope: String) -> Kept? {
+        guard let (_, key) = find(group, scope) else { return nil }
         var buffer = [UInt8](repeating: 0, count: 32768)
         let length = buffer.withUnsafeMutableBytes { cmsso_keys_read(key, $0.baseAddress?.assumingMemoryBound(to: CChar.self), $0.count) }
         defer { buffer.withUnsafeMutableBytes { explicit_bzero($0.baseAddress!, $0.count) } }
@@ -65,11 +74,11 @@ enum RescuedRefresh {
     /// Before a refresh of `refreshToken`: the answer of a request that is spending it already (a
     /// mssod that died or stopped left it under way), waited for while its `mssod-idp` runs, at
     /// most `seconds`. Nil when there is none: the token is then this refresh's to spend.
-    static func answerElsewhere(_ group: GroupConfig, spending refreshToken: String, within seconds: Double) async -> (askedAt: Double, body: Data, minted: Bool)? {
+    static func answerElsewhere(_ group: GroupConfig, _ scope: String, spending refreshToken: String, within seconds: Double) async -> (askedAt: Double, body: Data, minted: Bool)? {
         let fingerprint = fingerprint(refreshToken)
         let end = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
         while true {
-            switch read(group) {
+            switch read(group, scope) {
             case .answer(fingerprint, let askedAt, let body, let minted)?:
                 return (askedAt, body, minted)
             case .underWay(fingerprint, _, let pid)? where running(pid) && ContinuousClock.now < end:
@@ -81,16 +90,16 @@ enum RescuedRefresh {
     }
 
     /// Removes the group's kept answer, if any.
-    static func forget(_ group: GroupConfig) {
-        if let (home, key) = find(group) { _ = cmsso_keys_delete(home, key) }
+    static func forget(_ group: GroupConfig, _ scope: String) {
+        if let (home, key) = find(group, scope) { _ = cmsso_keys_delete(home, key) }
     }
 
     /// The keyring the kernel store uses and the group's key in it, when there is one.
-    private static func find(_ group: GroupConfig) -> (home: Int32, key: Int32)? {
+    private static func find(_ group: GroupConfig, _ scope: String) -> (home: Int32, key: Int32)? {
         var persistent: Int32 = 0
         let home = cmsso_keys_home(&persistent)
         guard home > 0, group.name.utf8.allSatisfy({ $0 != 0 }) else { return nil }
-        let key = cmsso_keys_find(home, key(group))
+        let key = cmsso_keys_find(home, key(group, scope))
         return key > 0 ? (home, key) : nil
     }
 }
@@ -98,19 +107,19 @@ enum RescuedRefresh {
 extension OpenIDProvider {
     public func rescuedRefresh(_ group: GroupConfig, spent refreshToken: String?) async -> RescuedTokens? {
         // One still under way is waited for by the refresh that would spend its token.
-        guard case .answer(let fingerprint, let askedAt, let body, let minted)? = RescuedRefresh.read(group) else { return nil }
+        guard case .answer(let fingerprint, let askedAt, let body, let minted)? = RescuedRefresh.read(group, rescueScope) else { return nil }
         let matches = refreshToken.map { RescuedRefresh.fingerprint($0) == fingerprint } ?? false
         do {
             return RescuedTokens(tokens: try await keptTokens(body, askedAt: askedAt, group: group), answersStored: matches, minted: minted)
         } catch {
             logger.warning("a kept refresh answer could not be read; it is dropped", metadata: ["group": "\(group.name)", "error": "\(error)"])
-            RescuedRefresh.forget(group)
+            RescuedRefresh.forget(group, rescueScope)
             return nil
         }
     }
 
     public func forgetRescuedRefresh(_ group: GroupConfig) {
-        RescuedRefresh.forget(group)
+        RescuedRefresh.forget(group, rescueScope)
     }
 
     /// The tokens of a kept answer; their lifetime counts from when it was asked, not from now.

@@ -1,5 +1,6 @@
 """Small tools for the fault, peer and durability tests (the real parts are in harness.py)."""
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -61,10 +62,18 @@ def copy_secret(idp, desktop) -> Path:
     return target
 
 
+def rescue_key(desktop, group=harness.GROUP) -> str:
+    """The kernel key a refresh's answer is kept under for `group` by the desktop's mssod: named
+    by a digest of its state directory, so that mssods of one uid (this suite's, as root) keep
+    theirs apart."""
+    state = str(desktop.home / ".local" / "state" / "msso")
+    return f"msso:rescue:{hashlib.sha256(state.encode()).hexdigest()[:12]}:{group}"
+
+
 def kept_refresh_answer(desktop, group=harness.GROUP) -> bool:
     """Whether a refresh's answer is kept for `group` in the kernel keyring (mssod-idp keeps it
     until mssod has stored it), looked for as the desktop's user."""
-    script = f'home=$(keyctl get_persistent @s) && keyctl search "$home" user "msso:rescue:{group}"'
+    script = f'home=$(keyctl get_persistent @s) && keyctl search "$home" user "{rescue_key(desktop, group)}"'
     return desktop.run(["keyctl", "session", "-", "sh", "-c", script]).returncode == 0
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from faults import frozen, idp_helpers, kept_refresh_answer, kill_hard
+from faults import frozen, idp_helpers, kept_refresh_answer, kill_hard, rescue_key
 from harness import BIN, GROUP, SECRETS, Broker, IdP, RawClient, wait_for
 from test_refresh import introspect
 
@@ -246,7 +246,7 @@ def test_an_answer_kept_past_its_store_is_dropped_without_revoking_the_session(d
     body = json.dumps({"access_token": item["accessToken"], "refresh_token": item["refreshToken"],
                        "token_type": "bearer", "expires_in": 3600})
     planted = desktop.run(["keyctl", "session", "-", "sh", "-c",
-                           f'keyctl padd user "msso:rescue:{GROUP}" "$(keyctl get_persistent @s)"'],
+                           f'keyctl padd user "{rescue_key(desktop)}" "$(keyctl get_persistent @s)"'],
                           input=f"{spent} {int(time.time())}\n{body}")
     assert planted.returncode == 0, planted.stderr
     daemon.start()
