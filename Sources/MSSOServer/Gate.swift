@@ -124,7 +124,7 @@ struct Gate: Sendable {
             }
             if let other = resources.otherEntryOnceResolved(url) {
                 // Never a token of one server for a request another would take: found by an outside test.
-                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is under \(entry) as written, but a server that resolves its path (dot segments, `;` parameters, `//`, percent-encoding) reads it as under \(other), and the access group \"\(config.name)\" mints a token for each; send the request to its path resolved")
+                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is under \(entry) as msso reads it, but a server that reads it by its bytes, or resolves its path (dot segments, `;` parameters, `//`, percent-encoding, case, trailing dots), reads it as under \(other), and the access group \"\(config.name)\" mints a token for each; send the request to its path resolved")
             }
             resource = entry
         }
