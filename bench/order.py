@@ -74,10 +74,8 @@ def life(broker, idp):
     for verb in ("check", "status", "extend", "token"):
         msso(verb, "--group", GROUP)
         msso(verb, "--group", GROUP, "--json")
-    device = subprocess.Popen([MSSO, "login", "--group", PER_RESOURCE, "--device"], env=broker.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    idp.approve_device(device.stderr.readline().strip().rsplit(" ", 1)[-1])
-    assert device.wait(timeout=30) == 0, device.stderr.read()
+    device = broker.device_login(idp, group=PER_RESOURCE, binary=MSSO)
+    assert device.returncode == 0, device.stderr
     msso("sign", "--group", PER_RESOURCE, "--url", URL)
     msso("status", "--group", PER_RESOURCE)
     msso("login", "--group", REFRESHING, "--username", "alice", "--password-stdin", input="alice-pass\n")

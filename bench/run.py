@@ -297,10 +297,8 @@ def main():
             done = subprocess.run([MSSO, "login", "--group", name, "--username", "alice", "--password-stdin"],
                                   input="alice-pass\n", env=broker.env, capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
-        device = subprocess.Popen([MSSO, "login", "--group", PER_RESOURCE, "--device"], env=broker.env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        idp.approve_device(device.stderr.readline().strip().rsplit(" ", 1)[-1])
-        assert device.wait(timeout=30) == 0, device.stderr.read()
+        device = broker.device_login(idp, group=PER_RESOURCE, binary=MSSO)
+        assert device.returncode == 0, device.stderr
 
         sign = {"method": "GET", "url": URL}
         signed = {profile: {**sign, "group": name} for profile, name in PROFILES.items()}

@@ -225,12 +225,7 @@ extension Broker {
         // store that failed: then it only needs storing.
         if !renew, let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) >= config.refreshLead {
             guard groups[name]?.unsaved == true else { return held }
-            try await exclusively(name) {
-                guard groups[name]?.generation == generation, let current = groups[name]?.credential else { throw ended }
-                try await store.save(current, group: name)
-                update(name) { $0.unsaved = false }
-                identity.forgetRescuedRefresh(config)
-            }
+            try await storeMint(config, generation: generation, ended: ended)
             return held
         }
         let mechanism: TokenRequest
@@ -285,42 +280,43 @@ extension Broker {
         } catch let refused as MintRefused {
             // Nothing handed out, but the refresh token the provider rotated as it answered is kept.
             if let rotated = refused.refreshToken {
-                try await exclusively(name) {
-                    guard groups[name]?.generation == generation, var current = groups[name]?.credential else { throw ended }
-                    current.refreshToken = rotated
-                    update(name) {
-                        $0.credential = current
-                        $0.unsaved = true
-                    }
-                    try await store.save(current, group: name)
-                    update(name) { $0.unsaved = false }
-                    identity.forgetRescuedRefresh(config)
-                }
+                try await storeMint(config, generation: generation, ended: ended, rotated: rotated)
             }
             throw refused.error
         }
         let minted = MintedToken(target, accessToken: tokens.accessToken, expiresAt: now() + tokens.expiresIn)
-        return try await exclusively(name) {
+        try await storeMint(config, generation: generation, ended: ended, rotated: tokens.refreshToken, minted: minted, dropped: dropped)
+        logger.info("minted an access token", metadata: ["group": "\(name)", "resource": "\(target)", "by": "\(mechanism.rawValue)"])
+        return minted
+    }
+
+    /// Stores, under the group's lock, what a mint changed in the session: the refresh token the
+    /// provider rotated (kept in memory even if the store fails, so never spent twice), the token
+    /// minted (used only once stored), those that gave their place; with none of them, what a
+    /// store that failed before left unsaved. A session ended meanwhile gets nothing: the rotated
+    /// token is revoked (``abandon(_:rotated:)``) and `ended` thrown.
+    private func storeMint(_ config: GroupConfig, generation: Int, ended: BrokerError, rotated: String? = nil,
+                           minted: MintedToken? = nil, dropped: Set<TokenTarget> = []) async throws {
+        let name = config.name
+        try await exclusively(name) {
             guard groups[name]?.generation == generation, var current = groups[name]?.credential else {
-                abandon(config, rotated: tokens.refreshToken)
+                abandon(config, rotated: rotated)
                 throw ended
             }
-            // The rotated refresh token is kept in memory even if the store fails; the minted
-            // token is used only once stored.
-            current.refreshToken = tokens.refreshToken ?? current.refreshToken
+            current.refreshToken = rotated ?? current.refreshToken
             current.minted.removeAll { dropped.contains($0.target) }
-            current.keep(minted)
+            if let minted { current.keep(minted) }
             update(name) {
                 $0.credential = current
                 $0.unsaved = true
-                $0.mintedLives[target] = SessionWindow(endingAt: minted.expiresAt, measuredAt: clock.moment())
-                $0.backoff = RefreshBackoff()
+                if let minted {
+                    $0.mintedLives[minted.target] = SessionWindow(endingAt: minted.expiresAt, measuredAt: clock.moment())
+                    $0.backoff = RefreshBackoff()
+                }
             }
             try await store.save(current, group: name)
             update(name) { $0.unsaved = false }
             identity.forgetRescuedRefresh(config)
-            logger.info("minted an access token", metadata: ["group": "\(name)", "resource": "\(target)", "by": "\(mechanism.rawValue)"])
-            return minted
         }
     }
 }

@@ -20,7 +20,7 @@ enum RescuedRefresh {
 
     /// The SCOPE of the keys of a daemon whose state directory is `directory`.
     static func scope(stateDirectory directory: String) -> String {
-        SHA256.hash(data: Data(directory.utf8)).prefix(6).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        String(BodyDigest.hexSHA256(directory.utf8).prefix(12))
     }
 
     /// What the request asks mssod-idp to keep with the answer. A mint's answer (a token for one

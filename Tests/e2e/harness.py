@@ -495,6 +495,18 @@ class Broker:
         argv = ["login", "--username", user, "--password-stdin"] + (["--group", group] if group else [])
         return self.msso(*argv, input=(password or PASSWORDS[user]) + "\n")
 
+    def device_login(self, idp, group=None, binary=None):
+        """`msso login --device` (of `group`), approved at `idp` as alice: the login that asks for a
+        group's `resources` where a password login cannot (glewlwyd ignores them on the password
+        grant). What it did, as `msso` returns it (the prompt is in stderr)."""
+        argv = [*self.desktop.prefix, binary or BIN / "msso", "login", "--device"] + (["--group", group] if group else [])
+        cli = subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        prompt = cli.stderr.readline()
+        if "enter the code" in prompt:
+            idp.approve_device(prompt.strip().rsplit(" ", 1)[-1])
+        out, err = cli.communicate(timeout=30)
+        return subprocess.CompletedProcess(argv, cli.returncode, out, prompt + err)
+
     def status_json(self, group=GROUP):
         done = self.msso("check", "--json", "--group", group)
         return json.loads(done.stdout)

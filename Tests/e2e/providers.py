@@ -103,6 +103,16 @@ class Provider:
         return self.discovery().get("introspection_endpoint") or f"{self.issuer}/introspect/"
 
 
+def secret_files(directory, client_secrets):
+    """Each client's secret in a file of its own (0600) under `directory`, as msso reads one."""
+    files = {}
+    for client, secret in client_secrets.items():
+        files[client] = directory / f"{client}.secret"
+        files[client].write_text(secret)
+        files[client].chmod(0o600)
+    return files
+
+
 def basic(client, secret):
     """RFC 6749 §2.3.1: each form-encoded, then Basic."""
     return "Basic " + base64.b64encode(f"{quote_plus(client)}:{quote_plus(secret)}".encode()).decode()
@@ -156,11 +166,7 @@ class DjangoProviders:
                           # RFC 6749 §2.3.1 form-encodes these two in a Basic header: %2B and %2F
                           "op-plus": f"{secrets.token_hex(8)}+{secrets.token_hex(8)}/{secrets.token_hex(4)}="}
         SECRETS.update(client_secrets.values())
-        files = {}
-        for client, secret in client_secrets.items():
-            files[client] = self.dir / f"{client}.secret"
-            files[client].write_text(secret)
-            files[client].chmod(0o600)
+        files = secret_files(self.dir, client_secrets)
         spec = {"dir": str(self.dir), "port": self.port, "token_ttl": self.TOKEN_TTL, "users": USERS,
                 "dot": [{"client_id": "dot-password", "client_secret": client_secrets["dot-password"], "grant": "password"},
                         {"client_id": "dot-browser", "client_secret": client_secrets["dot-browser"],
@@ -210,11 +216,7 @@ class IdpyProvider(Provider):
         redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
         client_secrets = {client: secrets.token_urlsafe(24) for client in self.CLIENTS}
         SECRETS.update(client_secrets.values())
-        files = {}
-        for client, secret in client_secrets.items():
-            files[client] = self.dir / f"{client}.secret"
-            files[client].write_text(secret)
-            files[client].chmod(0o600)
+        files = secret_files(self.dir, client_secrets)
         # Its ID tokens carry the claims of the scopes granted: with profile and not email, a name
         # and no preferred_username or email.
         super().__init__("idpyoidc 5.0.0", f"http://127.0.0.1:{port}", "idpy-msso", "idpy-msso",

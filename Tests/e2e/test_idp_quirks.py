@@ -30,9 +30,7 @@ def fake(idp):
 
 def introspect(idp, token):
     """glewlwyd's own verdict on a token (RFC 7662), asked directly, not through the fake."""
-    answer = subprocess.run(["curl", "-s", "-u", f"msso:{idp.secret_file.read_text()}", "-d", f"token={token}",
-                             f"{idp.issuer}/introspect"], capture_output=True, text=True, check=True)
-    return json.loads(answer.stdout)["active"]
+    return idp.introspect(token)["active"]
 
 
 def stored_refresh_token(desktop):

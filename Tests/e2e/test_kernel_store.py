@@ -338,17 +338,14 @@ def test_many_servers_minted_into_the_kernel_keyring_go_on_within_its_quota(serv
     quota, about ten minted tokens filled it, and every later mint was refused for good (exit 4).
     Now the tokens that end first give their place (minted again when asked for): sixteen servers,
     each signed for in turn at glewlwyd, and again the first; nothing refused, nothing lost."""
-    import subprocess
-    from harness import BIN, IdP
+    from harness import IdP
     servers = [f"http://127.0.0.1:9/r{n}/" for n in range(16)]
     idp = IdP(resources=servers, refresh_one_use="never")
     daemon = Broker(server_session, idp, groups={GROUP: {"client_secret_file": str(copy_secret(idp, server_session)),
                                                          "resources": servers, "tokens": "per-resource"}})
     try:
-        cli = subprocess.Popen([*server_session.prefix, BIN / "msso", "login", "--device"], env=daemon.env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        idp.approve_device(cli.stderr.readline().strip().rsplit(" ", 1)[-1])
-        assert cli.wait(timeout=30) == 0, cli.stderr.read()
+        login = daemon.device_login(idp)
+        assert login.returncode == 0, login.stderr
         for server in servers + servers[:1]:
             done = daemon.msso("sign", "--url", f"{server}x")
             assert done.returncode == 0, (server, done.stderr)

@@ -28,21 +28,11 @@ def servers(repos):  # noqa: F811
     idp.cleanup()
 
 
-def device_login(broker, idp):
-    cli = subprocess.Popen([BIN / "msso", "login", "--device"], env=broker.env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
-    prompt = cli.stderr.readline()
-    assert "enter the code" in prompt, prompt
-    idp.approve_device(prompt.strip().rsplit(" ", 1)[-1])
-    out, err = cli.communicate(timeout=30)
-    assert cli.returncode == 0, out + err
-
-
 @pytest.fixture
 def per_resource(desktop, servers):
     served, idp, git, api = servers
     daemon = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource"}})
-    device_login(daemon, idp)
+    assert daemon.device_login(idp).returncode == 0
     yield daemon, served, idp, git, api
     daemon.stop()
 
@@ -169,7 +159,7 @@ def test_a_provider_that_narrows_the_session_is_named_and_the_session_kept(deskt
     daemon = None
     try:
         daemon = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource"}})
-        device_login(daemon, idp)
+        assert daemon.device_login(idp).returncode == 0
         for_git = bearer(daemon.msso("sign", "--url", f"{git}x.git"))
         refused = daemon.msso("sign", "--url", f"{api}api")
         assert refused.returncode == 6, refused.stderr
@@ -280,7 +270,7 @@ def test_a_crash_during_a_mint_under_rotation_loses_no_session(desktop):
     daemon = Broker(desktop, provider, groups={GROUP: {"resources": [resource], "tokens": "per-resource"}},
                     args=["--keyring-timeout", "3"])
     try:
-        device_login(daemon, provider)
+        assert daemon.device_login(provider).returncode == 0
         _, item = stored(desktop)
         with frozen(provider.pid()):
             sign, _ = refresh_held_at_the_idp(desktop, provider, daemon, url=f"{resource}x")
@@ -333,7 +323,7 @@ def test_a_minted_token_that_names_no_audience_is_refused_and_the_rotated_token_
     daemon = None
     try:
         daemon = Broker(desktop, fake, groups={GROUP: {"resources": [resource], "tokens": "per-resource"}})
-        device_login(daemon, fake)
+        assert daemon.device_login(fake).returncode == 0
         before = desktop.keyring_item()[1]["refreshToken"]
         SECRETS.add(before)
         part = lambda value: base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()  # noqa: E731

@@ -1,5 +1,4 @@
 """The access-token clock against the real IdP: silent refresh, rotation stored, one refresh for many signs."""
-import json
 import subprocess
 
 import pytest
@@ -15,9 +14,7 @@ def short_lived_idp():
 
 
 def introspect(idp, token):
-    done = subprocess.run(["curl", "-s", "-u", f"msso:{idp.secret_file.read_text()}", "-d", f"token={token}",
-                           f"{idp.issuer}/introspect"], capture_output=True, text=True)
-    return json.loads(done.stdout)["active"]
+    return idp.introspect(token)["active"]
 
 
 def test_many_concurrent_signs_near_expiry_cause_one_rotating_refresh(desktop, short_lived_idp):

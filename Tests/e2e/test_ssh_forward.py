@@ -343,7 +343,6 @@ def test_a_remote_host_gets_each_servers_own_minted_token(desktop, sshd):
     """`tokens = "per-resource"` through `msso ssh`: the remote host's calls pass the same gate, so
     a token it is given for git is minted for git's entry alone (glewlwyd, RFC 8707)."""
     from harness import IdP
-    from test_per_resource import device_login
     git, api = "http://127.0.0.1:9/git/", "http://127.0.0.1:9/"
     idp = IdP(resources=[api, git], refresh_one_use="never")
     broker = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource"}}, start=False)
@@ -351,7 +350,7 @@ def test_a_remote_host_gets_each_servers_own_minted_token(desktop, sshd):
         with open(broker.config, "a") as config:
             config.write(forward_table(verbs=["token"]))
         broker.start()
-        device_login(broker, idp)
+        assert broker.device_login(idp).returncode == 0
         done = msso_ssh(broker, sshd, remote(f"msso token --group {GROUP} --resource {git}x.git; msso token --group {GROUP} --resource {api}v1"))
         assert done.returncode == 0, done.stderr
         for_git, for_api = done.stdout.split()
