@@ -174,6 +174,7 @@ public actor Broker {
         case .browser:
             tokens = try await identity.browserLogin(config, dpop: dpop) { prompt(.browser($0)) }
         }
+        try await requireMinting(config, tokens)
         let t = now()
         let credential = Credential(
             issuer: config.issuer, username: tokens.username ?? args.username,
@@ -228,6 +229,16 @@ public actor Broker {
         if outcome.isNew { announceNewAccount(outcome, config, into: &status) }
         emit(.loggedIn, status)
         return status
+    }
+
+    /// A group that mints a token per server by resource indicators needs the session's refresh
+    /// token: a login without one could sign nothing (msso never falls back to the shared token),
+    /// so it is refused, said as the configuration error it is, and its token revoked.
+    private func requireMinting(_ config: GroupConfig, _ tokens: TokenSet) async throws {
+        guard config.tokens == .perResource, tokens.refreshToken == nil, let first = config.resources?.entries.first,
+              try await identity.mintingMechanism(config, for: TokenTarget(resource: first)) == .resource else { return }
+        _ = await identity.revoke(config, token: tokens.accessToken, hint: .accessToken)
+        throw BrokerError(.configInvalid, "`tokens = \"per-resource\"` in [groups.\"\(config.name)\"]: its identity provider lists no token exchange (RFC 8693) and gave this login no refresh token, which resource indicators (RFC 8707) need, so it offers no way to mint a token per server; msso does not fall back to the shared token, and did not keep the login. Set `tokens = \"shared\"`, or let the client have refresh tokens (`offline_access` in `scopes` at some providers), or set `token_request = \"exchange\"` if the provider offers the exchange unlisted")
     }
 
     /// Slides the session window to now + timeout, never past the cap set at login.

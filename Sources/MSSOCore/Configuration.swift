@@ -241,8 +241,8 @@ public struct Configuration: Equatable, Sendable {
                 forwards.append(rule)
                 continue
             }
-            if table.path.count == 3, table.path[0] == "groups", table.path[2] == "audiences" {
-                try parseAudiences(table, into: &groups, fail)
+            if table.path.count == 3, table.path[0] == "groups", table.path[2] == "audiences" || table.path[2] == "resource_scopes" {
+                try parseServerNames(table, into: &groups, fail)
                 continue
             }
             guard table.path.count == 2, table.path[0] == "groups" else {
@@ -404,27 +404,31 @@ public struct Configuration: Equatable, Sendable {
         return (groups, policy, store, forwards)
     }
 
-    /// `[groups."NAME".audiences]`: for an entry of the group's `resources`, the audience its
-    /// provider names that server by (Keycloak's client id, Auth0's API identifier), sent as
-    /// `audience` when a token is minted for it.
-    static func parseAudiences(_ table: TOMLSubset.Table, into groups: inout [GroupConfig],
-                               _ fail: (Int?, String?, String) -> ConfigError) throws {
-        let name = table.path[1]
+    /// `[groups."NAME".audiences]` and `[groups."NAME".resource_scopes]`: for an entry of the
+    /// group's `resources`, the name its provider knows that server by, when a token is minted for
+    /// it: the `audience` sent (Keycloak's client id, Auth0's API identifier), or the scope sent in
+    /// place of `resource` (Entra ID's `api://…/.default`).
+    static func parseServerNames(_ table: TOMLSubset.Table, into groups: inout [GroupConfig],
+                                 _ fail: (Int?, String?, String) -> ConfigError) throws {
+        let (name, kind) = (table.path[1], table.path[2])
         guard let index = groups.lastIndex(where: { $0.name == name }) else {
-            throw fail(table.line, nil, "[groups.\"\(name)\".audiences] must come after the group's own table [groups.\"\(name)\"]")
+            throw fail(table.line, nil, "[groups.\"\(name)\".\(kind)] must come after the group's own table [groups.\"\(name)\"]")
         }
         guard groups[index].tokens == .perResource, let resources = groups[index].resources else {
-            throw fail(table.line, nil, "audiences are asked for only when the group mints a token per server: set `tokens = \"per-resource\"` and `resources` in [groups.\"\(name)\"]")
+            throw fail(table.line, nil, "\(kind) are asked for only when the group mints a token per server: set `tokens = \"per-resource\"` and `resources` in [groups.\"\(name)\"]")
         }
         for (entry, value) in table.values.sorted(by: { $0.value.line < $1.value.line }) {
             guard resources.entries.contains(entry) else {
                 throw fail(value.line, entry, "is not an entry of the group's `resources` (\(resources.entries.joined(separator: ", "))); name the entry as written there")
             }
-            let audience = try value.string(fail, entry)
-            guard !audience.isEmpty, audience.utf8.count <= 1024, !audience.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
-                throw fail(value.line, entry, "expected the audience the identity provider knows the server by, such as \"kubernetes\"")
+            let named = try value.string(fail, entry)
+            guard !named.isEmpty, named.utf8.count <= 1024, !named.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }),
+                  kind == "audiences" || !named.contains(" ") else {
+                throw fail(value.line, entry, kind == "audiences"
+                    ? "expected the audience the identity provider knows the server by, such as \"kubernetes\""
+                    : "expected the one scope the identity provider knows the server by, such as \"api://kubernetes/.default\"")
             }
-            groups[index].audiences[entry] = audience
+            if kind == "audiences" { groups[index].audiences[entry] = named } else { groups[index].resourceScopes[entry] = named }
         }
     }
 

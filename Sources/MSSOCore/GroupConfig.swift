@@ -163,6 +163,9 @@ public struct GroupConfig: Equatable, Sendable {
     /// For an entry of `resources`, the `audience` its token is asked for with
     /// (`[groups."NAME".audiences]`): how providers such as Keycloak or Auth0 name a server.
     public var audiences: [String: String] = [:]
+    /// For an entry of `resources`, the scope its token is asked for with instead of `resource`
+    /// (`[groups."NAME".resource_scopes]`): how Entra ID names a server (`api://…/.default`).
+    public var resourceScopes: [String: String] = [:]
     /// The ID token's claim `account = "login-user"` compares with the login name.
     public var accountClaim = "preferred_username"
 

@@ -9,7 +9,7 @@ extension OpenIDProvider {
     static let tokenExchange = "urn:ietf:params:oauth:grant-type:token-exchange"
     static let accessTokenType = "urn:ietf:params:oauth:token-type:access_token"
 
-    public func mintingMechanism(_ group: GroupConfig, for target: TokenTarget) async throws -> TokenRequest {
+    public func mintingMechanism(_ group: GroupConfig, for target: TokenTarget) async throws(BrokerError) -> TokenRequest {
         let listed = try await discover(group).grantTypes?.contains(Self.tokenExchange) == true
         if target.scopes != nil {
             // A refresh with a narrower scope narrows the session's own refresh token at some
@@ -21,15 +21,33 @@ extension OpenIDProvider {
             return .exchange
         }
         if let configured = group.tokenRequest { return configured }
+        // Not "neither": discovery documents leave out grants they serve (glewlwyd lists no
+        // refresh_token grant), so a login without a refresh token is what says so (Broker.login).
         return listed ? .exchange : .resource
     }
 
     /// The `resource` parameters a login sends: every entry of a per-resource group that asks
     /// by resource indicators (RFC 8707 §2: the refresh grant may then name any one of them).
-    func loginResources(_ group: GroupConfig) async -> [(String, String)] {
+    /// A discovery that fails fails the login: it must not go out without the resources.
+    func loginResources(_ group: GroupConfig) async throws(BrokerError) -> [(String, String)] {
         guard group.tokens == .perResource, let entries = group.resources?.entries,
-              (try? await mintingMechanism(group, for: TokenTarget(resource: entries[0]))) == .resource else { return [] }
-        return entries.map { ("resource", $0) }
+              try await mintingMechanism(group, for: TokenTarget(resource: entries[0])) == .resource else { return [] }
+        return entries.filter { group.resourceScopes[$0] == nil }.map { ("resource", $0) }
+    }
+
+    /// How a server of `resources` is named to the provider: by the scope of
+    /// `[groups."NAME".resource_scopes]` (sent in place of `resource` and `audience`), else by
+    /// the `audience` of `[groups."NAME".audiences]` beside its `resource`; and the audience its
+    /// token must then carry: the `audiences` entry, else the scope's server (the scope without
+    /// its last segment, Entra's `api://app/.default` → `api://app`), else the entry itself.
+    static func serverNames(_ group: GroupConfig, _ resource: String) -> (scope: String?, audience: String?, expected: String) {
+        let scope = group.resourceScopes[resource], audience = group.audiences[resource]
+        let server = scope.map { scope in
+            guard scope.contains("://"), let slash = scope.lastIndex(of: "/"),
+                  scope[..<slash].hasSuffix("/") == false, scope[..<slash].contains("://") else { return scope }
+            return String(scope[..<slash])
+        }
+        return (scope, audience, audience ?? server ?? resource)
     }
 
     public func mint(_ group: GroupConfig, target: TokenTarget, by mechanism: TokenRequest, refreshToken: String?,
@@ -53,10 +71,16 @@ extension OpenIDProvider {
             form = [("grant_type", Self.tokenExchange), ("subject_token", accessToken), ("subject_token_type", Self.accessTokenType),
                     ("requested_token_type", Self.accessTokenType)]
         }
-        let asked = target.resource.flatMap { group.audiences[$0] }
-        if let resource = target.resource { form.append(("resource", resource)) }
-        if let asked { form.append(("audience", asked)) }
-        if let scopes = target.scopes { form.append(("scope", scopes.joined(separator: " "))) }
+        let named = target.resource.map { Self.serverNames(group, $0) }
+        if let resource = target.resource, named?.scope == nil { form.append(("resource", resource)) }
+        if let audience = named?.audience, named?.scope == nil { form.append(("audience", audience)) }
+        switch (target.scopes, named?.scope) {
+        case (let scopes?, let scope?):
+            throw BrokerError(.configInvalid, "\(target) is named by the scope \"\(scope)\" in [groups.\"\(group.name)\".resource_scopes] and the app's registration names scopes of its own: msso cannot ask for both in one scope; remove `scopes` from the registration, or name the server by `audiences` instead (\(scopes.joined(separator: " ")))")
+        case (let scopes?, nil): form.append(("scope", scopes.joined(separator: " ")))
+        case (nil, let scope?): form.append(("scope", scope))
+        case (nil, nil): break
+        }
         let how = mechanism == .resource ? "resource indicators (RFC 8707)" : "token exchange (RFC 8693)"
         let outcome: Exchange
         do {
@@ -68,7 +92,7 @@ extension OpenIDProvider {
         case .answered(let body):
             var tokens = try await refreshedTokens(body, group: group, dpop: dpop != nil)
             if mechanism == .exchange { tokens.refreshToken = nil } // the session's stays the session's
-            if let problem = await refusal(of: tokens, for: target, audience: asked, how: how, mechanism: mechanism, group: group) {
+            if let problem = await refusal(of: tokens, for: target, audience: named.flatMap { $0.expected == target.resource ? nil : $0.expected }, how: how, mechanism: mechanism, group: group) {
                 // Not handed out; but a refresh token the provider rotated is the session's now.
                 throw MintRefused(error: problem, refreshToken: tokens.refreshToken)
             }

@@ -68,7 +68,7 @@ public final class OpenIDProvider: IdentityProvider {
         switch try await post(endpoints.token, group: group, dpop: dpop, form: [
             ("grant_type", "password"), ("username", username), ("password", password),
             ("scope", group.scopes.joined(separator: " ")),
-        ] + (await loginResources(group))) {
+        ] + (try await loginResources(group))) {
         case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nil, typed: username)
         // Some IdPs (glewlwyd) refuse a user with a bare 403 instead of `invalid_grant`.
         case .failure(let error) where error.code == "invalid_grant" || (error.code.isEmpty && error.bare && error.status == 403):
@@ -83,7 +83,7 @@ public final class OpenIDProvider: IdentityProvider {
             throw BrokerError(.badRequest, "the identity provider of \"\(group.name)\" does not offer device login; use `msso login --username` or `--browser`")
         }
         let start: DeviceAuthorization
-        switch try await post(endpoint, group: group, form: [("scope", group.scopes.joined(separator: " "))] + (await loginResources(group))) {
+        switch try await post(endpoint, group: group, form: [("scope", group.scopes.joined(separator: " "))] + (try await loginResources(group))) {
         case .success(let body): start = try decode(DeviceAuthorization.self, body, group)
         case .failure(let error): throw Self.refusal(error, group: group, doing: "start a device login", grant: "device authorization")
         }
@@ -128,7 +128,7 @@ public final class OpenIDProvider: IdentityProvider {
             URLQueryItem(name: "code_challenge", value: Base64URL.encode(Data(SHA256.hash(data: Data(verifier.utf8))))),
             URLQueryItem(name: "code_challenge_method", value: "S256"),
         ] + (group.effectivePrompt.map { [URLQueryItem(name: "prompt", value: $0)] } ?? [])
-          + (await loginResources(group)).map { URLQueryItem(name: $0.0, value: $0.1) }
+          + (try await loginResources(group)).map { URLQueryItem(name: $0.0, value: $0.1) }
         do {
             try await checkAuthorizationRequest(url.url!, group: group, redirectURI: redirectURI)
         } catch {
@@ -152,7 +152,7 @@ public final class OpenIDProvider: IdentityProvider {
         }
         switch try await post(endpoints.token, group: group, dpop: dpop, form: [
             ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI), ("code_verifier", verifier),
-        ] + (await loginResources(group))) {
+        ] + (try await loginResources(group))) {
         case .success(let body): return try await loginTokens(body, group: group, dpop: dpop != nil, nonce: nonce)
         case .failure(let error): throw Self.refusal(error, group: group, doing: "finish the browser login", grant: "authorization code")
         }

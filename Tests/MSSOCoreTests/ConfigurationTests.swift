@@ -488,4 +488,40 @@ final class ConfigurationTests: XCTestCase {
             }
         }
     }
+
+    /// How a server of `resources` is named to its provider: an audience (Keycloak, Auth0) or a
+    /// scope (Entra ID), for an entry as written in `resources`, one scope each.
+    func testServersNamedByAudienceOrScope() throws {
+        let group = """
+            [groups.a]
+            issuer = "https://i.example"
+            client_id = "c"
+            resources = ["https://git.example/", "https://k8s.example/"]
+            tokens = "per-resource"
+
+            """
+        let parsed = try Configuration.parse(group + """
+            [groups.a.audiences]
+            "https://k8s.example/" = "6f1c2d9e-k8s"
+            [groups.a.resource_scopes]
+            "https://git.example/" = "api://git/.default"
+            "https://k8s.example/" = "api://k8s/.default"
+            """, file: "/c.toml")[0]
+        XCTAssertEqual(parsed.audiences, ["https://k8s.example/": "6f1c2d9e-k8s"])
+        XCTAssertEqual(parsed.resourceScopes, ["https://git.example/": "api://git/.default", "https://k8s.example/": "api://k8s/.default"])
+        let cases: [(String, String)] = [
+            (group + "[groups.a.resource_scopes]\n\"https://git.example/\" = \"api://git/read api://git/write\"",
+             "/c.toml:7: `https://git.example/`: expected the one scope the identity provider knows the server by, such as \"api://kubernetes/.default\""),
+            (group + "[groups.a.resource_scopes]\n\"https://git.example\" = \"api://git/.default\"",
+             "/c.toml:7: `https://git.example`: is not an entry of the group's `resources` (https://git.example/, https://k8s.example/); name the entry as written there"),
+            (group.replacingOccurrences(of: "tokens = \"per-resource\"", with: "") + "[groups.a.resource_scopes]\n\"https://git.example/\" = \"api://git/.default\"",
+             "/c.toml:6: resource_scopes are asked for only when the group mints a token per server: set `tokens = \"per-resource\"` and `resources` in [groups.\"a\"]"),
+            ("[groups.b.resource_scopes]\n\"x\" = \"y\"", "/c.toml:1: [groups.\"b\".resource_scopes] must come after the group's own table [groups.\"b\"]"),
+        ]
+        for (text, expected) in cases {
+            XCTAssertThrowsError(try Configuration.parse(text, file: "/c.toml")) { error in
+                XCTAssertEqual("\(error)", expected)
+            }
+        }
+    }
 }

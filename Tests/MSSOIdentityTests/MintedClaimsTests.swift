@@ -1,4 +1,5 @@
 import Foundation
+import MSSOCore
 @testable import MSSOIdentity
 import XCTest
 
@@ -38,5 +39,24 @@ final class MintedClaimsTests: XCTestCase {
         XCTAssertNil(OpenIDProvider.jwtClaims(jwt(#"{"sub":"a"}"#))?.scopes, "no scope said")
         XCTAssertNil(OpenIDProvider.jwtClaims("an-opaque-token"))
         XCTAssertNil(OpenIDProvider.jwtClaims("a.b%.c"), "not base64url: not a JWT")
+    }
+
+    /// A server named by a scope is asked for by it alone, and its token must carry the scope's
+    /// server (Entra's `api://app/.default` → `api://app`) unless `audiences` names it otherwise.
+    func testAServerNamedByAScopeExpectsTheScopesServerOrItsNamedAudience() {
+        var group = GroupConfig(name: "g", issuer: "https://i.example", clientID: "c")
+        group.resourceScopes = ["https://git/": "api://git/.default", "https://graph/": "https://graph.microsoft.com/.default",
+                                "https://kc/": "kubernetes-audience", "https://odd/": "api://"]
+        group.audiences = ["https://k8s/": "kubernetes", "https://kc/": "kubernetes"]
+        func names(_ resource: String) -> [String?] {
+            let named = OpenIDProvider.serverNames(group, resource)
+            return [named.scope, named.audience, named.expected]
+        }
+        XCTAssertEqual(names("https://git/"), ["api://git/.default", nil, "api://git"])
+        XCTAssertEqual(names("https://graph/"), ["https://graph.microsoft.com/.default", nil, "https://graph.microsoft.com"])
+        XCTAssertEqual(names("https://kc/"), ["kubernetes-audience", "kubernetes", "kubernetes"])
+        XCTAssertEqual(names("https://odd/"), ["api://", nil, "api://"])
+        XCTAssertEqual(names("https://k8s/"), [nil, "kubernetes", "kubernetes"])
+        XCTAssertEqual(names("https://plain/"), [nil, nil, "https://plain/"])
     }
 }

@@ -37,9 +37,10 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
 - `password_error`: `(status, body)`: password-grant requests get this OAuth error answer (e.g.
   `(400, {"error": "unauthorized_client", "error_description": "…"})`, or a string: an HTML page)
   instead of glewlwyd's;
-- `refresh_error`: a function of the request's form (a dict of lists) giving `(status, body)`:
-  refresh-grant requests get this answer instead of glewlwyd's (a provider that echoes what it
-  was sent in its `error_description`);
+- `refresh_answer`: a function of the request's form (a dict of lists) giving `(status, body)`,
+  or None to pass the request on: refresh-grant requests get this answer instead of glewlwyd's (a
+  provider that echoes what it was sent in its `error_description`; one that mints as Entra ID
+  does, for a scope naming a server);
 - `fail_refresh(kind, count, retry_after=None)`: the next `count` refresh-grant requests get
   `kind`: "429", "503", "408" (with `Retry-After` when given), "hang" (no answer until
   `release()` or the test ends; the connection is then closed without a response), or "drip"
@@ -214,7 +215,7 @@ class FakeIdP(_Recording):
         self.device_overrides = {}
         self.device_poll_error = None
         self.password_error = None
-        self.refresh_error = None
+        self.refresh_answer = None
         self.discovery_drop = []
         self.metadata = None
         self.token_drop = []
@@ -273,8 +274,10 @@ class FakeIdP(_Recording):
                     return self._refresh_fault(handler, *fault)
             if request.grant == "urn:ietf:params:oauth:grant-type:device_code" and self.device_poll_error:
                 return handler._json(400, {"error": self.device_poll_error})
-            if request.grant == "refresh_token" and self.refresh_error:
-                return handler._json(*self.refresh_error(request.form))
+            if request.grant == "refresh_token" and self.refresh_answer:
+                answer = self.refresh_answer(request.form)
+                if answer is not None:
+                    return handler._json(*answer)
             if request.grant == "password" and self.password_error:
                 status, answer = self.password_error
                 if isinstance(answer, str):  # a page, as a firewall or a proxy sends one

@@ -465,7 +465,7 @@ def test_a_provider_that_echoes_a_secret_in_its_words_does_not_make_msso_show_it
         assert daemon.login().returncode == 0
         import base64
         basic = base64.b64encode(f"msso:{secret_of(fake)}".encode()).decode()
-        fake.refresh_error = lambda form: (400, {"error": "invalid_request", "error_description":
+        fake.refresh_answer = lambda form: (400, {"error": "invalid_request", "error_description":
                                                  f"no refresh for {form['refresh_token'][0]} of client {secret_of(fake)}"
                                                  f" (Basic {basic}, body {base64.b64encode(form['refresh_token'][0].encode()).decode()})"})
         # Every sign refreshes (refresh_lead); the token still works, so the sign is served, and

@@ -358,3 +358,83 @@ def test_the_python_library_signs_and_takes_tokens_per_server(per_resource):
         SECRETS.add(token.access_token)
         assert idp.introspect(token.access_token)["aud"] == api
     assert msso.ResourceRefused.exit_status == 6 and issubclass(msso.ResourceRefused, msso.MSSOError)
+
+
+def test_servers_named_by_a_scope_are_asked_for_by_that_scope_alone(desktop):
+    """Entra ID names a server by a scope on the refresh grant (`api://APP/.default`) and refuses
+    `resource` (AADSTS901002). Entra cannot run here: a proxy in front of glewlwyd answers the
+    refresh grants as Entra does (a JWT for the scope's server; the session's own refresh,
+    which names no scope, is glewlwyd's). Expected: each entry of `resource_scopes` asked for
+    by its scope alone (no `resource`, no `audience`), its token checked against the scope's
+    server, or the `audiences` entry where the provider names it otherwise (Entra's v2 tokens
+    carry the app's client id); a token for another server is refused (exit 6)."""
+    import base64
+    from fake_idp import FakeIdP
+    git, k8s, files = "https://git.example.test/", "https://k8s.example.test/", "https://files.example.test/"
+    said = {"api://git/.default": "api://git", "api://k8s/.default": "6f1c2d9e-k8s-app", "api://files/.default": "api://git"}
+    part = lambda value: base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()  # noqa: E731
+
+    def entra(form):
+        if "resource" in form:
+            return 400, {"error": "invalid_request", "error_description": "AADSTS901002: The 'resource' request parameter is not supported."}
+        scope = form.get("scope", [None])[0]
+        if scope is None:
+            return None
+        token = f"{part({'alg': 'RS256', 'typ': 'JWT'})}.{part({'aud': said[scope], 'scp': 'user_impersonation', 'sub': 'alice'})}.c2ln"
+        SECRETS.add(token)
+        return 200, {"access_token": token, "token_type": "Bearer", "expires_in": 3600, "scope": scope,
+                     "refresh_token": form["refresh_token"][0]}
+
+    upstream = IdP()
+    fake = FakeIdP(upstream)
+    fake.refresh_answer = entra
+    daemon = None
+    try:
+        daemon = Broker(desktop, fake, groups={GROUP: {
+            "resources": [git, k8s, files], "tokens": "per-resource",
+            "resource_scopes": {git: "api://git/.default", k8s: "api://k8s/.default", files: "api://files/.default"},
+            "audiences": {k8s: "6f1c2d9e-k8s-app"}}})
+        assert daemon.login().returncode == 0
+        for url, scope in ((f"{git}x.git", "api://git/.default"), (f"{k8s}api", "api://k8s/.default")):
+            token = bearer(daemon.msso("sign", "--url", url))
+            assert json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "==")).get("aud") == said[scope]
+        refused = daemon.msso("sign", "--url", f"{files}f")
+        assert refused.returncode == 6, refused.stderr
+        assert '"api://git"' in refused.stderr and files in refused.stderr, refused.stderr
+        mints = [request.form for request in fake.recorded(grant="refresh_token") if "scope" in request.form]
+        assert sorted(form["scope"][0] for form in mints) == sorted(said), mints
+        assert not any("resource" in form or "audience" in form for form in mints), mints
+        assert not any("resource" in request.form for request in fake.recorded(grant="password"))
+        assert daemon.msso("check").returncode == 0
+    finally:
+        if daemon:
+            daemon.stop()
+        fake.stop()
+        upstream.cleanup()
+
+
+def test_a_login_without_a_refresh_token_where_resource_indicators_need_one_is_a_configuration_error(desktop):
+    """A provider that lists no token exchange and gives no refresh token offers no way to mint a
+    token per server. Expected: the login says so as a configuration error (78) naming the key,
+    keeps nothing (no session, not a session that signs nothing), and the provider is not asked
+    to mint; never a fall back to the shared token."""
+    from fake_idp import FakeIdP
+    resource = "https://api.example.test/"
+    upstream = IdP()
+    fake = FakeIdP(upstream)
+    fake.token_drop = ["refresh_token"]
+    daemon = None
+    try:
+        daemon = Broker(desktop, fake, groups={GROUP: {"resources": [resource], "tokens": "per-resource"}})
+        done = daemon.login()
+        assert done.returncode == 78, done.stderr
+        assert '`tokens = "per-resource"`' in done.stderr and "no refresh token" in done.stderr, done.stderr
+        assert 'tokens = \\"shared\\"' in done.stderr or '`tokens = "shared"`' in done.stderr, done.stderr
+        assert daemon.msso("check").returncode == 2
+        assert daemon.msso("sign", "--url", f"{resource}x").returncode != 0
+        assert not fake.recorded(grant="refresh_token")
+    finally:
+        if daemon:
+            daemon.stop()
+        fake.stop()
+        upstream.cleanup()
