@@ -67,7 +67,7 @@ extension Broker {
                 case .exchange:
                     discovery[index].minting = "mints a token for each of its \(config.resources!.entries.count) resources by token exchange (RFC 8693)\(config.tokenRequest == nil ? ", which its provider's discovery lists" : "")"
                 case .resource:
-                    discovery[index].minting = "mints a token for each of its \(config.resources!.entries.count) resources by resource indicators (RFC 8707)\(config.tokenRequest == nil ? ", as its provider's discovery lists no token exchange" : ""); a provider cannot say beforehand whether it honours them: msso checks the audience of each token it mints, and logins must be device or browser logins at providers that ignore `resource` on the password grant (glewlwyd)"
+                    discovery[index].minting = "mints a token for each of its \(config.resources!.entries.count) resources by resource indicators (RFC 8707)\(config.tokenRequest == nil ? ", as its provider's discovery lists no token exchange" : ""); a provider cannot say beforehand whether it honours them: msso checks the audience of each token it mints, logins must be device or browser logins at providers that ignore `resource` on the password grant (glewlwyd), and a provider that narrows a rotated refresh token to the server it minted for last (glewlwyd with one-use refresh tokens, django-oauth-toolkit when it rotates them) mints the first server only: let its refresh tokens be used more than once, or use the exchange"
                 }
             } catch {
                 discovery[index].minting = (error as? BrokerError)?.message ?? "\(error)"

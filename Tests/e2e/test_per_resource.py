@@ -297,10 +297,12 @@ def test_a_crash_during_a_mint_under_rotation_loses_no_session(desktop):
 def test_a_password_login_at_glewlwyd_names_the_way_out(desktop, servers):
     """glewlwyd ignores `resource` on the password grant: the session's refresh token names no
     server, and the first mint is refused (invalid_target). msso says why and what to do (a
-    device or browser login), exit 6, and keeps the session."""
+    device or browser login), exit 6, and keeps the session; and doctor said it before the login."""
     served, idp, git, api = servers
     daemon = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource"}})
     try:
+        before = daemon.msso("doctor").stdout  # before anyone logs in: what a provider may do
+        assert "ignore `resource` on the password grant" in before and "mints the first server only" in before, before
         assert daemon.login().returncode == 0
         refused = daemon.msso("sign", "--url", f"{git}x.git")
         assert refused.returncode == 6, refused.stderr
