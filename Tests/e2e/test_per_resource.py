@@ -440,3 +440,39 @@ def test_a_login_without_a_refresh_token_where_resource_indicators_need_one_is_a
             daemon.stop()
         fake.stop()
         upstream.cleanup()
+
+
+def test_a_burst_of_signs_for_two_servers_from_many_programs_mints_each_once(desktop):
+    """Twenty `msso sign` processes at once, ten for each of two servers, with no token minted
+    yet. Expected: every one succeeds with its server's token (one per server, introspected at
+    glewlwyd), the provider is asked once per server (counted at a proxy in front of it), and
+    the session is the same one afterwards (no new login, its refresh token still active)."""
+    from fake_idp import FakeIdP
+    git, api = "http://127.0.0.1:9/git/", "http://127.0.0.1:9/api/"
+    upstream = IdP(resources=[git, api], refresh_one_use="never")
+    fake = FakeIdP(upstream)
+    daemon = None
+    try:
+        daemon = Broker(desktop, fake, groups={GROUP: {"resources": [git, api], "tokens": "per-resource"}})
+        assert daemon.device_login(fake).returncode == 0
+        session = desktop.keyring_item()[1]["refreshToken"]
+        SECRETS.add(session)
+        argv = lambda url: [*desktop.prefix, BIN / "msso", "sign", "--url", url]  # noqa: E731
+        burst = [subprocess.Popen(argv(f"{server}r{n}"), env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for n in range(10) for server in (git, api)]
+        got = {git: set(), api: set()}
+        for n, process in enumerate(burst):
+            out, err = process.communicate(timeout=60)
+            got[(git, api)[n % 2]].add(bearer(subprocess.CompletedProcess([], process.returncode, out, err)))
+        assert [len(got[git]), len(got[api])] == [1, 1], "one token per server, every sign the same"
+        assert upstream.introspect(next(iter(got[git])))["aud"] == git
+        assert upstream.introspect(next(iter(got[api])))["aud"] == api
+        mints = [request.form["resource"] for request in fake.recorded(grant="refresh_token") if "resource" in request.form]
+        assert sorted(mints) == [[api], [git]], mints
+        assert desktop.keyring_item()[1]["refreshToken"] == session and upstream.introspect(session)["active"]
+        assert daemon.msso("check").returncode == 0
+    finally:
+        if daemon:
+            daemon.stop()
+        fake.stop()
+        upstream.cleanup()
