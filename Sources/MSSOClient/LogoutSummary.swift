@@ -7,12 +7,14 @@ extension Methods.Logout.Result {
     /// printing (``TerminalText``).
     public func summary(time: (Double) -> String) -> [String] {
         guard !loggedOut.isEmpty else { return ["No SSO session was active."] }
-        var lines = ["Logged out of \(loggedOut.joined(separator: ", "))."]
+        let ended = sessions.map { $0.map { $0.account == AccountName.defaultName ? $0.group : "\($0.group) (account \($0.account))" } } ?? loggedOut
+        var lines = ["Logged out of \(ended.joined(separator: ", "))."]
         for session in notRevoked ?? [] {
             let access = session.accessTokenExpiresAt.map { "its last access token until \(time($0))" }
             let refresh = session.refreshToken ? "its refresh token until the provider expires it" : nil
             let valid = [access, refresh].compactMap { $0 }.joined(separator: " and ")
-            lines.append("\"\(session.group)\": not revoked at the identity provider: \(session.reason). Every app here is logged out, "
+            let name = session.account.map { $0 == AccountName.defaultName ? "" : " (account \($0))" } ?? ""
+            lines.append("\"\(session.group)\"\(name): not revoked at the identity provider: \(session.reason). Every app here is logged out, "
                          + (valid.isEmpty ? "and its tokens have expired." : "but a copy of its tokens taken earlier stays valid there: \(valid)."))
         }
         return lines

@@ -53,10 +53,16 @@ struct AccountBook {
         return text.isEmpty ? nil : text
     }
 
-    /// The group's account, when one is remembered for the group's present issuer.
-    func account(of config: GroupConfig) -> RememberedAccount? {
-        guard let known = accounts[config.name], known.issuer.utf8.elementsEqual(config.issuer.utf8) else { return nil }
+    /// The session's account, when one is remembered for the group's present issuer.
+    func account(of config: GroupConfig, _ session: AccountName) -> RememberedAccount? {
+        guard let known = accounts[session.storeName], known.issuer.utf8.elementsEqual(config.issuer.utf8) else { return nil }
         return known
+    }
+
+    /// The accounts of `group` besides the default one that a login named, in no order.
+    func namedAccounts(of group: String) -> [String] {
+        let prefix = group + "\u{1F}"
+        return accounts.keys.compactMap { $0.hasPrefix(prefix) ? String($0.dropFirst(prefix.count)) : nil }
     }
 }
 
@@ -84,7 +90,7 @@ struct AccountOutcome {
 enum AccountRules {
     static let maximumShown = 255
 
-    static func check(_ config: GroupConfig, tokens: TokenSet, newAccount: Bool, remembered: RememberedAccount?,
+    static func check(_ config: GroupConfig, _ key: AccountName, tokens: TokenSet, newAccount: Bool, remembered: RememberedAccount?,
                       loginUser: String?, now: Double) throws(BrokerError) -> AccountOutcome {
         let name = config.name
         let got = shown(tokens)
@@ -101,6 +107,9 @@ enum AccountRules {
             }
         }
         guard let subject = tokens.subject else {
+            if key.account != AccountName.defaultName {
+                throw BrokerError(.loginDenied, "the identity provider of \"\(name)\" gave no ID token, so msso cannot tell which user the account \(key.account) is, nor keep it apart from the group's others: nothing was stored, and the login's tokens were revoked; ask for `openid` in the group's `scopes`, or log in without --account")
+            }
             if let remembered, !newAccount {
                 throw BrokerError(.loginDenied, "the identity provider of \"\(name)\" gave no ID token, so msso cannot tell whether this login is the group's account, \(remembered.shown): nothing was stored, and the login's tokens were revoked; to log the group in as whichever account this is, run `msso login --group \(name) --new-account`")
             }
@@ -116,7 +125,8 @@ enum AccountRules {
             return AccountOutcome(isNew: false, previous: nil, remember: same, changes: same != remembered)
         }
         guard newAccount else {
-            throw BrokerError(.loginDenied, "this login came back as \(got), but the account of \"\(name)\" is \(remembered.shown) (since \(day(remembered.since))): nothing was stored, and the login's tokens were revoked. To go on as \(remembered.shown), log in as \(remembered.shown); to make \(got) the account of every app of the group, run `msso login --group \(name) --new-account`")
+            let which = key.account == AccountName.defaultName ? "the account of \"\(name)\"" : "the account \(key.account) of \"\(name)\""
+            throw BrokerError(.loginDenied, "this login came back as \(got), but \(which) is \(remembered.shown) (since \(day(remembered.since))): nothing was stored, and the login's tokens were revoked. To go on as \(remembered.shown), log in as \(remembered.shown); to keep \(got) beside it, log in with `--account NAME` (another name); to make \(got) \(which) for every app, run `msso login \(key.options) --new-account`")
         }
         return AccountOutcome(isNew: true, previous: remembered, remember: account, changes: true)
     }
@@ -211,13 +221,20 @@ public final class AccountFile: AccountMemory, @unchecked Sendable {
         var accounts: [String: RememberedAccount] = [:]
         var dropped = 0
         for (group, entry) in document.groups {
-            guard accounts.count < maximumGroups, let account = entry.account, isSound(group, maximumBytes: 4096) else {
+            guard accounts.count < maximumGroups, let account = entry.account, isSessionName(group) else {
                 dropped += 1
                 continue
             }
             accounts[group] = account
         }
         return (accounts, dropped == 0 ? nil : "\(path): \(dropped) entr\(dropped == 1 ? "y" : "ies") that msso could not have written were left out")
+    }
+
+    /// A key of the file: a group's name (its default account), or a group's name and an account's
+    /// joined as ``AccountName/storeName`` joins them.
+    static func isSessionName(_ key: String) -> Bool {
+        let parts = key.split(separator: "\u{1F}", maxSplits: 1, omittingEmptySubsequences: false)
+        return isSound(String(parts[0]), maximumBytes: 4096) && (parts.count == 1 || AccountName.isValid(String(parts[1])))
     }
 
     /// Text a file of the user's may hold: not empty, at most `maximumBytes`, no control

@@ -16,11 +16,71 @@ extension Broker {
         accountBook.loginUser = name
     }
 
-    /// The account remembered for `group`, if any (for `status`, doctor, tests).
-    public func rememberedAccount(_ group: String) async -> RememberedAccount? {
+    /// The account remembered for `group`'s session of `account`, if any (for `status`, doctor, tests).
+    public func rememberedAccount(_ group: String, account: String = AccountName.defaultName) async -> RememberedAccount? {
         await loadAccounts()
         guard let config = configuration.groups[group] else { return nil }
-        return accountBook.account(of: config)
+        return accountBook.account(of: config, AccountName(group: group, account: account))
+    }
+
+    // MARK: Which account a call is about
+
+    /// The session a call about `config` names: its `account`, else the group's default
+    /// (``defaultAccount(_:)``, once every account the group has is read).
+    func session(_ config: GroupConfig, _ account: String?) async throws(BrokerError) -> AccountName {
+        if let account {
+            if let problem = AccountName.problem(account) { throw BrokerError(.badRequest, problem) }
+            return AccountName(group: config.name, account: account)
+        }
+        if config.defaultAccount == nil { await loadSessions(of: config) }
+        return AccountName(group: config.name, account: defaultAccount(config))
+    }
+
+    /// The group's default account: `default_account`; else the one named "default" while it has
+    /// a session or no other has; else the one logged in first. From memory: ``loadSessions(of:)``
+    /// reads them first.
+    func defaultAccount(_ config: GroupConfig) -> String {
+        if let named = config.defaultAccount { return named }
+        let home = AccountName(group: config.name, account: AccountName.defaultName)
+        if sessions[home]?.credential != nil { return AccountName.defaultName }
+        let others = sessions.compactMap { key, state -> (String, Double)? in
+            guard key.group == config.name, let credential = state.credential else { return nil }
+            return (key.account, credential.loggedInAt)
+        }
+        return others.min { ($0.1, $0.0) < ($1.1, $1.0) }?.0 ?? AccountName.defaultName
+    }
+
+    /// Every session of the group msso knows of: its default account's, then those a login named
+    /// (remembered in the account file), by name.
+    func knownSessions(_ config: GroupConfig) async -> [AccountName] {
+        await loadAccounts()
+        let named = Set(accountBook.namedAccounts(of: config.name) + (config.defaultAccount.map { [$0] } ?? []))
+            .union(sessions.keys.filter { $0.group == config.name && $0.account != AccountName.defaultName }.map(\.account))
+        return [AccountName(group: config.name, account: AccountName.defaultName)]
+            + named.subtracting([AccountName.defaultName]).sorted().map { AccountName(group: config.name, account: $0) }
+    }
+
+    /// Reads every known session of the group once, so that the default is chosen knowing them.
+    func loadSessions(of config: GroupConfig) async {
+        for key in await knownSessions(config) where sessions[key]?.loaded != true {
+            _ = try? await credential(key)
+        }
+    }
+
+    /// Refuses a login into a new account of a group that has ``AccountName/maximumPerGroup`` sessions.
+    func requireRoom(for key: AccountName, _ config: GroupConfig) async throws(BrokerError) {
+        await loadSessions(of: config)
+        let held = sessions.filter { $0.key.group == config.name && $0.value.credential != nil }.map(\.key.account)
+        guard !held.contains(key.account), held.count >= AccountName.maximumPerGroup else { return }
+        throw BrokerError(.busy, "\"\(config.name)\" already has \(held.count) accounts logged in (\(held.sorted().joined(separator: ", "))), the most it keeps; log one out first (`msso logout --group \(config.name) --account NAME`)")
+    }
+
+    /// ", which has accounts a, b (log in to one with --account NAME)" for a refusal about `key`,
+    /// when the group has sessions of other accounts; "" otherwise.
+    func otherAccounts(_ key: AccountName) -> String {
+        let others = sessions.filter { $0.key.group == key.group && $0.key != key && $0.value.credential != nil }.map(\.key.account).sorted()
+        guard !others.isEmpty else { return "" }
+        return " (its logged-in account\(others.count == 1 ? " is" : "s are") \(others.joined(separator: ", ")): name one with --account or MSSO_ACCOUNT)"
     }
 
     /// Reads the kept accounts once (later callers share the read).
@@ -59,15 +119,15 @@ extension Broker {
     /// stored). A refused login's tokens are revoked at the provider, since nothing will use them.
     /// A group that remembers no account, but holds a session from before accounts were kept,
     /// counts that session's account as its own.
-    func checkAccount(_ config: GroupConfig, _ args: LoginArguments, _ tokens: TokenSet, previous: Credential?,
+    func checkAccount(_ config: GroupConfig, _ key: AccountName, _ args: LoginArguments, _ tokens: TokenSet, previous: Credential?,
                       now: Double) async throws -> AccountOutcome {
-        var remembered = accountBook.account(of: config)
+        var remembered = accountBook.account(of: config, key)
         if remembered == nil, let previous, let subject = previous.subject,
            previous.issuer.utf8.elementsEqual(config.issuer.utf8) {
             remembered = RememberedAccount(issuer: config.issuer, subject: subject, username: previous.username, since: previous.loggedInAt)
         }
         do {
-            return try AccountRules.check(config, tokens: tokens, newAccount: args.newAccount == true, remembered: remembered,
+            return try AccountRules.check(config, key, tokens: tokens, newAccount: args.newAccount == true, remembered: remembered,
                                           loginUser: accountBook.loginUser, now: now)
         } catch {
             logger.warning("a login came back as another account than the group's, and was refused", metadata: ["group": "\(config.name)"])
@@ -77,28 +137,34 @@ extension Broker {
         }
     }
 
-    /// Keeps what a stored login's check decided (holding the group's lock). A write that fails is
-    /// logged: the account stays remembered in memory, and until mssod restarts.
-    func remember(_ outcome: AccountOutcome, _ config: GroupConfig) async {
-        guard outcome.changes || accountBook.account(of: config) != outcome.remember else { return }
-        accountBook.accounts[config.name] = outcome.remember
+    /// Keeps what a stored login's check decided (holding the session's lock). A write that fails
+    /// is logged: the account stays remembered in memory, and until mssod restarts; `required`
+    /// (an account a login named, which the file lists) throws instead, before anything is stored.
+    func remember(_ outcome: AccountOutcome, _ config: GroupConfig, _ key: AccountName, required: Bool = false) async throws {
+        guard outcome.changes || accountBook.account(of: config, key) != outcome.remember else { return }
+        let before = accountBook.accounts[key.storeName]
+        accountBook.accounts[key.storeName] = outcome.remember
         if outcome.isNew { accountBook.damaged = nil } // what was not known is known now
         guard let memory = accountBook.memory else { return }
         do {
             try await memory.save(accountBook.accounts)
         } catch {
+            if required {
+                accountBook.accounts[key.storeName] = before
+                throw BrokerError(.internal, "msso could not write down the account \(key.account) of \"\(key.group)\" (\(error)), so the login was not stored; check the state directory, then log in again")
+            }
             logger.error("the group's account could not be kept: after a restart, its next login is announced as a new account",
-                         metadata: ["group": "\(config.name)", "error": "\(error)"])
+                         metadata: ["group": "\(config.name)", "account": "\(key.account)", "error": "\(error)"])
         }
     }
 
     /// Marks the login's status as a new account, and says so in the log (the notifier and the
     /// audit log take it from the status).
-    func announceNewAccount(_ outcome: AccountOutcome, _ config: GroupConfig, into status: inout SessionStatus) {
+    func announceNewAccount(_ outcome: AccountOutcome, _ config: GroupConfig, _ key: AccountName, into status: inout SessionStatus) {
         status.newAccount = true
         status.previousAccount = outcome.previous?.shown
         logger.warning("logged in to a new account", metadata: [
-            "group": "\(config.name)", "account": "\(status.username ?? "unnamed")", "previous": "\(outcome.previous?.shown ?? "none")",
+            "group": "\(config.name)", "session": "\(key.account)", "account": "\(status.username ?? "unnamed")", "previous": "\(outcome.previous?.shown ?? "none")",
         ])
     }
 }

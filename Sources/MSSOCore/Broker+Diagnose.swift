@@ -59,7 +59,7 @@ extension Broker {
         }
         for index in discovery.indices where discovery[index].ok {
             guard let config = inForce.groups[discovery[index].group] else { continue }
-            let outcomes = groups[config.name]?.mintOutcomes.values.sorted { $0.target < $1.target } ?? []
+            let outcomes = sessions.filter { $0.key.group == config.name }.flatMap(\.value.mintOutcomes.values).sorted { $0.target < $1.target }
             if !outcomes.isEmpty { discovery[index].mints = outcomes }
             guard config.tokens == .perResource, let entry = config.resources?.entries.first else { continue }
             do {

@@ -43,14 +43,14 @@ extension Broker {
         }
         let t = now()
         lock = BrokerLock(hash: nil, lockedAt: t)
-        published.withLock { $0.groups.removeAll() }
+        published.withLock { $0.sessions.removeAll() }
         do {
             let rounds = passphraseRounds
             let hash = try await Task.detached { try PassphraseHash(passphrase, rounds: rounds) }.value
             lock.hash = hash
         } catch {
             lock = BrokerLock()
-            for name in groups.keys { publish(name) }
+            for key in sessions.keys { publish(key) }
             throw BrokerError(.internal, "could not hash the passphrase, so msso is not locked; see mssod's log")
         }
         logger.info("locked")
@@ -80,7 +80,7 @@ extension Broker {
             throw BrokerError(.locked, "wrong passphrase; msso stays locked (\(lock.failures) wrong in a row; the next wrong one is answered after \(Int(BrokerLock.delay(afterFailures: lock.failures + 1))) s)")
         }
         lock = BrokerLock()
-        for name in groups.keys { publish(name) }
+        for key in sessions.keys { publish(key) }
         logger.info("unlocked")
         return lockState
     }

@@ -14,9 +14,10 @@ struct Published: Sendable {
         /// The tokens minted for one server or one app, and their lives (``Broker/mintedLife(_:_:)``).
         var minted: [TokenTarget: (accessToken: String, life: SessionWindow)] = [:]
     }
-    /// Groups with a stored, valid-looking session (the window and the token's age are checked
-    /// at each sign).
-    var groups: [String: Group] = [:]
+    /// Sessions stored and valid-looking (the window and the token's age are checked at each sign).
+    var sessions: [AccountName: Group] = [:]
+    /// Each group's default account (``Broker/defaultAccount(_:)``), for a sign that names none.
+    var defaults: [String: String] = [:]
     /// The newest DPoP nonce each origin asked for, per group (``Broker/dpopNonces``).
     var nonces: [String: DPoPNonces] = [:]
     /// Whether msso is locked (`msso lock`), for the gate (``Broker/isLocked``).
@@ -32,18 +33,27 @@ extension Broker {
     /// to its credential or key, before the verb that made the change replies: so once `logout`
     /// has replied, no sign can read the old token. While the broker is locked nothing is
     /// published (``lock(passphrase:)`` withdraws what was).
-    func publish(_ name: String) {
-        let state = groups[name]
+    func publish(_ key: AccountName) {
+        let state = sessions[key]
         let entry: Published.Group?
         if !lock.isLocked, let state, state.loaded, !state.corrupt, !state.unsaved, let credential = state.credential {
             var minted: [TokenTarget: (accessToken: String, life: SessionWindow)] = [:]
-            for token in credential.minted { minted[token.target] = (token.accessToken, mintedLife(token, name)) }
-            entry = Published.Group(credential: credential, window: window(of: credential, name), token: tokenLife(of: credential, name),
-                                    key: signingKeys[name], minted: minted)
+            for token in credential.minted { minted[token.target] = (token.accessToken, mintedLife(token, key)) }
+            entry = Published.Group(credential: credential, window: window(of: credential, key), token: tokenLife(of: credential, key),
+                                    key: signingKeys[key.group], minted: minted)
         } else {
             entry = nil
         }
-        published.withLock { $0.groups[name] = entry }
+        let chosen = configuration.groups[key.group].map { defaultAccount($0) }
+        published.withLock {
+            $0.sessions[key] = entry
+            $0.defaults[key.group] = chosen
+        }
+    }
+
+    /// Publishes every session of the group (its signing key changed).
+    func publishGroup(_ name: String) {
+        for key in sessions.keys where key.group == name { publish(key) }
     }
 
     func publishNonces(_ name: String) {
@@ -58,7 +68,10 @@ extension Broker {
     public nonisolated func signWithoutWaiting(_ request: SignRequest, url: URL, group config: GroupConfig,
                                                target: TokenTarget = .session) throws(BrokerError) -> SignResponse? {
         let dpop = config.signing.token == .dpop
-        let (entry, nonces) = published.withLock { published in (published.groups[config.name], dpop ? published.nonces[config.name] : nil) }
+        let (entry, nonces) = published.withLock { published in
+            let account = request.account ?? config.defaultAccount ?? published.defaults[config.name] ?? AccountName.defaultName
+            return (published.sessions[AccountName(group: config.name, account: account)], dpop ? published.nonces[config.name] : nil)
+        }
         let decision = try SignDecision(request, url: url, config: config) { nonces?.nonce(for: $0) }
         if dpop && request.dpopNonce != nil { return nil } // a nonce to remember: the actor's
         guard let entry else { return nil }

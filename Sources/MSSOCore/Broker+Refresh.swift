@@ -18,47 +18,48 @@ struct RefreshBackoff {
 extension Broker {
     /// A credential with a fresh access token. Concurrent callers share one IdP refresh. While
     /// the IdP is unavailable (and backing off), a token that still works is served as it is.
-    func refreshed(_ config: GroupConfig, _ stale: Credential) async throws -> Credential {
-        let name = config.name
+    func refreshed(_ config: GroupConfig, _ key: AccountName, _ stale: Credential) async throws -> Credential {
+        let name = key
         let task: Task<Credential, any Error>
-        if let running = groups[name]?.refresh {
+        if let running = sessions[name]?.refresh {
             task = running
         } else {
-            let backoff = groups[name]!.backoff
-            if now() < backoff.notBefore, groups[name]?.unsaved != true {
+            let backoff = sessions[name]!.backoff
+            if now() < backoff.notBefore, sessions[name]?.unsaved != true {
                 if tokenLeft(stale, name) > 0 { return stale }
-                throw BrokerError(.idpUnavailable, "the identity provider of \"\(name)\" is unavailable, so the access token could not be renewed; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
+                throw BrokerError(.idpUnavailable, "the identity provider of \(name) is unavailable, so the access token could not be renewed; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
             }
-            let generation = groups[name]!.generation
-            task = inLane(name) { try await self.performRefresh(config, generation: generation) }
-            groups[name]!.refresh = task
+            let generation = sessions[name]!.generation
+            task = inLane(name) { try await self.performRefresh(config, key, generation: generation) }
+            sessions[name]!.refresh = task
         }
-        defer { if groups[name]?.refresh == task { groups[name]?.refresh = nil } }
+        defer { if sessions[name]?.refresh == task { sessions[name]?.refresh = nil } }
         do {
             return try await task.value
         } catch let busy as IdPBusy {
             // The IdP is down but the current token still works: serve it, retry after the backoff.
             if tokenLeft(stale, name) > 0 { return stale }
-            let wait = Int(max(0, (groups[name]?.backoff.notBefore ?? now()) - now())) + 1
+            let wait = Int(max(0, (sessions[name]?.backoff.notBefore ?? now()) - now())) + 1
             throw BrokerError(.idpUnavailable, "\(busy.error.message); msso asks again in \(wait) s, and the session is kept")
         }
     }
 
-    private func performRefresh(_ config: GroupConfig, generation: Int) async throws -> Credential {
-        let name = config.name
-        guard var credential = groups[name]?.credential, groups[name]?.generation == generation else {
-            throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
+    private func performRefresh(_ config: GroupConfig, _ key: AccountName, generation: Int) async throws -> Credential {
+        let name = key
+        let config = config.session(key.account)
+        guard var credential = sessions[name]?.credential, sessions[name]?.generation == generation else {
+            throw BrokerError(.notLoggedIn, "not logged in to \(name); the session ended while it was being refreshed")
         }
         // A token rotated earlier but not yet stored only needs storing, unless it is stale too.
-        let needsNewToken = !groups[name]!.unsaved || tokenLeft(credential, name) < config.refreshLead
+        let needsNewToken = !sessions[name]!.unsaved || tokenLeft(credential, name) < config.refreshLead
         if needsNewToken {
             guard let refreshToken = credential.refreshToken else {
                 if tokenLeft(credential, name) > 0 { return credential }
-                throw BrokerError(.expired, "the access token of \"\(name)\" expired and the IdP gave no refresh token; run `msso login --group \(name)`")
+                throw BrokerError(.expired, "the access token of \(name) expired and the IdP gave no refresh token; run `msso login \(name.options)`")
             }
             // The IdP spends a one-use refresh token as it answers: not before the answer can be
             // stored. Meanwhile a token that still works is served as it is.
-            if let refusal = await store.cannotSave(credential, group: name) {
+            if let refusal = await store.cannotSave(credential, group: name.storeName) {
                 if tokenLeft(credential, name) > 0 { return credential }
                 throw refusal
             }
@@ -68,23 +69,23 @@ extension Broker {
                 tokens = try await identity.refresh(config, refreshToken: refreshToken, dpop: dpop)
                 if let subject = tokens.subject, let ours = credential.subject, subject != ours {
                     // OpenID Connect Core §12.2: not this user's session any more; nothing of it is used.
-                    throw BrokerError(.expired, "the identity provider of \"\(name)\" answered the refresh with another user's tokens, so the session is ended; run `msso login --group \(name)`")
+                    throw BrokerError(.expired, "the identity provider of \(name) answered the refresh with another user's tokens, so the session is ended; run `msso login \(name.options)`")
                 }
-                groups[name]?.backoff = RefreshBackoff()
+                sessions[name]?.backoff = RefreshBackoff()
             } catch let error as BrokerError where error.name == .expired {
                 try await endWindowEarly(name, generation: generation)
                 throw error
             } catch let busy as IdPBusy {
-                guard groups[name]?.generation == generation else {
+                guard sessions[name]?.generation == generation else {
                     // Logged out meanwhile (which cancels the refresh): nothing to keep or retry.
-                    throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
+                    throw BrokerError(.notLoggedIn, "not logged in to \(name); the session ended while it was being refreshed")
                 }
-                groups[name]?.backoff.failed(at: now(), retryAfter: busy.retryAfter)
-                let wait = Int((groups[name]?.backoff.notBefore ?? now()) - now()) + 1
-                logger.warning("refresh failed; the session is kept", metadata: ["group": "\(name)", "error": "\(busy.error)", "retry": "\(wait)s"])
+                sessions[name]?.backoff.failed(at: now(), retryAfter: busy.retryAfter)
+                let wait = Int((sessions[name]?.backoff.notBefore ?? now()) - now()) + 1
+                logger.warning("refresh failed; the session is kept", metadata: ["group": "\(name.group)", "account": "\(name.account)", "error": "\(busy.error)", "retry": "\(wait)s"])
                 throw busy
             } catch is CancellationError {
-                throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
+                throw BrokerError(.notLoggedIn, "not logged in to \(name); the session ended while it was being refreshed")
             }
             credential.accessToken = tokens.accessToken
             credential.refreshToken = tokens.refreshToken ?? credential.refreshToken
@@ -92,9 +93,9 @@ extension Broker {
         }
         let refreshed = credential
         return try await exclusively(name) {
-            guard groups[name]?.generation == generation else {
+            guard sessions[name]?.generation == generation else {
                 abandon(config, rotated: needsNewToken ? refreshed.refreshToken : nil)
-                throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while it was being refreshed")
+                throw BrokerError(.notLoggedIn, "not logged in to \(name); the session ended while it was being refreshed")
             }
             // The IdP may have rotated the refresh token: keep it in memory even if the store
             // fails, and use the new access token only once it is stored.
@@ -102,10 +103,10 @@ extension Broker {
                 $0.credential = refreshed
                 $0.unsaved = true
             }
-            try await store.save(refreshed, group: name)
+            try await store.save(refreshed, group: name.storeName)
             update(name) { $0.unsaved = false }
             identity.forgetRescuedRefresh(config) // kept until now in case this process died
-            logger.info("access token refreshed", metadata: ["group": "\(name)"])
+            logger.info("access token refreshed", metadata: ["group": "\(name.group)", "account": "\(name.account)"])
             return refreshed
         }
     }
@@ -122,16 +123,16 @@ extension Broker {
     }
 
     /// The IdP no longer honours the session: close the window now so every app sees `Expired`.
-    private func endWindowEarly(_ name: String, generation: Int) async throws {
+    private func endWindowEarly(_ name: AccountName, generation: Int) async throws {
         try await exclusively(name) {
-            guard groups[name]?.generation == generation, var credential = groups[name]?.credential else { return }
+            guard sessions[name]?.generation == generation, var credential = sessions[name]?.credential else { return }
             credential.sessionExpiresAt = min(credential.sessionExpiresAt, now())
             update(name) { $0.credential = credential }
-            try await store.save(credential, group: name)
+            try await store.save(credential, group: name.storeName)
         }
         armExpiryTimer(name)
-        if let credential = groups[name]?.credential, let config = configuration.groups[name] {
-            emit(.expired, status(credential, config))
+        if let credential = sessions[name]?.credential, let config = configuration.groups[name.group] {
+            emit(.expired, status(credential, config, name))
         }
     }
 }
@@ -141,49 +142,50 @@ extension Broker {
 extension Broker {
     /// Starts `work` once the group's last request that may spend the refresh token has ended:
     /// with one-use rotation each such request spends the token the one before stored.
-    func inLane<T: Sendable>(_ name: String, _ work: @escaping @Sendable () async throws -> T) -> Task<T, any Error> {
-        let before = groups[name]?.lane
+    func inLane<T: Sendable>(_ name: AccountName, _ work: @escaping @Sendable () async throws -> T) -> Task<T, any Error> {
+        let before = sessions[name]?.lane
         let task = Task { () async throws -> T in
             await before?.value
             return try await work()
         }
-        groups[name, default: GroupState()].lane = Task { _ = try? await task.value }
+        sessions[name, default: SessionState()].lane = Task { _ = try? await task.value }
         return task
     }
 
     /// The access token a request for `target` carries, and its life: the session's own
     /// (refreshed first when due), or the token minted for the target (minted first when none is
     /// held or it is due). `renew`: a server refused the one it had.
-    func accessToken(_ config: GroupConfig, _ credential: Credential, for target: TokenTarget, renew: Bool) async throws -> (token: String, life: SessionWindow) {
-        let name = config.name
+    func accessToken(_ config: GroupConfig, _ key: AccountName, _ credential: Credential, for target: TokenTarget,
+                     renew: Bool) async throws -> (token: String, life: SessionWindow) {
+        let name = key
         guard !target.isSession else {
             var credential = credential
-            if renew || tokenLeft(credential, name) < config.refreshLead && credential.refreshToken != nil || groups[name]?.unsaved == true {
-                credential = try await refreshed(config, credential)
+            if renew || tokenLeft(credential, name) < config.refreshLead && credential.refreshToken != nil || sessions[name]?.unsaved == true {
+                credential = try await refreshed(config, key, credential)
             }
             return (credential.accessToken, tokenLife(of: credential, name))
         }
-        if !renew, groups[name]?.unsaved != true, let held = credential.minted(for: target),
+        if !renew, sessions[name]?.unsaved != true, let held = credential.minted(for: target),
            mintedLife(held, name).remaining(at: clock.moment()) >= config.refreshLead {
             return (held.accessToken, mintedLife(held, name))
         }
         let task: Task<MintedToken, any Error>
-        if let running = groups[name]?.mints[target] {
+        if let running = sessions[name]?.mints[target] {
             task = running
         } else {
-            let backoff = groups[name]!.backoff
-            if now() < backoff.notBefore, groups[name]?.unsaved != true {
+            let backoff = sessions[name]!.backoff
+            if now() < backoff.notBefore, sessions[name]?.unsaved != true {
                 // The IdP was unavailable: a token that still works is served, none is asked for yet.
                 if let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
                     return (held.accessToken, mintedLife(held, name))
                 }
-                throw BrokerError(.idpUnavailable, "the identity provider of \"\(name)\" is unavailable, so no token for \(target) could be had; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
+                throw BrokerError(.idpUnavailable, "the identity provider of \(name) is unavailable, so no token for \(target) could be had; msso asks again in \(Int(backoff.notBefore - now()) + 1) s, and the session is kept")
             }
-            let generation = groups[name]!.generation
-            task = inLane(name) { try await self.performMint(config, target, generation: generation, renew: renew) }
-            groups[name]!.mints[target] = task
+            let generation = sessions[name]!.generation
+            task = inLane(name) { try await self.performMint(config, key, target, generation: generation, renew: renew) }
+            sessions[name]!.mints[target] = task
         }
-        defer { if groups[name]?.mints[target] == task { groups[name]?.mints[target] = nil } }
+        defer { if sessions[name]?.mints[target] == task { sessions[name]?.mints[target] = nil } }
         do {
             let minted = try await task.value
             noteMint(name, target, failure: nil)
@@ -194,50 +196,52 @@ extension Broker {
         } catch let busy as IdPBusy {
             noteMint(name, target, failure: busy.error.message)
             // The IdP is down but the token held still works: serve it, and ask again later.
-            if let held = groups[name]?.credential?.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
+            if let held = sessions[name]?.credential?.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) > 0 {
                 return (held.accessToken, mintedLife(held, name))
             }
             throw BrokerError(.idpUnavailable, "\(busy.error.message); the session is kept")
         }
     }
 
-    private func noteMint(_ name: String, _ target: TokenTarget, failure: String?) {
-        guard groups[name] != nil else { return }
-        if groups[name]!.mintOutcomes[target] == nil, groups[name]!.mintOutcomes.count >= MintedToken.maximum {
-            groups[name]!.mintOutcomes.removeAll() // bounded; doctor then shows the newest only
+    private func noteMint(_ name: AccountName, _ target: TokenTarget, failure: String?) {
+        guard sessions[name] != nil else { return }
+        if sessions[name]!.mintOutcomes[target] == nil, sessions[name]!.mintOutcomes.count >= MintedToken.maximum {
+            sessions[name]!.mintOutcomes.removeAll() // bounded; doctor then shows the newest only
         }
-        groups[name]!.mintOutcomes[target] = MintOutcome(target: target.description, ok: failure == nil, at: now(), message: failure)
+        sessions[name]!.mintOutcomes[target] = MintOutcome(target: target.description, ok: failure == nil, at: now(), message: failure)
     }
 
     /// A minted token's life on both clocks (``tokenLife(of:_:)``'s rule).
-    func mintedLife(_ token: MintedToken, _ name: String) -> SessionWindow {
-        if let life = groups[name]?.mintedLives[token.target], life.end.wall == token.expiresAt { return life }
+    func mintedLife(_ token: MintedToken, _ name: AccountName) -> SessionWindow {
+        if let life = sessions[name]?.mintedLives[token.target], life.end.wall == token.expiresAt { return life }
         return SessionWindow(endingAt: token.expiresAt, measuredAt: clock.moment())
     }
 
     /// One request to the IdP for `target`'s token, in the group's lane; the answer (and the
     /// refresh token it rotated) is stored before the token is used.
-    private func performMint(_ config: GroupConfig, _ target: TokenTarget, generation: Int, renew: Bool) async throws -> MintedToken {
-        let name = config.name
-        let ended = BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; the session ended while a token for \(target) was being asked for")
-        guard var credential = groups[name]?.credential, groups[name]?.generation == generation else { throw ended }
+    private func performMint(_ config: GroupConfig, _ key: AccountName, _ target: TokenTarget, generation: Int,
+                             renew: Bool) async throws -> MintedToken {
+        let name = key
+        let config = config.session(key.account)
+        let ended = BrokerError(.notLoggedIn, "not logged in to \(name); the session ended while a token for \(target) was being asked for")
+        guard var credential = sessions[name]?.credential, sessions[name]?.generation == generation else { throw ended }
         // Minted by the request before this one in the lane, or renewed there; or minted before a
         // store that failed: then it only needs storing.
         if !renew, let held = credential.minted(for: target), mintedLife(held, name).remaining(at: clock.moment()) >= config.refreshLead {
-            guard groups[name]?.unsaved == true else { return held }
-            try await storeMint(config, generation: generation, ended: ended)
+            guard sessions[name]?.unsaved == true else { return held }
+            try await storeMint(config, key, generation: generation, ended: ended)
             return held
         }
         let mechanism: TokenRequest
         do {
             mechanism = try await identity.mintingMechanism(config, for: target)
         } catch let error as BrokerError where error.name == .idpUnavailable {
-            groups[name]?.backoff.failed(at: now(), retryAfter: nil) // its discovery did not answer: backed off as a mint is
+            sessions[name]?.backoff.failed(at: now(), retryAfter: nil) // its discovery did not answer: backed off as a mint is
             throw IdPBusy(error)
         }
-        if mechanism == .exchange, tokenLeft(credential, name) < config.refreshLead || groups[name]?.unsaved == true {
+        if mechanism == .exchange, tokenLeft(credential, name) < config.refreshLead || sessions[name]?.unsaved == true {
             // The exchange's subject is the session's own token: renewed first (this lane's turn).
-            credential = try await performRefresh(config, generation: generation)
+            credential = try await performRefresh(config, key, generation: generation)
         }
         // Room for the answer: tokens that have ended give theirs, then those that end first (each
         // minted again when asked for), so that a store with a small quota (the kernel keyring's
@@ -251,11 +255,11 @@ extension Broker {
                 probe.keep(MintedToken(target, accessToken: String(repeating: "x", count: size), expiresAt: now() + 1))
                 return probe
             }
-            var refusal = await store.cannotSave(withAnswer(credential), group: name)
+            var refusal = await store.cannotSave(withAnswer(credential), group: name.storeName)
             while refusal != nil, let soonest = credential.minted.filter({ $0.target != target }).min(by: { $0.expiresAt < $1.expiresAt }) {
                 dropped.insert(soonest.target)
                 credential.minted.removeAll { $0.target == soonest.target }
-                refusal = await store.cannotSave(withAnswer(credential), group: name)
+                refusal = await store.cannotSave(withAnswer(credential), group: name.storeName)
             }
             if let refusal { throw refusal } // the refresh token would be spent with no room for what rotates it
         }
@@ -265,28 +269,28 @@ extension Broker {
             tokens = try await identity.mint(config, target: target, by: mechanism, refreshToken: credential.refreshToken,
                                              accessToken: credential.accessToken, dpop: dpop)
             if let subject = tokens.subject, let ours = credential.subject, subject != ours {
-                throw BrokerError(.expired, "the identity provider of \"\(name)\" answered with another user's tokens, so the session is ended; run `msso login --group \(name)`")
+                throw BrokerError(.expired, "the identity provider of \(name) answered with another user's tokens, so the session is ended; run `msso login \(name.options)`")
             }
         } catch let error as BrokerError where error.name == .expired {
             try await endWindowEarly(name, generation: generation)
             throw error
         } catch let busy as IdPBusy {
-            guard groups[name]?.generation == generation else { throw ended }
-            groups[name]?.backoff.failed(at: now(), retryAfter: busy.retryAfter)
-            logger.warning("a token for one server could not be had; the session is kept", metadata: ["group": "\(name)", "resource": "\(target)", "error": "\(busy.error)"])
+            guard sessions[name]?.generation == generation else { throw ended }
+            sessions[name]?.backoff.failed(at: now(), retryAfter: busy.retryAfter)
+            logger.warning("a token for one server could not be had; the session is kept", metadata: ["group": "\(name.group)", "account": "\(name.account)", "resource": "\(target)", "error": "\(busy.error)"])
             throw busy
         } catch is CancellationError {
             throw ended
         } catch let refused as MintRefused {
             // Nothing handed out, but the refresh token the provider rotated as it answered is kept.
             if let rotated = refused.refreshToken {
-                try await storeMint(config, generation: generation, ended: ended, rotated: rotated)
+                try await storeMint(config, key, generation: generation, ended: ended, rotated: rotated)
             }
             throw refused.error
         }
         let minted = MintedToken(target, accessToken: tokens.accessToken, expiresAt: now() + tokens.expiresIn)
-        try await storeMint(config, generation: generation, ended: ended, rotated: tokens.refreshToken, minted: minted, dropped: dropped)
-        logger.info("minted an access token", metadata: ["group": "\(name)", "resource": "\(target)", "by": "\(mechanism.rawValue)"])
+        try await storeMint(config, key, generation: generation, ended: ended, rotated: tokens.refreshToken, minted: minted, dropped: dropped)
+        logger.info("minted an access token", metadata: ["group": "\(name.group)", "account": "\(name.account)", "resource": "\(target)", "by": "\(mechanism.rawValue)"])
         return minted
     }
 
@@ -295,11 +299,11 @@ extension Broker {
     /// minted (used only once stored), those that gave their place; with none of them, what a
     /// store that failed before left unsaved. A session ended meanwhile gets nothing: the rotated
     /// token is revoked (``abandon(_:rotated:)``) and `ended` thrown.
-    private func storeMint(_ config: GroupConfig, generation: Int, ended: BrokerError, rotated: String? = nil,
+    private func storeMint(_ config: GroupConfig, _ key: AccountName, generation: Int, ended: BrokerError, rotated: String? = nil,
                            minted: MintedToken? = nil, dropped: Set<TokenTarget> = []) async throws {
-        let name = config.name
+        let name = key
         try await exclusively(name) {
-            guard groups[name]?.generation == generation, var current = groups[name]?.credential else {
+            guard sessions[name]?.generation == generation, var current = sessions[name]?.credential else {
                 abandon(config, rotated: rotated)
                 throw ended
             }
@@ -314,7 +318,7 @@ extension Broker {
                     $0.backoff = RefreshBackoff()
                 }
             }
-            try await store.save(current, group: name)
+            try await store.save(current, group: name.storeName)
             update(name) { $0.unsaved = false }
             identity.forgetRescuedRefresh(config)
         }

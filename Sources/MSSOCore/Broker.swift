@@ -4,7 +4,8 @@ import MSSOProtocol
 import MSSOSigning
 import Synchronization
 
-/// The broker's logic: one SSO session per access group, its two clocks, and the verbs.
+/// The broker's logic: one SSO session per account of each access group (``AccountName``), its
+/// two clocks, and the verbs.
 ///
 /// Hot state lives in memory; the store is written whenever something changes, and a verb that
 /// changes state returns only after that write succeeded. Per group, state changes run one at a
@@ -28,11 +29,12 @@ public actor Broker {
     var signingKeys: [String: SigningKey] = [:]
     /// The newest DPoP nonce each origin asked for (RFC 9449 §8, §9), per group, bounded.
     var dpopNonces: [String: DPoPNonces] = [:]
-    var groups: [String: GroupState] = [:]
+    /// Each session's state, by group and account.
+    var sessions: [AccountName: SessionState] = [:]
     var subscribers = Subscribers()
-    /// The device or browser login of each group waiting for the user right now: one per group,
-    /// joined by every further login of the group (``SharedLogin``).
-    var sharedLogins: [String: SharedLogin] = [:]
+    /// The device or browser login of each session waiting for the user right now: one per
+    /// session, joined by every further login of it (``SharedLogin``).
+    var sharedLogins: [AccountName: SharedLogin] = [:]
     /// At most this many groups have a device or browser login waiting at once (each holds an
     /// IdP poll or a loopback listener).
     public static let maximumInteractiveLogins = 4
@@ -46,7 +48,7 @@ public actor Broker {
     /// What `sign` needs, as of the last change: read without the actor.
     nonisolated let published = Mutex(Published())
 
-    struct GroupState {
+    struct SessionState {
         /// True once memory matches the store (loaded, or written by this process).
         var loaded = false
         var credential: Credential?
@@ -130,37 +132,40 @@ public actor Broker {
         try requireUnlocked(for: .login(args))
         await loadAccounts()
         try requireUnlocked(for: .login(args))
-        let setsAccount = AccountRules.maySetAccount(config, newAccount: args.newAccount == true, remembered: accountBook.account(of: config))
-        if let running = sharedLogins[config.name], !running.abandoned {
+        let key = try await session(config, args.account)
+        try await requireRoom(for: key, config)
+        let setsAccount = AccountRules.maySetAccount(config, newAccount: args.newAccount == true, remembered: accountBook.account(of: config, key))
+        if let running = sharedLogins[key], !running.abandoned {
             // A password login joins nothing, but passes no login that may set the account either.
             try refuseJoining(running, config, setsAccount: setsAccount)
             if args.flow != .password { return try await running.wait(prompt: prompt, joined: true) }
         }
-        guard args.flow != .password else { return try await performLogin(args, config) { _ in } }
+        guard args.flow != .password else { return try await performLogin(args, config, key) { _ in } }
         guard sharedLogins.values.filter({ !$0.abandoned }).count < Self.maximumInteractiveLogins else {
             throw BrokerError(.busy, "\(Self.maximumInteractiveLogins) logins are already waiting for the user; finish or cancel one of them first")
         }
         let shared = SharedLogin(startedBy: requester ?? "another program", setsAccount: setsAccount)
-        sharedLogins[config.name] = shared
+        sharedLogins[key] = shared
         shared.begin(Task {
             let outcome: Result<SessionStatus, any Error>
             do {
-                outcome = .success(try await performLogin(args, config) { shared.show($0) })
+                outcome = .success(try await performLogin(args, config, key) { shared.show($0) })
             } catch {
                 outcome = .failure(error)
                 if shared.abandoned { logger.info("login abandoned: everyone who waited for it left", metadata: ["group": "\(config.name)"]) }
             }
             // On the actor since performLogin returned: no login of the group can join in between.
-            if sharedLogins[config.name] === shared { sharedLogins[config.name] = nil }
+            if sharedLogins[key] === shared { sharedLogins[key] = nil }
             shared.end(outcome)
         })
         return try await shared.wait(prompt: prompt, joined: false)
     }
 
     /// One login, with the flow `args` names, calling `prompt` with what to show the user.
-    private func performLogin(_ args: LoginArguments, _ config: GroupConfig, prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
-        if groups[config.name] == nil { groups[config.name] = GroupState() }
-        let logoutsBefore = groups[config.name]!.logouts
+    private func performLogin(_ args: LoginArguments, _ config: GroupConfig, _ key: AccountName,
+                              prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
+        if sessions[key] == nil { sessions[key] = SessionState() }
+        let logoutsBefore = sessions[key]!.logouts
         let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
         let tokens: TokenSet
         switch args.flow {
@@ -183,31 +188,35 @@ public actor Broker {
             sessionExpiresAt: t + min(config.sessionTimeout, config.sessionMax), sessionMaxAt: t + config.sessionMax,
             subject: tokens.subject)
         var outcome = AccountOutcome()
-        let replaced = try await exclusively(config.name) { () async throws -> String? in
+        let replaced = try await exclusively(key) { () async throws -> String? in
             // A lock that came while the user logged in: nothing is stored (the lock's promise).
             do { try requireUnlocked(for: .login(args)) } catch {
                 if let refreshToken = tokens.refreshToken { _ = await identity.revoke(config, token: refreshToken, hint: .refreshToken) }
                 throw error
             }
-            guard groups[config.name]?.logouts == logoutsBefore else {
+            guard sessions[key]?.logouts == logoutsBefore else {
                 // "Log out once, and every app is logged out": a logout while the user was still
                 // logging in (a device code not yet approved, a slow IdP) ends this login too.
                 if let refreshToken = tokens.refreshToken { _ = await identity.revoke(config, token: refreshToken, hint: .refreshToken) }
-                throw BrokerError(.loginDenied, "a logout of \"\(config.name)\" came while this login was in progress, so it was not stored; run `msso login --group \(config.name)` again")
+                throw BrokerError(.loginDenied, "a logout of \(key) came while this login was in progress, so it was not stored; run `msso login \(key.options)` again")
             }
-            let previous = try? await loadedCredentialLocked(config.name)
-            let account = try await checkAccount(config, args, tokens, previous: previous, now: t)
+            let previous = try? await loadedCredentialLocked(key)
+            let account = try await checkAccount(config, key, args, tokens, previous: previous, now: t)
+            if key.account != AccountName.defaultName {
+                // Listed before it is stored: a session msso does not know of would outlive `logout --all`.
+                try await remember(account, config, key, required: true)
+            }
             do {
-                try await store.save(credential, group: config.name)
+                try await store.save(credential, group: key.storeName)
             } catch {
                 // Not stored, so not a session: leave no live refresh token behind at the IdP.
                 if let refreshToken = tokens.refreshToken { _ = await identity.revoke(config, token: refreshToken, hint: .refreshToken) }
                 throw error
             }
-            identity.forgetRescuedRefresh(config) // an answer kept for the session replaced
-            await remember(account, config)
+            identity.forgetRescuedRefresh(config.session(key.account)) // an answer kept for the session replaced
+            try await remember(account, config, key)
             outcome = account
-            update(config.name) {
+            update(key) {
                 $0.credential = credential
                 $0.loaded = true
                 $0.corrupt = false
@@ -223,10 +232,10 @@ public actor Broker {
             let identity = self.identity
             Task { _ = await identity.revoke(config, token: replaced, hint: .refreshToken) }
         }
-        armExpiryTimer(config.name)
-        var status = self.status(credential, config)
-        logger.info("logged in", metadata: ["group": "\(config.name)", "until": "\(status.sessionExpiresAt ?? 0)"])
-        if outcome.isNew { announceNewAccount(outcome, config, into: &status) }
+        armExpiryTimer(key)
+        var status = self.status(credential, config, key)
+        logger.info("logged in", metadata: ["group": "\(config.name)", "account": "\(key.account)", "until": "\(status.sessionExpiresAt ?? 0)"])
+        if outcome.isNew { announceNewAccount(outcome, config, key, into: &status) }
         emit(.loggedIn, status)
         return status
     }
@@ -242,66 +251,86 @@ public actor Broker {
     }
 
     /// Slides the session window to now + timeout, never past the cap set at login.
-    public func extend(_ name: String?) async throws -> SessionStatus {
+    public func extend(_ name: String?, account: String? = nil) async throws -> SessionStatus {
         let config = try group(name)
         try requireUnlocked(for: .extend)
-        let (credential, moved) = try await exclusively(config.name) { () async throws -> (Credential, Bool) in
-            var credential = try requireValid(try await loadedCredentialLocked(config.name), config.name)
+        let key = try await session(config, account)
+        let (credential, moved) = try await exclusively(key) { () async throws -> (Credential, Bool) in
+            var credential = try requireValid(try await loadedCredentialLocked(key), key)
             let end = min(now() + config.sessionTimeout, credential.sessionMaxAt)
             guard end > credential.sessionExpiresAt else { return (credential, false) }
             credential.sessionExpiresAt = end
-            try await store.save(credential, group: config.name)
-            update(config.name) {
+            try await store.save(credential, group: key.storeName)
+            update(key) {
                 $0.credential = credential
                 $0.unsaved = false
             }
             return (credential, true)
         }
-        let status = self.status(credential, config)
+        let status = self.status(credential, config, key)
         if moved {
-            armExpiryTimer(config.name)
+            armExpiryTimer(key)
             emit(.extended, status)
         }
         return status
     }
 
     /// Ends sessions: deletes the stored credential, revokes the tokens at the identity provider
-    /// (bounded), announces it. Says which groups had a session, and whose tokens stay valid at
-    /// the provider.
-    public func logout(_ name: String?, all: Bool) async throws -> Methods.Logout.Result {
-        let configuration = self.configuration
-        let names = all ? configuration.groups.keys.sorted() : [try group(name).name]
-        var ended: [String] = [], notRevoked: [Methods.Logout.NotRevoked] = []
-        for name in names {
-            if groups[name] == nil { groups[name] = GroupState() }
-            groups[name]!.logouts += 1
-            guard let outcome = try await endSession(configuration.groups[name]!) else { continue }
-            ended.append(name)
-            if let outcome = outcome { notRevoked.append(outcome) }
-        }
-        return Methods.Logout.Result(loggedOut: ended, notRevoked: notRevoked)
+    /// (bounded), announces it. One account of a group (nil: its default), or with `all` every
+    /// account of every group. Says which sessions ended, and whose tokens stay valid at the provider.
+    public func logout(_ name: String?, account: String? = nil, all: Bool) async throws -> Methods.Logout.Result {
+        if all { return try await logout(everyAccountOf: nil) }
+        return try await end([try await session(try group(name), account)])
     }
 
-    /// The state of every configured group, or of one.
-    public func status(_ name: String?) async throws -> [SessionStatus] {
+    /// Ends every session of the named groups (nil: of every group): `logout --all`.
+    public func logout(everyAccountOf names: [String]?) async throws -> Methods.Logout.Result {
+        var keys: [AccountName] = []
+        for config in configuration.groups.values.sorted(by: { $0.name < $1.name }) where names?.contains(config.name) ?? true {
+            keys += await knownSessions(config)
+        }
+        return try await end(keys)
+    }
+
+    private func end(_ keys: [AccountName]) async throws -> Methods.Logout.Result {
+        let configuration = self.configuration
+        var ended: [AccountName] = [], notRevoked: [Methods.Logout.NotRevoked] = []
+        for key in keys {
+            if sessions[key] == nil { sessions[key] = SessionState() }
+            sessions[key]!.logouts += 1
+            guard let outcome = try await endSession(configuration.groups[key.group]!, key) else { continue }
+            ended.append(key)
+            if let outcome = outcome { notRevoked.append(outcome) }
+        }
+        return Methods.Logout.Result(sessions: ended, notRevoked: notRevoked)
+    }
+
+    /// The state of every account of every configured group, or of one group's, or of one
+    /// account's: the default account first, then the others by name.
+    public func status(_ name: String?, account: String? = nil) async throws -> [SessionStatus] {
         let configs = name == nil ? configuration.groups.values.sorted { $0.name < $1.name } : [try group(name)]
         var out: [SessionStatus] = []
         for config in configs {
-            var status = markingLock(try await status(of: config))
-            if status.state == .valid, let credential = groups[config.name]?.credential, !credential.minted.isEmpty {
-                let now = clock.moment()
-                status.tokens = credential.minted.map {
-                    MintedTokenStatus(resource: $0.resource, scopes: $0.scopes, expiresAt: mintedLife($0, config.name).wallEnd(at: now))
-                }.sorted { ($0.resource ?? "", $0.scopes ?? []).0 < ($1.resource ?? "", $1.scopes ?? []).0 }
+            let keys = account == nil ? await knownSessions(config) : [try await session(config, account)]
+            for key in keys {
+                var status = markingLock(try await status(of: config, key))
+                if status.state == .valid, let credential = sessions[key]?.credential, !credential.minted.isEmpty {
+                    let now = clock.moment()
+                    status.tokens = credential.minted.map {
+                        MintedTokenStatus(resource: $0.resource, scopes: $0.scopes, expiresAt: mintedLife($0, key).wallEnd(at: now))
+                    }.sorted { ($0.resource ?? "", $0.scopes ?? []).0 < ($1.resource ?? "", $1.scopes ?? []).0 }
+                }
+                out.append(status)
             }
-            out.append(status)
         }
         return out
     }
 
-    /// The state of one group (the only configured one when `name` is nil).
-    public func check(_ name: String?) async throws -> SessionStatus {
-        markingLock(try await status(of: try group(name)))
+    /// The state of one session (the only configured group's when `name` is nil; its default
+    /// account's when `account` is nil).
+    public func check(_ name: String?, account: String? = nil) async throws -> SessionStatus {
+        let config = try group(name)
+        return markingLock(try await status(of: config, try await session(config, account)))
     }
 
     /// The headers that authenticate `request` (its URL checked by the gate: `url`), refreshing
@@ -310,12 +339,13 @@ public actor Broker {
         let config = try group(request.group)
         let decision = try SignDecision(request, url: url, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
         try requireUnlocked(for: .sign)
-        let credential = try requireValid(try await credential(config.name), config.name)
-        let token = try await accessToken(config, credential, for: target, renew: false).token
+        let key = try await session(config, request.account)
+        let credential = try requireValid(try await credential(key), key)
+        let token = try await accessToken(config, key, credential, for: target, renew: false).token
         try requireUnlocked(for: .sign) // locked while a refresh ran
-        let key = config.signing.needsKey ? try await signingKey(config) : nil
+        let signingKey = config.signing.needsKey ? try await signingKey(config) : nil
         let response = SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: token,
-                                                                         key: key, dpopNonce: decision.nonce, now: now()))
+                                                                         key: signingKey, dpopNonce: decision.nonce, now: now()))
         // Kept only once the proof that carries it is made: a sign that fails leaves nothing behind.
         if let nonce = decision.nonce {
             if request.dpopNonce != nil, nonce != dpopNonces[config.name]?.nonce(for: decision.origin) {
@@ -332,16 +362,17 @@ public actor Broker {
     /// curl): only for bearer tokens. With `renew` (a server refused the token), it is refreshed
     /// first, at most once every 10 seconds per group, so no caller can make the broker hammer
     /// the IdP. (Where it may be sent, within the group's `resources`, the gate checked.)
-    public func token(_ name: String?, renew: Bool, target: TokenTarget = .session) async throws -> Methods.Token.Result {
+    public func token(_ name: String?, account: String? = nil, renew: Bool, target: TokenTarget = .session) async throws -> Methods.Token.Result {
         let config = try group(name)
         if config.signing.token == .dpop {
             throw BrokerError(.forbidden, "the tokens of \"\(config.name)\" are bound to msso's key (sign = \"dpop\"), so no other program can use them; have msso sign each request (`msso sign`)")
         }
         try requireUnlocked(for: .token)
-        let credential = try requireValid(try await credential(config.name), config.name)
-        let renewing = renew && now() - (groups[config.name]?.renewedAt ?? 0) >= 10
-        if renewing { groups[config.name]?.renewedAt = now() }
-        let (token, life) = try await accessToken(config, credential, for: target, renew: renewing)
+        let key = try await session(config, account)
+        let credential = try requireValid(try await credential(key), key)
+        let renewing = renew && now() - (sessions[key]?.renewedAt ?? 0) >= 10
+        if renewing { sessions[key]?.renewedAt = now() }
+        let (token, life) = try await accessToken(config, key, credential, for: target, renew: renewing)
         try requireUnlocked(for: .token) // locked while a refresh ran
         let header: String
         switch config.signing.token {
@@ -359,12 +390,14 @@ public actor Broker {
             try requireUnlocked(for: .rotateKeys)
             guard let keys else { throw BrokerError(.internal, "this broker has no key store") }
             let fresh = SigningKey.generate(config.keyKind)
-            try await exclusively(config.name) {
+            try await exclusively(config.session) {
                 try await keys.saveKey(StoredKey(fresh, createdAt: now()), group: config.name)
                 signingKeys[config.name] = fresh
-                publish(config.name)
+                publishGroup(config.name)
             }
-            if config.signing.token == .dpop { _ = try await endSession(config) }
+            if config.signing.token == .dpop {
+                for key in await knownSessions(config) { _ = try await endSession(config, key) }
+            }
         }
         let key = try await signingKey(config)
         return KeyDescription(group: config.name, kind: key.kind.rawValue, keyID: key.thumbprint,
@@ -376,9 +409,9 @@ public actor Broker {
     /// Sends the sink every signal of the named groups (when nil, of every group: those a reload
     /// configures later too), until ``unsubscribe(_:)``. Subscribing again adds groups. Returns
     /// the groups it hears now.
-    public func subscribe(_ sink: any SignalSink, groups names: [String]?) throws -> [String] {
+    public func subscribe(_ sink: any SignalSink, groups names: [String]?, account: String? = nil) throws -> [String] {
         let wanted = try names.map { try $0.map { try group($0).name } }
-        return subscribers.add(sink, groups: wanted) ?? configuration.groups.keys.sorted()
+        return subscribers.add(sink, groups: wanted, account: account) ?? configuration.groups.keys.sorted()
     }
 
     public func unsubscribe(_ sink: any SignalSink) {
@@ -390,9 +423,11 @@ public actor Broker {
     /// Loads every group's credential so expiry signals are armed after a restart. A locked or
     /// absent keyring, or a corrupt item, is logged; the group is read again on the next request.
     public func preload() async {
-        for name in configuration.groups.keys.sorted() {
-            do { _ = try await credential(name) } catch {
-                logger.warning("could not load credential at start", metadata: ["group": "\(name)", "error": "\(error)"])
+        for config in configuration.groups.values.sorted(by: { $0.name < $1.name }) {
+            for key in await knownSessions(config) {
+                do { _ = try await credential(key) } catch {
+                    logger.warning("could not load credential at start", metadata: ["group": "\(key.group)", "account": "\(key.account)", "error": "\(error)"])
+                }
             }
         }
     }
@@ -402,11 +437,11 @@ public actor Broker {
     /// session. One that takes longer is left to mssod-idp, which keeps its answer for the next
     /// mssod (``IdentityProvider/rescuedRefresh(_:spent:)``).
     public func shutdown(within seconds: Double = 3) async {
-        for name in groups.keys {
-            groups[name]?.expiryTimer?.cancel()
-            groups[name]?.expiringTimer?.cancel()
+        for key in sessions.keys {
+            sessions[key]?.expiryTimer?.cancel()
+            sessions[key]?.expiringTimer?.cancel()
         }
-        let refreshes = groups.values.compactMap(\.refresh)
+        let refreshes = sessions.values.compactMap(\.refresh)
         guard !refreshes.isEmpty else { return }
         logger.info("waiting for the refreshes under way to be stored", metadata: ["count": "\(refreshes.count)", "at most": "\(seconds)s"])
         let (ended, end) = AsyncStream<Void>.makeStream()
@@ -431,7 +466,7 @@ public actor Broker {
     func signingKey(_ config: GroupConfig) async throws -> SigningKey {
         if let key = signingKeys[config.name] { return key }
         guard let keys else { throw BrokerError(.configInvalid, "the \(config.signing) profile of \"\(config.name)\" needs a key store") }
-        return try await exclusively(config.name) {
+        return try await exclusively(config.session) {
             if let key = signingKeys[config.name] { return key }
             let key: SigningKey
             if let stored = try await keys.loadKey(group: config.name) {
@@ -442,77 +477,77 @@ public actor Broker {
                 logger.info("made a signing key", metadata: ["group": "\(config.name)", "kind": "\(key.kind.rawValue)"])
             }
             signingKeys[config.name] = key
-            publish(config.name)
+            publishGroup(config.name)
             return key
         }
     }
 
-    func update(_ name: String, _ change: (inout GroupState) -> Void) {
-        change(&groups[name, default: GroupState()])
-        measureWindow(name)
-        publish(name)
+    func update(_ key: AccountName, _ change: (inout SessionState) -> Void) {
+        change(&sessions[key, default: SessionState()])
+        measureWindow(key)
+        publish(key)
     }
 
-    /// Runs `body` while holding the group's lock: state changes of one group happen one at a time.
-    func exclusively<T>(_ name: String, _ body: () async throws -> T) async throws -> T {
-        if groups[name] == nil { groups[name] = GroupState() }
-        if groups[name]!.locked {
-            await withCheckedContinuation { groups[name]!.waiting.append($0) }
+    /// Runs `body` while holding the session's lock: state changes of one session happen one at a time.
+    func exclusively<T>(_ key: AccountName, _ body: () async throws -> T) async throws -> T {
+        if sessions[key] == nil { sessions[key] = SessionState() }
+        if sessions[key]!.locked {
+            await withCheckedContinuation { sessions[key]!.waiting.append($0) }
         } else {
-            groups[name]!.locked = true
+            sessions[key]!.locked = true
         }
         defer {
-            if groups[name]!.waiting.isEmpty {
-                groups[name]!.locked = false
+            if sessions[key]!.waiting.isEmpty {
+                sessions[key]!.locked = false
             } else {
-                groups[name]!.waiting.removeFirst().resume() // the lock passes straight to the next waiter
+                sessions[key]!.waiting.removeFirst().resume() // the lock passes straight to the next waiter
             }
         }
         return try await body()
     }
 
-    /// The group's credential; from memory once loaded.
-    func credential(_ name: String) async throws -> Credential? {
-        if let state = groups[name], state.loaded { return state.credential }
-        if let loading = groups[name]?.loading { return try await loading.value }
-        let loading = Task { try await self.exclusively(name) { try await self.loadedCredentialLocked(name) } }
-        groups[name, default: GroupState()].loading = loading
-        defer { groups[name]?.loading = nil }
+    /// The session's credential; from memory once loaded.
+    func credential(_ key: AccountName) async throws -> Credential? {
+        if let state = sessions[key], state.loaded { return state.credential }
+        if let loading = sessions[key]?.loading { return try await loading.value }
+        let loading = Task { try await self.exclusively(key) { try await self.loadedCredentialLocked(key) } }
+        sessions[key, default: SessionState()].loading = loading
+        defer { sessions[key]?.loading = nil }
         return try await loading.value
     }
 
-    /// Same, for a caller already holding the group's lock. A stored item that is not a
-    /// credential (see ``Credential/init(from:)``) marks the group corrupt and reads as none.
-    func loadedCredentialLocked(_ name: String) async throws -> Credential? {
-        if let state = groups[name], state.loaded { return state.credential }
+    /// Same, for a caller already holding the session's lock. A stored item that is not a
+    /// credential (see ``Credential/init(from:)``) marks the session corrupt and reads as none.
+    func loadedCredentialLocked(_ key: AccountName) async throws -> Credential? {
+        if let state = sessions[key], state.loaded { return state.credential }
         let credential: Credential?
         do {
-            credential = try await store.load(group: name)
+            credential = try await store.load(group: key.storeName)
         } catch let error as BrokerError where error.name == .corrupt {
-            logger.error("the stored credential is corrupt", metadata: ["group": "\(name)"])
-            update(name) {
+            logger.error("the stored credential is corrupt", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
+            update(key) {
                 $0.credential = nil
                 $0.corrupt = true
                 $0.loaded = true
             }
             return nil
         }
-        update(name) {
+        update(key) {
             $0.credential = credential
             $0.corrupt = false
             $0.loaded = true
         }
-        await takeRescuedRefresh(name)
-        armExpiryTimer(name)
-        return groups[name]?.credential
+        await takeRescuedRefresh(key)
+        armExpiryTimer(key)
+        return sessions[key]?.credential
     }
 
     /// After a load: the answer to a refresh of the stored session that an earlier mssod did not
     /// store (it died, stopped, or its store refused) replaces the spent token. Any other kept
     /// answer is dropped (``dropRescuedRefresh(_:_:stored:)``).
-    private func takeRescuedRefresh(_ name: String) async {
-        guard let config = configuration.groups[name] else { return }
-        let stored = groups[name]?.credential
+    private func takeRescuedRefresh(_ key: AccountName) async {
+        guard let config = configuration.groups[key.group]?.session(key.account) else { return }
+        let stored = sessions[key]?.credential
         guard let kept = await identity.rescuedRefresh(config, spent: stored?.refreshToken) else { return }
         guard var credential = stored, kept.answersStored,
               kept.tokens.subject == nil || credential.subject == nil || kept.tokens.subject == credential.subject else {
@@ -523,18 +558,18 @@ public actor Broker {
             credential.accessToken = kept.tokens.accessToken
             credential.accessTokenExpiresAt = now() + kept.tokens.expiresIn
         }
-        update(name) {
+        update(key) {
             $0.credential = credential
             $0.unsaved = true
         }
-        logger.notice("took the answer to a refresh that an earlier mssod did not store", metadata: ["group": "\(name)"])
+        logger.notice("took the answer to a refresh that an earlier mssod did not store", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
         do {
-            try await store.save(credential, group: name)
-            update(name) { $0.unsaved = false }
+            try await store.save(credential, group: key.storeName)
+            update(key) { $0.unsaved = false }
             identity.forgetRescuedRefresh(config)
         } catch {
             // Kept where it was, and in memory: stored with the next change.
-            logger.warning("the taken refresh answer could not be stored yet", metadata: ["group": "\(name)", "error": "\(error)"])
+            logger.warning("the taken refresh answer could not be stored yet", metadata: ["group": "\(key.group)", "account": "\(key.account)", "error": "\(error)"])
         }
     }
 
@@ -549,50 +584,54 @@ public actor Broker {
         Task { _ = await identity.revoke(config, token: token, hint: .refreshToken) }
     }
 
-    func requireValid(_ credential: Credential?, _ name: String) throws -> Credential {
-        if groups[name]?.corrupt == true {
-            throw BrokerError(.corrupt, "the stored credential of \"\(name)\" is damaged or not msso's; run `msso logout --group \(name)`, then log in again")
+    func requireValid(_ credential: Credential?, _ key: AccountName) throws -> Credential {
+        if sessions[key]?.corrupt == true {
+            throw BrokerError(.corrupt, "the stored credential of \(key) is damaged or not msso's; run `msso logout \(key.options)`, then log in again")
         }
         guard let credential else {
-            throw BrokerError(.notLoggedIn, "not logged in to \"\(name)\"; run `msso login --group \(name)`")
+            throw BrokerError(.notLoggedIn, "not logged in to \(key)\(otherAccounts(key)); run `msso login \(key.options)`")
         }
-        guard madeHere(credential, name) else {
-            throw BrokerError(.expired, "the SSO session of \"\(name)\" was made with another identity provider (\(TerminalText.safe(String(credential.issuer.prefix(200))))) than the group names now; run `msso login --group \(name)`")
+        guard madeHere(credential, key.group) else {
+            throw BrokerError(.expired, "the SSO session of \(key) was made with another identity provider (\(TerminalText.safe(String(credential.issuer.prefix(200))))) than the group names now; run `msso login \(key.options)`")
         }
-        guard window(of: credential, name).isOpen(at: clock.moment()) else {
+        guard window(of: credential, key).isOpen(at: clock.moment()) else {
             throw BrokerError(.expired, credential.refreshToken == nil && credential.accessTokenExpiresAt < credential.sessionExpiresAt
-                ? "the access token of \"\(name)\" has expired, and its identity provider gave no refresh token to renew it; run `msso login --group \(name)`"
-                : "the SSO session of \"\(name)\" has expired; run `msso login --group \(name)`")
+                ? "the access token of \(key) has expired, and its identity provider gave no refresh token to renew it; run `msso login \(key.options)`"
+                : "the SSO session of \(key) has expired; run `msso login \(key.options)`")
         }
         return credential
     }
 
-    func status(_ credential: Credential, _ config: GroupConfig) -> SessionStatus {
-        var status = credential.status(group: config.name, window: window(of: credential, config.name), now: clock.moment())
+    func status(_ credential: Credential, _ config: GroupConfig, _ key: AccountName) -> SessionStatus {
+        var status = credential.status(group: config.name, window: window(of: credential, key), now: clock.moment())
         status.admin = config.admin
+        status.account = key.account
+        status.isDefault = key.account == defaultAccount(config) ? true : nil
         return status
     }
 
-    private func status(of config: GroupConfig) async throws -> SessionStatus {
-        guard let credential = try await credential(config.name) else {
-            let state: SessionStatus.State = groups[config.name]?.corrupt == true ? .corrupt : .notLoggedIn
-            return SessionStatus(group: config.name, state: state, issuer: config.issuer, admin: config.admin)
+    private func status(of config: GroupConfig, _ key: AccountName) async throws -> SessionStatus {
+        guard let credential = try await credential(key) else {
+            let state: SessionStatus.State = sessions[key]?.corrupt == true ? .corrupt : .notLoggedIn
+            var status = SessionStatus(group: config.name, state: state, issuer: config.issuer, admin: config.admin)
+            status.account = key.account
+            status.isDefault = key.account == defaultAccount(config) ? true : nil
+            return status
         }
-        return status(credential, config)
+        return status(credential, config, key)
     }
 
     /// Logout of one group: nil if it had no session (nor a corrupt item, which it clears); else
     /// what stays valid at the identity provider, nil inside when nothing does.
-    func endSession(_ config: GroupConfig) async throws -> Methods.Logout.NotRevoked?? {
-        let name = config.name
-        let ended = try await exclusively(name) { () async throws -> Methods.Logout.NotRevoked?? in
-            let credential = try await loadedCredentialLocked(name)
-            guard credential != nil || groups[name]?.corrupt == true else { return .none }
+    func endSession(_ config: GroupConfig, _ key: AccountName) async throws -> Methods.Logout.NotRevoked?? {
+        let ended = try await exclusively(key) { () async throws -> Methods.Logout.NotRevoked?? in
+            let credential = try await loadedCredentialLocked(key)
+            guard credential != nil || sessions[key]?.corrupt == true else { return .none }
             // The keyring first: if it refuses (locked), nothing has changed, in memory or at the
             // IdP, and the error says so. Holding the lock, no refresh can write back meanwhile.
-            try await store.delete(group: name)
-            identity.forgetRescuedRefresh(config) // loaded above, so any the session had was taken
-            update(name) {
+            try await store.delete(group: key.storeName)
+            identity.forgetRescuedRefresh(config.session(key.account)) // loaded above, so any the session had was taken
+            update(key) {
                 $0.credential = nil
                 $0.corrupt = false
                 $0.unsaved = false
@@ -604,11 +643,13 @@ public actor Broker {
                 $0.backoff = RefreshBackoff()
             }
             guard let credential else { return .some(nil) } // a corrupt item: no token to revoke
-            return .some(await revokeTokens(of: credential, config))
+            return .some(await revokeTokens(of: credential, config, key))
         }
         if ended != nil {
-            logger.info("logged out", metadata: ["group": "\(name)"])
-            emit(.loggedOut, SessionStatus(group: name, state: .notLoggedIn, issuer: config.issuer, admin: config.admin))
+            logger.info("logged out", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
+            var status = SessionStatus(group: config.name, state: .notLoggedIn, issuer: config.issuer, admin: config.admin)
+            status.account = key.account
+            emit(.loggedOut, status)
         }
         return ended
     }
@@ -616,10 +657,10 @@ public actor Broker {
     /// Makes the identity provider forget an ended session: its refresh token, then its access
     /// token while it lives (revoking the one does not take the other along at every provider).
     /// Nil when both are forgotten, or there was nothing left to forget.
-    private func revokeTokens(of credential: Credential, _ config: GroupConfig) async -> Methods.Logout.NotRevoked? {
+    private func revokeTokens(of credential: Credential, _ config: GroupConfig, _ key: AccountName) async -> Methods.Logout.NotRevoked? {
         guard madeHere(credential, config.name) else {
             // Never to the provider the group names now: they are another's tokens.
-            return Methods.Logout.NotRevoked(group: config.name, reason: "the session was made with another identity provider than \"\(config.name)\" names now, so its tokens were not sent to either",
+            return Methods.Logout.NotRevoked(group: config.name, account: key.account, reason: "the session was made with another identity provider than \"\(config.name)\" names now, so its tokens were not sent to either",
                                              accessTokenExpiresAt: credential.accessTokenExpiresAt > now() ? credential.accessTokenExpiresAt : nil,
                                              refreshToken: credential.refreshToken != nil)
         }
@@ -635,7 +676,7 @@ public actor Broker {
         if let refreshToken = credential.refreshToken {
             refreshKept = note(await identity.revoke(config, token: refreshToken, hint: .refreshToken))
         }
-        if tokenLeft(credential, config.name) > 0 {
+        if tokenLeft(credential, key) > 0 {
             // Asked only where the refresh token's revocation went through (or there was none): a
             // provider that offers none, refuses or does not answer would do the same again, and a
             // logout waits for one bound at most.
@@ -646,7 +687,7 @@ public actor Broker {
             }
         }
         guard refreshKept || accessKept, let reason = reasons.first else { return nil }
-        return Methods.Logout.NotRevoked(group: config.name, reason: reason,
+        return Methods.Logout.NotRevoked(group: config.name, account: key.account, reason: reason,
                                          accessTokenExpiresAt: accessKept ? credential.accessTokenExpiresAt : nil,
                                          refreshToken: refreshKept)
     }

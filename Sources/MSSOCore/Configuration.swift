@@ -346,6 +346,10 @@ public struct Configuration: Equatable, Sendable {
                         throw fail(value.line, key, "expected \"shared\" (one token for every server of the group) or \"per-resource\" (a token minted for each entry of `resources`), got \"\(text)\"")
                     }
                     group.tokens = tokens
+                case "default_account":
+                    let text = try value.string(fail, key)
+                    if let problem = AccountName.problem(text) { throw fail(value.line, key, problem) }
+                    group.defaultAccount = text
                 case "token_request":
                     let text = try value.string(fail, key)
                     guard let request = TokenRequest(rawValue: text) else {

@@ -155,6 +155,10 @@ public struct Entitlements: Sendable, Equatable {
                         throw fail(value.line, key, "expected the scopes this app's tokens are minted with (1 to 64 OAuth scope tokens, a subset of each group's `scopes`)")
                     }
                     registration.scopes = Array(Set(scopes)).sorted()
+                case "account":
+                    let account = try value.string(fail, key)
+                    if let problem = AccountName.problem(account) { throw fail(value.line, key, problem) }
+                    registration.account = account
                 default:
                     throw fail(value.line, key, "unknown key in app \"\(registration.name)\"")
                 }

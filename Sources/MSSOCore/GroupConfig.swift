@@ -1,3 +1,4 @@
+import MSSOProtocol
 import MSSOSigning
 
 /// How `sign` authenticates a request for a group: which header carries the access token, and
@@ -166,6 +167,20 @@ public struct GroupConfig: Equatable, Sendable {
     /// For an entry of `resources`, the scope its token is asked for with instead of `resource`
     /// (`[groups."NAME".resource_scopes]`): how Entra ID names a server (`api://…/.default`).
     public var resourceScopes: [String: String] = [:]
+    /// The account a call that names none gets (`default_account`); nil: ``AccountName/defaultName``
+    /// while it is logged in, else the account logged in first.
+    public var defaultAccount: String?
+    /// Which account a session of the group this copy is for: set by the broker on the copy it
+    /// gives the identity provider, which keeps what it keeps per session (a refresh's answer).
+    public var sessionAccount = AccountName.defaultName
+    /// The session this copy is for (``sessionAccount``).
+    public var session: AccountName { AccountName(group: name, account: sessionAccount) }
+    /// A copy for `account`'s session.
+    public func session(_ account: String) -> GroupConfig {
+        var copy = self
+        copy.sessionAccount = account
+        return copy
+    }
     /// The ID token's claim `account = "login-user"` compares with the login name.
     public var accountClaim = "preferred_username"
 

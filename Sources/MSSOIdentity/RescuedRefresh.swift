@@ -8,15 +8,15 @@ import MSSOSigning
 
 /// A refresh's answer kept by mssod-idp in the kernel keyring (``IdPHTTP/Rescue``): the refresh
 /// token an IdP rotates is good once, so an answer lost between the IdP and the store would lose
-/// the session. One per group, `msso:rescue:GROUP`, tagged with a fingerprint of the refresh token
+/// the session. One per session (group and account), tagged with a fingerprint of the refresh token
 /// it answered and the time it was asked; mssod removes it once it has stored the answer, and a
 /// later mssod takes it when the stored session is still the one it answered.
 enum RescuedRefresh {
-    /// `msso:rescue:SCOPE:GROUP`; SCOPE names the daemon's state directory (a digest of its path),
+    /// `msso:rescue:SCOPE:SESSION` (SESSION: ``AccountName/storeName``); SCOPE names the daemon's state directory (a digest of its path),
     /// so that mssods of one uid with state directories of their own (a user's test runs, several
     /// HOMEs) neither take nor drop, and revoke, each other's answers, as they did when the key
     /// named the group alone.
-    static func key(_ group: GroupConfig, _ scope: String) -> String { "msso:rescue:\(scope):\(group.name)" }
+    static func key(_ group: GroupConfig, _ scope: String) -> String { "msso:rescue:\(scope):\(group.session.storeName)" }
 
     /// The SCOPE of the keys of a daemon whose state directory is `directory`.
     static func scope(stateDirectory directory: String) -> String {

@@ -54,6 +54,9 @@ public struct AppRegistration: Equatable, Sendable, Codable {
     /// The scopes this app's tokens and signatures are minted with, a subset of each group's
     /// (`scopes = [...]`). Nil: the group's own token.
     public var scopes: [String]?
+    /// The account of its groups this app always acts as (`account = "NAME"`): a call naming
+    /// none gets it, a call naming another is refused. Nil: whichever the call names.
+    public var account: String?
 }
 
 /// The caller as the broker recognises it, answered by `apps`.

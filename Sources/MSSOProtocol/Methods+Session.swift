@@ -18,15 +18,21 @@ extension Methods {
         public static let name = "logout"
         public struct Arguments: Codable, Sendable, Equatable {
             public var group: String?
+            /// One account of the group (nil: its default account); with `all`, ignored.
+            public var account: String?
+            /// Every account of every group the caller may use (or of `group`, when named).
             public var all: Bool?
-            public init(group: String? = nil, all: Bool = false) {
+            public init(group: String? = nil, account: String? = nil, all: Bool = false) {
                 self.group = group
+                self.account = account
                 self.all = all ? true : nil
             }
         }
         public struct Result: Codable, Sendable, Equatable {
-            /// The groups whose session this call ended (empty when nothing was logged in).
+            /// The groups whose session this call ended (empty when nothing was logged in), once each.
             public var loggedOut: [String]
+            /// Each session this call ended: its group and account.
+            public var sessions: [AccountName]?
             /// Whether the identity provider was made to forget every ended session's tokens
             /// (RFC 7009): false when one of them stays valid there (``notRevoked`` says which and
             /// why); absent when no session ended.
@@ -34,15 +40,18 @@ extension Methods {
             /// The ended sessions whose tokens the identity provider still honours.
             public var notRevoked: [NotRevoked]?
 
-            public init(loggedOut: [String], notRevoked: [NotRevoked] = []) {
-                self.loggedOut = loggedOut
-                revoked = loggedOut.isEmpty ? nil : notRevoked.isEmpty
+            public init(sessions: [AccountName], notRevoked: [NotRevoked] = []) {
+                var groups: [String] = []
+                for session in sessions where !groups.contains(session.group) { groups.append(session.group) }
+                loggedOut = groups
+                self.sessions = sessions.isEmpty ? nil : sessions
+                revoked = sessions.isEmpty ? nil : notRevoked.isEmpty
                 self.notRevoked = notRevoked.isEmpty ? nil : notRevoked
             }
 
             /// Joins the results of several logouts (`--all` as a user's own apps may use it).
             public static func + (lhs: Result, rhs: Result) -> Result {
-                Result(loggedOut: lhs.loggedOut + rhs.loggedOut, notRevoked: (lhs.notRevoked ?? []) + (rhs.notRevoked ?? []))
+                Result(sessions: (lhs.sessions ?? []) + (rhs.sessions ?? []), notRevoked: (lhs.notRevoked ?? []) + (rhs.notRevoked ?? []))
             }
         }
 
@@ -51,6 +60,7 @@ extension Methods {
         /// works at the provider until it expires.
         public struct NotRevoked: Codable, Sendable, Equatable {
             public var group: String
+            public var account: String?
             /// Why, in a sentence: the provider offers no revocation, or refused, or did not answer.
             public var reason: String
             /// Until when the last access token stays valid (Unix seconds).
@@ -58,8 +68,9 @@ extension Methods {
             /// Whether a refresh token stays valid too (until the provider expires it).
             public var refreshToken: Bool
 
-            public init(group: String, reason: String, accessTokenExpiresAt: Double?, refreshToken: Bool) {
+            public init(group: String, account: String? = nil, reason: String, accessTokenExpiresAt: Double?, refreshToken: Bool) {
                 self.group = group
+                self.account = account
                 self.reason = reason
                 self.accessTokenExpiresAt = accessTokenExpiresAt
                 self.refreshToken = refreshToken
@@ -126,6 +137,10 @@ public struct SessionStatus: Codable, Sendable, Equatable {
     // State (valid, expired, notLoggedIn, corrupt) is in WireNames.swift (generated).
 
     public var group: String
+    /// Which of the group's accounts (``AccountName/defaultName`` for the one a login names none).
+    public var account: String?
+    /// True for the account a call that names none gets (``AccountName``).
+    public var isDefault: Bool?
     public var state: State
     public var issuer: String?
     public var username: String?
@@ -180,6 +195,8 @@ public enum LoginFlow: String, Codable, Sendable {
 
 public struct LoginArguments: Codable, Sendable {
     public var group: String?
+    /// The account to log in (nil: the group's default account).
+    public var account: String?
     public var flow: LoginFlow
     public var username: String?
     /// Only for the password flow. Sent once over the socket, never stored or logged.
@@ -189,8 +206,10 @@ public struct LoginArguments: Codable, Sendable {
     /// user's own tools only.
     public var newAccount: Bool?
 
-    public init(group: String? = nil, flow: LoginFlow, username: String? = nil, password: String? = nil, newAccount: Bool? = nil) {
+    public init(group: String? = nil, account: String? = nil, flow: LoginFlow, username: String? = nil, password: String? = nil,
+                newAccount: Bool? = nil) {
         self.group = group
+        self.account = account
         self.flow = flow
         self.username = username
         self.password = password

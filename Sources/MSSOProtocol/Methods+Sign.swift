@@ -14,6 +14,8 @@ extension Methods {
         public static let name = "token"
         public struct Arguments: Codable, Sendable, Equatable {
             public var group: String?
+            /// One account of the group (nil: the caller's registration's, else the group's default).
+            public var account: String?
             /// Refresh the token first even if it looks fresh (a server refused it: git's `erase`).
             /// At most once every 10 seconds per group; more often, the current token is returned.
             public var renew: Bool?
@@ -21,8 +23,9 @@ extension Methods {
             /// cluster's server). A group that names `resources` hands out its token only for a
             /// URL within them, and never without one; other groups ignore it.
             public var resource: String?
-            public init(group: String? = nil, renew: Bool = false, resource: String? = nil) {
+            public init(group: String? = nil, account: String? = nil, renew: Bool = false, resource: String? = nil) {
                 self.group = group
+                self.account = account
                 self.renew = renew ? true : nil
                 self.resource = resource
             }
@@ -46,6 +49,8 @@ extension Methods {
 /// The description of an outbound request that `sign` authenticates.
 public struct SignRequest: Codable, Sendable, Equatable {
     public var group: String?
+    /// One account of the group (nil: the caller's registration's, else the group's default).
+    public var account: String?
     public var method: String
     public var url: String
     /// Headers the request already has (some signing profiles cover them).
@@ -55,9 +60,10 @@ public struct SignRequest: Codable, Sendable, Equatable {
     /// A `DPoP-Nonce` the request's server sent: used in this proof and later ones to its origin.
     public var dpopNonce: String?
 
-    public init(group: String? = nil, method: String, url: String, headers: [Header]? = nil, bodySHA256: String? = nil,
+    public init(group: String? = nil, account: String? = nil, method: String, url: String, headers: [Header]? = nil, bodySHA256: String? = nil,
                 dpopNonce: String? = nil) {
         self.group = group
+        self.account = account
         self.method = method
         self.url = url
         self.headers = headers

@@ -14,10 +14,15 @@ public struct Empty: Codable, Sendable, Equatable {
     public init() {}
 }
 
-/// Names one group, or lets the daemon pick the only configured one.
+/// Names one group, or lets the daemon pick the only configured one; and one of its accounts, or
+/// lets the daemon pick the group's default account.
 public struct GroupArguments: Codable, Sendable, Equatable {
     public var group: String?
-    public init(group: String? = nil) { self.group = group }
+    public var account: String?
+    public init(group: String? = nil, account: String? = nil) {
+        self.group = group
+        self.account = account
+    }
 }
 
 public enum Methods {
@@ -58,7 +63,12 @@ public enum Methods {
         public static let name = "subscribe"
         public struct Arguments: Codable, Sendable, Equatable {
             public var groups: [String]?
-            public init(groups: [String]? = nil) { self.groups = groups }
+            /// Only this account's signals (a registration's `account` sets it for its app).
+            public var account: String?
+            public init(groups: [String]? = nil, account: String? = nil) {
+                self.groups = groups
+                self.account = account
+            }
         }
         public struct Result: Codable, Sendable, Equatable {
             /// The groups this connection now receives signals for.

@@ -46,13 +46,14 @@ private extension JSONScanner {
     }
 
     mutating func signRequest() -> SignRequest? {
-        var group: String?, method: String?, url: String?, headers: [Header]?, body: String?, nonce: String?
+        var group: String?, account: String?, method: String?, url: String?, headers: [Header]?, body: String?, nonce: String?
         guard take(UInt8(ascii: "{")) else { return nil }
         if !take(UInt8(ascii: "}")) {
             repeat {
                 guard let key = string(), take(UInt8(ascii: ":")) else { return nil }
                 switch key {
                 case "group" where group == nil: guard let value = string() else { return nil }; group = value
+                case "account" where account == nil: guard let value = string() else { return nil }; account = value
                 case "method" where method == nil: guard let value = string() else { return nil }; method = value
                 case "url" where url == nil: guard let value = string() else { return nil }; url = value
                 case "headers" where headers == nil: guard let value = headerList() else { return nil }; headers = value
@@ -64,7 +65,7 @@ private extension JSONScanner {
             guard take(UInt8(ascii: "}")) else { return nil }
         }
         guard let method, let url else { return nil }
-        return SignRequest(group: group, method: method, url: url, headers: headers, bodySHA256: body, dpopNonce: nonce)
+        return SignRequest(group: group, account: account, method: method, url: url, headers: headers, bodySHA256: body, dpopNonce: nonce)
     }
 
     mutating func pingArguments() -> Methods.Ping.Arguments? {

@@ -111,6 +111,7 @@ final class Dispatcher: Sendable {
             }
         case .sign(var request):
             request.group = decision.group!.name
+            request.account = decision.account
             let (config, url) = (decision.group!, decision.url!)
             if !decision.confirm {
                 do {
@@ -125,9 +126,11 @@ final class Dispatcher: Sendable {
             }
             return later { [request] _ in reply(try await broker.sign(request, url: url, target: decision.target)) }
         case .token(let args):
-            return later { _ in reply(try await broker.token(decision.group!.name, renew: args.renew ?? false, target: decision.target)) }
+            return later { _ in reply(try await broker.token(decision.group!.name, account: decision.account, renew: args.renew ?? false,
+                                                             target: decision.target)) }
         case .login(var args):
             args.group = decision.group!.name
+            args.account = decision.account
             let requester = caller.host == nil ? "\(caller.described) (pid \(caller.pid))" : caller.described
             return later { [args] detail in
                 let name = args.group!
@@ -148,25 +151,22 @@ final class Dispatcher: Sendable {
                 return reply(status)
             }
         case .extend:
-            return later { _ in reply(try await broker.extend(decision.group!.name)) }
+            return later { _ in reply(try await broker.extend(decision.group!.name, account: decision.account)) }
         case .logout:
-            if let config = decision.group { return later { _ in reply(try await broker.logout(config.name, all: false)) } }
-            guard let groups = decision.groups else { return later { _ in reply(try await broker.logout(nil, all: true)) } }
-            return later { _ in
-                var ended = Methods.Logout.Result(loggedOut: [])
-                for name in groups { ended = ended + (try await broker.logout(name, all: false)) }
-                return reply(ended)
+            if let config = decision.group {
+                return later { _ in reply(try await broker.logout(config.name, account: decision.account, all: false)) }
             }
+            return later { _ in reply(try await broker.logout(everyAccountOf: decision.groups)) }
         case .status:
             return later { _ in
-                let all = try await broker.status(decision.group?.name)
+                let all = try await broker.status(decision.group?.name, account: decision.account)
                 return reply(await self.statusResult(decision.groups.map { mine in all.filter { mine.contains($0.group) } } ?? all))
             }
         case .check:
-            return later { _ in reply(try await broker.check(decision.group!.name)) }
+            return later { _ in reply(try await broker.check(decision.group!.name, account: decision.account)) }
         case .subscribe:
             return later { _ in
-                let groups = try await broker.subscribe(connection, groups: decision.groups)
+                let groups = try await broker.subscribe(connection, groups: decision.groups, account: decision.account)
                 connection.subscribedByBroker()
                 return reply(Methods.Subscribe.Result(groups: groups))
             }

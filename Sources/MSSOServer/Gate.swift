@@ -44,6 +44,9 @@ struct Decision: Sendable {
     /// Which token a `sign` or `token` carries: the session's, or one minted for the server of
     /// `resources` its URL falls in (`tokens = "per-resource"`).
     var target = TokenTarget.session
+    /// The account of the group the call is about: the one it names, or its registration's
+    /// (`account`); nil: the group's default, which the broker knows.
+    var account: String?
     /// Whether the user is asked first (``AccessPolicy/Rule/confirm``).
     var confirm = false
 }
@@ -82,6 +85,7 @@ struct Gate: Sendable {
             } else {
                 decision.groups = mine()
             }
+            decision.account = try account(args.account, of: nil, caller)
         case .logout(let args) where args.all == true:
             decision.groups = mine()
         case .check(let args): decision.group = try resolve(args.group)
@@ -103,6 +107,7 @@ struct Gate: Sendable {
         case .hello, .ping, .apps, .audit, .diagnose, .lock, .unlock, .forward:
             break
         }
+        if let config = decision.group { decision.account = try account(arguments.accountNamed, of: config, caller) }
         if access == .adminGroups, let config = decision.group, !config.admin {
             throw BrokerError(.forbidden, "the login password is given only to groups the administrator defined; \"\(config.name)\" comes from the user's own configuration")
         }
@@ -141,6 +146,23 @@ struct Gate: Sendable {
             throw BrokerError(.forbidden, "the registrations of \(caller.described) for \"\(config.name)\" name scopes that have none in common, so no token can be minted for it; give it one `scopes` list")
         }
         return TokenTarget(resource: resource, scopes: scopes.map { Array($0) })
+    }
+
+    /// The account a call about `config` is for: the one it names (a valid name), else the one
+    /// its registrations for the group pin (`account`). A call naming another account than its
+    /// registration's, or registrations pinning two, is refused naming them.
+    private func account(_ named: String?, of config: GroupConfig?, _ caller: Caller) throws(BrokerError) -> String? {
+        if let named, let problem = AccountName.problem(named) { throw BrokerError(.badRequest, problem) }
+        let pinned = caller.host == nil ? caller.registrations.filter { registration in registration.account != nil && (config.map { registration.groups.contains($0.name) } ?? true) } : []
+        let group = config.map { "\"\($0.name)\"" } ?? "its groups"
+        guard let pin = pinned.first else { return named }
+        if let other = pinned.first(where: { $0.account != pin.account }) {
+            throw BrokerError(.forbidden, "the registrations of \(caller.described) for \(group) pin two accounts, \(pin.account!) (app \"\(pin.name)\", \(pin.source)) and \(other.account!) (app \"\(other.name)\", \(other.source)); give it one `account`")
+        }
+        if let named, named != pin.account {
+            throw BrokerError(.forbidden, "\(caller.described) asked for the account \(named) of \(group), but its registration (app \"\(pin.name)\", \(pin.source)) pins it to the account \(pin.account!); ask for that one, or change its `account` there")
+        }
+        return pin.account
     }
 
     /// Throws unless the caller's role may ask for `action` at all: its row's cell, a host's
@@ -211,6 +233,20 @@ extension CallArguments {
         case .keys(let args): args.group
         case .token(let args): args.group
         case .sign(let request): request.group
+        default: nil
+        }
+    }
+
+    /// The account the call names, if any.
+    var accountNamed: String? {
+        switch self {
+        case .status(let args): args.account
+        case .check(let args): args.account
+        case .login(let args): args.account
+        case .extend(let args): args.account
+        case .logout(let args): args.all == true ? nil : args.account
+        case .token(let args): args.account
+        case .sign(let request): request.account
         default: nil
         }
     }

@@ -13,17 +13,20 @@ import MSSOClient
 @main
 struct CredentialHelper {
     static let usage = """
-        usage: git-credential-msso [--group G] [--username NAME] [--socket PATH] [--next] get|store|erase
+        usage: git-credential-msso [--group G] [--account A] [--username NAME] [--socket PATH] [--next] get|store|erase
+          --account A      the account of the group (default: $MSSO_ACCOUNT, else the user name in the
+                           remote's URL, https://A@host/…, else the group's default account)
           --username NAME  the username given to git (default: oauth2, which token-checking servers accept)
           --next           with no session, let git try its next helper instead of stopping
         """
 
     static func main() {
         var arguments = CommandLine.arguments.dropFirst()
-        var group: String?, username = "oauth2", socket: String?, next = false, action: String?
+        var group: String?, account: String?, username = "oauth2", socket: String?, next = false, action: String?
         while let argument = arguments.popFirst() {
             switch argument {
             case "--group", "-g": group = arguments.popFirst()
+            case "--account": account = arguments.popFirst()
             case "--username": username = arguments.popFirst() ?? username
             case "--socket": socket = arguments.popFirst()
             case "--next": next = true
@@ -38,7 +41,9 @@ struct CredentialHelper {
         do throws(BrokerError) {
             let broker = try BrokerConnection.connect(socketPath: socket, clientName: "git-credential-msso", timeout: 10)
             defer { broker.close() }
-            let token = try broker.call(Methods.Token.self, .init(group: group, renew: action == "erase", resource: resource(of: request)))
+            let chosen = account ?? environmentAccount() ?? urlAccount(request, besides: username)
+            let token = try broker.call(Methods.Token.self, .init(group: group, account: chosen, renew: action == "erase",
+                                                                 resource: resource(of: request)))
             guard action == "get" else { exit(0) }
             guard TerminalText.safe(token.accessToken) == token.accessToken else {
                 // A line break would add lines of its own to git's answer: give none.
@@ -47,7 +52,8 @@ struct CredentialHelper {
             }
             var answer = ""
             for key in ["protocol", "host", "path"] { if let value = request[key] { answer += "\(key)=\(value)\n" } }
-            answer += "username=\(username)\npassword=\(token.accessToken)\npassword_expiry_utc=\(Int(token.expiresAt))\n"
+            let given = request["username"].flatMap { TerminalText.safe($0) == $0 && !$0.isEmpty ? $0 : nil } ?? username
+            answer += "username=\(given)\npassword=\(token.accessToken)\npassword_expiry_utc=\(Int(token.expiresAt))\n"
             write(answer, to: 1)
         } catch {
             guard action == "get" else { exit(0) } // erase: git is giving up anyway
@@ -57,6 +63,20 @@ struct CredentialHelper {
             if !next && error.name != .resourceForbidden { write("quit=1\n", to: 1) }
             exit(0)
         }
+    }
+
+    /// `MSSO_ACCOUNT`, when set: the account a terminal works as.
+    static func environmentAccount() -> String? {
+        guard let value = getenv("MSSO_ACCOUNT") else { return nil }
+        let text = String(cString: value)
+        return text.isEmpty ? nil : text
+    }
+
+    /// The user name in the remote's URL (`https://admin@git.example.com/…`, git's own way to pick
+    /// a credential) as the account, unless it is the one this helper answers with (`oauth2`).
+    static func urlAccount(_ request: [String: String], besides ours: String) -> String? {
+        guard let name = request["username"], name != ours, !name.isEmpty else { return nil }
+        return name
     }
 
     /// Where git will send the credential: `protocol://host/path` (the path when git sends one,

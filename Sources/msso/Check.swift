@@ -19,7 +19,7 @@ struct Check: ParsableCommand {
 
     static func perform(_ options: Common, quiet: Bool) throws {
         try options.run { broker in
-            let status = try broker.call(Methods.Check.self, GroupArguments(group: options.group))
+            let status = try broker.call(Methods.Check.self, GroupArguments(group: options.group, account: options.account))
             if options.json { Output.json(status) } else if !quiet { Output.print(Output.line(status)) }
             switch status.state {
             case .valid where status.locked == true: throw ExitCode(ExitStatus.locked.rawValue)

@@ -6,6 +6,8 @@ import MSSOClient
 /// What every verb takes, however it was parsed.
 struct Common {
     var group: String?
+    /// The account of the group (`--account`, else `MSSO_ACCOUNT`; nil: the broker's choice).
+    var account: String? = Common.accountFromEnvironment
     var json = false
     var socket: String?
     var timeout: Double = 20
@@ -19,6 +21,13 @@ struct Common {
         } catch let error as BrokerError {
             fail(error)
         }
+    }
+
+    /// `MSSO_ACCOUNT`, so that two terminals work as two accounts at once.
+    static var accountFromEnvironment: String? {
+        guard let value = getenv("MSSO_ACCOUNT") else { return nil }
+        let text = String(cString: value)
+        return text.isEmpty ? nil : text
     }
 
     func fail(_ error: BrokerError) -> Never {
@@ -35,6 +44,9 @@ struct CommonOptions: ParsableArguments {
     @Option(name: .shortAndLong, help: "The access group (default: the only configured one).")
     var group: String?
 
+    @Option(help: ArgumentHelp("The account of the group (default: $MSSO_ACCOUNT, else the group's default account).", valueName: "name"))
+    var account: String?
+
     @Flag(help: "Print machine-readable JSON on standard output.")
     var json = false
 
@@ -44,7 +56,7 @@ struct CommonOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Seconds to wait for the broker's answer (a login waits for you as long as the broker does).", valueName: "seconds"))
     var timeout: Double = 20
 
-    var values: Common { Common(group: group, json: json, socket: socket, timeout: timeout) }
+    var values: Common { Common(group: group, account: account ?? Common.accountFromEnvironment, json: json, socket: socket, timeout: timeout) }
 
     func run(_ body: (BrokerConnection) throws -> Void) throws { try values.run(body) }
 
@@ -124,16 +136,19 @@ enum Output {
     }
 
     private static func sessionLine(_ status: SessionStatus) -> String {
+        let session = AccountName(group: status.group, account: status.account ?? AccountName.defaultName)
+        let name = session.account == AccountName.defaultName ? status.group
+            : "\(status.group) (account \(session.account)\(status.isDefault == true ? ", the default" : ""))"
         switch status.state {
         case .valid:
             let user = status.username.map { " as \($0)" } ?? ""
-            return "\(status.group): logged in\(user), session valid until \(when(status.sessionExpiresAt))"
+            return "\(name): logged in\(user), session valid until \(when(status.sessionExpiresAt))"
         case .expired:
-            return "\(status.group): session expired at \(when(status.sessionExpiresAt)); run `msso login --group \(status.group)`"
+            return "\(name): session expired at \(when(status.sessionExpiresAt)); run `msso login \(session.options)`"
         case .notLoggedIn:
-            return "\(status.group): not logged in; run `msso login --group \(status.group)`"
+            return "\(name): not logged in; run `msso login \(session.options)`"
         case .corrupt:
-            return "\(status.group): the stored credential is damaged; run `msso logout --group \(status.group)`, then log in"
+            return "\(name): the stored credential is damaged; run `msso logout \(session.options)`, then log in"
         }
     }
 }

@@ -52,7 +52,7 @@ struct Exec: ParsableCommand {
 
     func run() throws {
         var token: Methods.Token.Result?
-        try options.run { broker in token = try broker.call(Methods.Token.self, .init(group: options.group, resource: resource)) }
+        try options.run { broker in token = try broker.call(Methods.Token.self, .init(group: options.group, account: options.account, resource: resource)) }
         guard let token else { return }
         setenv(env, token.accessToken, 1)
         setenv(env + "_EXPIRES_AT", String(Int(token.expiresAt)), 1)

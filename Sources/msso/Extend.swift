@@ -10,7 +10,7 @@ struct Extend: ParsableCommand {
 
     func run() throws {
         try options.run { broker in
-            let status = try broker.call(Methods.Extend.self, GroupArguments(group: options.group))
+            let status = try broker.call(Methods.Extend.self, GroupArguments(group: options.group, account: options.account))
             if options.json { Output.json(status) } else { Output.print(Output.line(status)) }
         }
     }

@@ -59,11 +59,11 @@ struct Login: ParsableCommand {
                 guard let line = readLine(strippingNewline: true), !line.isEmpty else {
                     throw BrokerError(.badRequest, "no password on standard input")
                 }
-                status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, flow: .password, username: username, password: line,
+                status = try broker.call(Methods.Login.self, LoginArguments(group: options.group, account: options.account, flow: .password, username: username, password: line,
                                                                             newAccount: newAccount ? true : nil))
             } else {
                 let flow: LoginFlow = browser ? .browser : device ? .device : Login.flowThatFits
-                status = try Login.interactive(broker, group: options.group, flow: flow, quiet: options.json, newAccount: newAccount)
+                status = try Login.interactive(broker, group: options.group, account: options.account, flow: flow, quiet: options.json, newAccount: newAccount)
             }
             if options.json { Output.json(status) } else { Output.print(Output.line(status)) }
             if status.newAccount == true { Output.note(Login.newAccountNote(status)) }
@@ -75,11 +75,11 @@ struct Login: ParsableCommand {
     /// for the user (another terminal, kubectl, an app): then the same code or address is shown,
     /// and no second browser window opened.
     @discardableResult
-    static func interactive(_ broker: BrokerConnection, group: String?, flow: LoginFlow, quiet: Bool,
+    static func interactive(_ broker: BrokerConnection, group: String?, account: String? = nil, flow: LoginFlow, quiet: Bool,
                             newAccount: Bool = false) throws(BrokerError) -> SessionStatus {
         let countdown = Countdown(quiet: quiet)
         defer { countdown.stop() }
-        return try broker.call(Methods.Login.self, LoginArguments(group: group, flow: flow, newAccount: newAccount ? true : nil),
+        return try broker.call(Methods.Login.self, LoginArguments(group: group, account: account, flow: flow, newAccount: newAccount ? true : nil),
                                untilAnswered: true,
                                onSignal: { signal in
                                    if let prompt = signal.prompt { countdown.start(prompt, joined: signal.joined == true) }

@@ -18,7 +18,7 @@ enum QuickStart {
         var single: [String: String] = [:]
         var flags = Set<String>()
         var headers: [String] = []
-        let takesValue = Set(["group", "socket", "timeout"])
+        let takesValue = Set(["group", "account", "socket", "timeout"])
             .union(verb == "sign" ? ["method", "url", "header", "body-file", "dpop-nonce"] : verb == "token" ? ["format", "resource"] : [])
         let takesNoValue: Set<String> = verb == "check" ? ["json", "quiet"] : ["json"]
         var rest = arguments.dropFirst()
@@ -53,6 +53,7 @@ enum QuickStart {
             }
         }
         options.group = single["group"]
+        if let account = single["account"] { options.account = account }
         options.socket = single["socket"]
         options.json = flags.contains("json")
         if let timeout = single["timeout"] {

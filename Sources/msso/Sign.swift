@@ -64,7 +64,7 @@ struct Sign: ParsableCommand {
             return Header(name, value)
         }
         try options.run { broker in
-            let request = SignRequest(group: options.group, method: method.uppercased(), url: url, headers: given.isEmpty ? nil : given,
+            let request = SignRequest(group: options.group, account: options.account, method: method.uppercased(), url: url, headers: given.isEmpty ? nil : given,
                                       bodySHA256: digest, dpopNonce: dpopNonce)
             let added = try broker.call(Methods.Sign.self, request).headers
             if options.json {

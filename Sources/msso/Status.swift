@@ -3,13 +3,14 @@ import MSSOClient
 
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "status", abstract: "Show the SSO session of every group (or one).")
+        commandName: "status", abstract: "Show the SSO session of every account of every group (or of one group, or one account).")
 
     @OptionGroup var options: CommonOptions
 
     func run() throws {
         try options.run { broker in
-            let result = try broker.call(Methods.Status.self, GroupArguments(group: options.group))
+            // Every account unless one is named here (MSSO_ACCOUNT picks what a call uses, not what is listed).
+            let result = try broker.call(Methods.Status.self, GroupArguments(group: options.group, account: options.account))
             let groups = result.groups
             if options.json {
                 Output.json(result)

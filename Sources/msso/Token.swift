@@ -38,12 +38,12 @@ struct Token: ParsableCommand {
         try options.run { broker in
             let token: Methods.Token.Result
             do {
-                token = try broker.call(Methods.Token.self, .init(group: options.group, resource: resource))
+                token = try broker.call(Methods.Token.self, .init(group: options.group, account: options.account, resource: resource))
             } catch let error as BrokerError where format == .kubernetes && Kubernetes.mayLogIn && (error.name == .notLoggedIn || error.name == .expired) {
                 // kubectl runs us on a terminal in interactive mode: log in, as it expects a plugin to.
                 Output.error(error.message)
-                try Login.interactive(broker, group: options.group, flow: Login.flowThatFits, quiet: false)
-                token = try broker.call(Methods.Token.self, .init(group: options.group, resource: resource))
+                try Login.interactive(broker, group: options.group, account: options.account, flow: Login.flowThatFits, quiet: false)
+                token = try broker.call(Methods.Token.self, .init(group: options.group, account: options.account, resource: resource))
             }
             switch format {
             case .raw: Output.print(token.accessToken)

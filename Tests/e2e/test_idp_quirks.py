@@ -51,7 +51,7 @@ def test_logout_revokes_through_oauth_metadata_when_discovery_names_no_endpoint(
         assert introspect(idp, refresh_token) and introspect(idp, access_token)
         done = broker.msso("logout", "--json")
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout) == {"loggedOut": [GROUP], "revoked": True}
+        assert json.loads(done.stdout) == {"loggedOut": [GROUP], "revoked": True, "sessions": [{"group": GROUP, "account": "default"}]}
         revocations = fake.recorded("POST", "/revoke")
         assert [r.form.get("token_type_hint") for r in revocations] == [["refresh_token"], ["access_token"]]
         assert not introspect(idp, refresh_token), "the refresh token is dead at the provider"
@@ -73,7 +73,7 @@ def test_a_provider_without_revocation_is_told_plainly_and_the_session_still_end
         result = json.loads(done.stdout)
         assert result["loggedOut"] == [GROUP] and result["revoked"] is False, result
         assert result["notRevoked"] == [{
-            "group": GROUP, "reason": f'the identity provider of "{GROUP}" offers no token revocation (RFC 7009)',
+            "group": GROUP, "account": "default", "reason": f'the identity provider of "{GROUP}" offers no token revocation (RFC 7009)',
             "accessTokenExpiresAt": status["accessTokenExpiresAt"], "refreshToken": True}]
         assert fake.recorded("GET", "/.well-known/oauth-authorization-server/api/oidc"), "RFC 8414 metadata was looked for"
         assert introspect(idp, refresh_token), "nothing could revoke it: the test is honest about the provider"
@@ -224,7 +224,7 @@ def test_private_key_jwt_logs_in_refreshes_and_revokes_with_no_shared_secret(des
             client.close()
         assert desktop.keyring_item()[1]["refreshToken"] != secret["refreshToken"], "a refresh, authenticated by the key"
         done = broker.msso("logout", "--json")
-        assert json.loads(done.stdout) == {"loggedOut": [GROUP], "revoked": True}, done.stdout
+        assert json.loads(done.stdout) == {"loggedOut": [GROUP], "revoked": True, "sessions": [{"group": GROUP, "account": "default"}]}, done.stdout
     finally:
         broker.stop()
 

@@ -124,7 +124,7 @@ def test_status_check_login_extend_logout(client, broker, idp):
 
     extended = client.extend()
     assert extended["sessionExpiresAt"] >= logged_in["sessionExpiresAt"]
-    assert client.logout() == {"loggedOut": [GROUP], "revoked": True}
+    assert client.logout() == {"loggedOut": [GROUP], "revoked": True, "sessions": [{"group": GROUP, "account": "default"}]}
     assert client.logout() == {"loggedOut": []}
     assert client.check()["state"] == "notLoggedIn"
     assert broker.status_json()["state"] == "notLoggedIn", "the CLI sees the library's logout"

@@ -1,0 +1,181 @@
+import Foundation
+import Logging
+@testable import MSSOCore
+import MSSOProtocol
+import XCTest
+
+/// Several accounts per group (``AccountName``): each its own session, chosen by the call, the
+/// default without one; logout of one leaves the others; a session stored before accounts is
+/// the default account's.
+final class SeveralAccountsTests: XCTestCase {
+    let clock = TestClock()
+    let store = MemoryStore()
+    let idp = FakeIdP()
+    let group = "com.example.suite"
+    lazy var admin = AccountName(group: group, account: "admin")
+    lazy var home = AccountName(group: group, account: AccountName.defaultName)
+
+    func makeBroker(_ accounts: MemoryAccounts = MemoryAccounts(), defaultAccount: String? = nil) async -> Broker {
+        var config = GroupConfig(name: group, issuer: "https://idp.example", clientID: "msso")
+        config.defaultAccount = defaultAccount
+        let broker = Broker(configuration: Configuration(groups: [config]), store: store, identity: idp,
+                            logger: Logger(label: "test"), clock: clock)
+        await broker.keepAccounts(in: accounts)
+        return broker
+    }
+
+    @discardableResult
+    func login(_ broker: Broker, _ account: String?, as user: String = "alice") async throws -> SessionStatus {
+        idp.logInAs(user, subject: "\(user)-sub")
+        return try await broker.login(LoginArguments(account: account, flow: .password, username: user, password: "right")) { _, _ in }
+    }
+
+    func token(_ broker: Broker, _ account: String?) async throws -> String {
+        try await broker.token(group, account: account, renew: false).accessToken
+    }
+
+    func refusal(_ body: () async throws -> Any) async -> BrokerError? {
+        do {
+            let value = try await body()
+            XCTFail("expected a refusal, got \(value)")
+            return nil
+        } catch {
+            return error as? BrokerError
+        }
+    }
+
+    func testTwoAccountsAreLoggedInAtOnceEachWithItsOwnItemAndTokens() async throws {
+        let accounts = MemoryAccounts()
+        let broker = await makeBroker(accounts)
+        try await login(broker, nil)
+        let bob = try await login(broker, "admin", as: "bob")
+        XCTAssertEqual(bob.account, "admin")
+        XCTAssertEqual(store.item(group)?.username, "alice", "the default account where the group's session always was")
+        XCTAssertEqual(store.item(admin.storeName)?.username, "bob")
+        XCTAssertEqual(accounts.accounts[admin.storeName]?.subject, "bob-sub", "the account is listed, so that logout --all finds it")
+        let (forAlice, forBob) = (try await token(broker, nil), try await token(broker, "admin"))
+        XCTAssertEqual(forAlice, store.item(group)?.accessToken)
+        XCTAssertEqual(forBob, store.item(admin.storeName)?.accessToken)
+        XCTAssertNotEqual(forAlice, forBob)
+
+        let all = try await broker.status(nil)
+        XCTAssertEqual(all.map(\.account), ["default", "admin"])
+        XCTAssertEqual(all.map(\.username), ["alice", "bob"])
+        XCTAssertEqual(all.map(\.isDefault), [true, nil])
+        let got1 = try await broker.status(nil, account: "admin")
+        XCTAssertEqual(got1.map(\.username), ["bob"])
+    }
+
+    func testLogoutOfOneAccountLeavesTheOtherAndAllEndsBoth() async throws {
+        let broker = await makeBroker()
+        let sink = RecordingSink()
+        _ = try await broker.subscribe(sink, groups: nil)
+        try await login(broker, nil)
+        try await login(broker, "admin", as: "bob")
+        let one = try await broker.logout(group, account: "admin", all: false)
+        XCTAssertEqual(one.sessions, [admin])
+        XCTAssertEqual(sink.signals.last?.signal, .loggedOut)
+        XCTAssertEqual(sink.signals.last?.status?.account, "admin", "LoggedOut names the account")
+        XCTAssertNil(store.item(admin.storeName))
+        let got2 = try await broker.check(group)
+        XCTAssertEqual(got2.state, .valid, "the other account is still logged in")
+        let gone = await refusal { try await self.token(broker, "admin") }
+        XCTAssertEqual(gone?.name, .notLoggedIn)
+
+        try await login(broker, "admin", as: "bob")
+        let every = try await broker.logout(nil, all: true)
+        XCTAssertEqual(Set(every.sessions ?? []), [home, admin])
+        XCTAssertEqual(every.loggedOut, [group], "each group once")
+        XCTAssertNil(store.item(group))
+        XCTAssertNil(store.item(admin.storeName))
+    }
+
+    func testTheDefaultIsDefaultAccountElseDefaultElseTheOneLoggedInFirst() async throws {
+        let broker = await makeBroker()
+        try await login(broker, "work")
+        clock.advance(5)
+        try await login(broker, "admin", as: "bob")
+        let got3 = try await broker.check(group)
+        XCTAssertEqual(got3.account, "work", "logged in first")
+        let got4 = try await broker.status(nil)
+        XCTAssertEqual(got4.first { $0.isDefault == true }?.account, "work")
+        let joined = try await login(broker, nil)
+        XCTAssertEqual(joined.account, "work", "a login that names none is the default account's too")
+        try await login(broker, "default", as: "carol")
+        let got5 = try await broker.check(group)
+        XCTAssertEqual(got5.account, "default", "the unnamed one, once it has a session")
+
+        let pinned = await makeBroker(defaultAccount: "admin")
+        let got6 = try await pinned.check(group)
+        XCTAssertEqual(got6.username, "bob", "default_account")
+    }
+
+    func testASessionStoredBeforeAccountsIsTheDefaultAccountWithoutANewLogin() async throws {
+        let before = await makeBroker()
+        try await login(before, nil)
+        let stored = store.item(group)
+        let after = await makeBroker()
+        let status = try await after.check(group)
+        XCTAssertEqual(status.state, .valid)
+        XCTAssertEqual(status.account, "default")
+        let got7 = try await token(after, nil)
+        XCTAssertEqual(got7, stored?.accessToken)
+    }
+
+    func testEachAccountKeepsItsOwnUserAndAnotherIsRefused() async throws {
+        let broker = await makeBroker()
+        try await login(broker, "admin", as: "bob")
+        let error = await refusal { try await self.login(broker, "admin", as: "carol") }
+        XCTAssertEqual(error?.name, .loginDenied)
+        XCTAssertTrue(error?.message.contains("the account admin of \"\(group)\" is bob") == true, error?.message ?? "")
+        XCTAssertTrue(error?.message.contains("--account NAME") == true, error?.message ?? "")
+        XCTAssertEqual(store.item(admin.storeName)?.username, "bob", "nothing stored")
+        let beside = try await login(broker, "default", as: "carol") // another account beside it is fine
+        XCTAssertEqual(beside.username, "carol")
+    }
+
+    func testANamedAccountNeedsAnIDTokenToTellItsUser() async throws {
+        let broker = await makeBroker()
+        idp.logInAs("bob", subject: nil)
+        let error = await refusal {
+            try await broker.login(LoginArguments(account: "admin", flow: .password, username: "bob", password: "right")) { _, _ in }
+        }
+        XCTAssertEqual(error?.name, .loginDenied)
+        XCTAssertNil(store.item(admin.storeName))
+    }
+
+    func testAtMostSixteenAccountsAndBadNamesAreRefusedNamingTheRule() async throws {
+        let broker = await makeBroker()
+        for n in 0..<AccountName.maximumPerGroup { try await login(broker, "a\(n)", as: "user\(n)") }
+        let error = await refusal { try await self.login(broker, "one-more", as: "extra") }
+        XCTAssertEqual(error?.name, .busy)
+        XCTAssertTrue(error?.message.contains("the most it keeps") == true, error?.message ?? "")
+        try await login(broker, "a3", as: "user3") // logging in again to one it has is fine
+
+        for bad in ["", "-rf", "a b", "é", String(repeating: "x", count: 65), "a\u{1F}b", "a/b"] {
+            let refused = await refusal { try await self.token(broker, bad) }
+            XCTAssertEqual(refused?.name, .badRequest, bad)
+        }
+    }
+
+    func testAnUnknownAccountSaysWhichTheGroupHas() async throws {
+        let broker = await makeBroker()
+        try await login(broker, "admin", as: "bob")
+        let error = await refusal { try await self.token(broker, "sandbox") }
+        XCTAssertEqual(error?.name, .notLoggedIn)
+        XCTAssertTrue(error?.message.contains("account admin") == true || error?.message.contains("accounts are admin") == true
+                      || error?.message.contains("account is admin") == true, error?.message ?? "")
+        XCTAssertTrue(error?.message.contains("msso login --group \(group) --account sandbox") == true, error?.message ?? "")
+    }
+
+    func testASubscriberForOneAccountHearsOnlyItsOwn() async throws {
+        let broker = await makeBroker()
+        let mine = RecordingSink()
+        _ = try await broker.subscribe(mine, groups: nil, account: "admin")
+        try await login(broker, nil)
+        try await login(broker, "admin", as: "bob")
+        _ = try await broker.logout(group, account: nil, all: false)
+        XCTAssertEqual(mine.signals.compactMap(\.status?.account), ["admin"])
+    }
+}
+
