@@ -156,7 +156,9 @@ class DjangoProviders:
 
     TOKEN_TTL = 4  # access tokens, seconds (both providers): the refresh tests wait this long
 
-    def __init__(self):
+    def __init__(self, token_ttl=TOKEN_TTL, dot_settings=None):
+        """`dot_settings`: more of django-oauth-toolkit's OAUTH2_PROVIDER settings, e.g.
+        {"ROTATE_REFRESH_TOKEN": False} (a site of its own: its settings are the process's)."""
         self.dir = Path(tempfile.mkdtemp(prefix="msso-django-op-"))
         self.port = free_port()
         self.redirect_uri = f"http://127.0.0.1:{free_port()}/callback"  # registered for every browser client
@@ -167,7 +169,8 @@ class DjangoProviders:
                           "op-plus": f"{secrets.token_hex(8)}+{secrets.token_hex(8)}/{secrets.token_hex(4)}="}
         SECRETS.update(client_secrets.values())
         files = secret_files(self.dir, client_secrets)
-        spec = {"dir": str(self.dir), "port": self.port, "token_ttl": self.TOKEN_TTL, "users": USERS,
+        spec = {"dir": str(self.dir), "port": self.port, "token_ttl": token_ttl, "users": USERS,
+                "dot_settings": dot_settings or {},
                 "dot": [{"client_id": "dot-password", "client_secret": client_secrets["dot-password"], "grant": "password"},
                         {"client_id": "dot-browser", "client_secret": client_secrets["dot-browser"],
                          "grant": "authorization-code", "redirect_uri": self.redirect_uri}],

@@ -8,10 +8,12 @@ real IdP (RFC 7662 introspection, with the client's credentials), and then serve
 
 With `audiences` (path prefix → audience, the longest prefix wins), a token is accepted under a
 prefix only when the IdP's introspection names that audience (`aud`): a server of its own, as a
-token minted for one server (RFC 8707) is good only there. It records the tokens it saw, so tests
-can tell a refreshed token from the first one. With
-`tls=True` it serves https with a self-signed certificate for 127.0.0.1 (`certificate`), since
-kubectl sends credentials only over TLS.
+token minted for one server (RFC 8707) is good only there. The IdP is asked through its harness
+object's `introspect(token)`: glewlwyd's (harness.IdP) or another provider's (providers.Provider,
+e.g. django-oauth-toolkit's, whose `aud` is the list of the token's resources). It records the
+tokens it saw, so tests can tell a refreshed token from the first one. With `tls=True` it serves
+https with a self-signed certificate for 127.0.0.1 (`certificate`), since kubectl sends
+credentials only over TLS.
 """
 import base64
 import json
@@ -53,13 +55,22 @@ class TokenServer:
         self.server.shutdown()
         self.server.server_close()
 
+    def introspect(self, token: str) -> dict:
+        """The IdP's RFC 7662 answer on the token, asked as the harness asks it (its client's
+        credentials); {} when it gives none."""
+        try:
+            return self.idp.introspect(token)
+        except (AssertionError, ValueError, requests.RequestException):
+            return {}
+
+    @staticmethod
+    def user(said: dict) -> str | None:
+        """The token's user when the introspection says it is active, else None."""
+        return said.get("username") or said.get("sub") if said.get("active") else None
+
     def active(self, token: str) -> str | None:
         """The token's user when the IdP says it is active, else None."""
-        secret = self.idp.secret_file.read_text()
-        answer = requests.post(f"{self.idp.issuer}/introspect", data={"token": token, "token_type_hint": "access_token"},
-                               auth=("msso", secret), timeout=5)
-        body = answer.json() if answer.status_code == 200 else {}
-        return body.get("username") or body.get("sub") if body.get("active") else None
+        return self.user(self.introspect(token))
 
     def _handler(self):
         server = self
@@ -80,14 +91,15 @@ class TokenServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 token = self.token()
-                user = server.active(token) if token else None
+                said = server.introspect(token) if token else {}
+                user = server.user(said)
                 if user is None:
                     server.refused += 1
                     return self.answer(401, b'{"error": "no active token"}', "application/json",
                                        {"WWW-Authenticate": 'Basic realm="msso test"'})
                 wanted = max((prefix for prefix in server.audiences if self.path.startswith(prefix)), key=len, default=None)
                 if wanted is not None:
-                    audience = server.idp.introspect(token).get("aud")
+                    audience = said.get("aud")
                     if server.audiences[wanted] not in (audience if isinstance(audience, list) else [audience]):
                         server.wrong_audience += 1
                         return self.answer(401, json.dumps({"error": "the token is for another server", "aud": audience}).encode(),

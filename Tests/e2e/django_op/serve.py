@@ -11,7 +11,8 @@ bound to resources (RFC 8707 `resource` on its token request; op_site.ResourceSe
     python serve.py SPEC.json
 
 SPEC: {"dir", "port", "token_ttl" (access tokens, seconds), "users": {name: {password, email,
-first_name, last_name}}, "dot": [client...], "op": [client...]}, a client being {client_id,
+first_name, last_name}}, "dot": [client...], "op": [client...], optionally "dot_settings" (more
+OAUTH2_PROVIDER settings, e.g. {"ROTATE_REFRESH_TOKEN": false})}, a client being {client_id,
 client_secret, grant ("password" | "authorization-code", django-oauth-toolkit: one per client),
 redirect_uri}. Starts from scratch in DIR (SQLite database, signing keys), then serves until
 killed; requests are logged to stderr.
@@ -79,6 +80,7 @@ def configure(spec):
             "DEFAULT_SCOPES": ["openid"],
             "ACCESS_TOKEN_EXPIRE_SECONDS": spec["token_ttl"],
             "OAUTH2_VALIDATOR_CLASS": "op_site.EmailValidator",
+            **spec.get("dot_settings", {}),
         },
         SITE_URL=site,
         OIDC_TOKEN_EXPIRE=spec["token_ttl"],
