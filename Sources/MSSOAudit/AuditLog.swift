@@ -238,7 +238,7 @@ public final class AuditLog: AuditTrail {
             if since != nil { conditions.append("time >= ?2") }
             let filter = conditions.isEmpty ? "" : "WHERE " + conditions.joined(separator: " AND ")
             let statement = try database.prepare("""
-                SELECT time, uid, pid, executable, app, grp, verb, outcome, error, detail, host, resource FROM
+                SELECT time, uid, pid, executable, app, grp, verb, outcome, error, detail, host, resource, account FROM
                 (SELECT * FROM audit \(filter) ORDER BY id DESC LIMIT ?3) ORDER BY id
                 """)
             defer { sqlite3_finalize(statement) }
@@ -253,7 +253,7 @@ public final class AuditLog: AuditTrail {
                 rows.append(AuditEntry(time: sqlite3_column_double(statement, 0), uid: UInt32(sqlite3_column_int64(statement, 1)),
                                        pid: Int32(sqlite3_column_int64(statement, 2)), executable: text(3), app: text(4),
                                        group: text(5), verb: text(6) ?? "", outcome: text(7) ?? "", error: text(8), detail: text(9),
-                                       host: text(10), resource: text(11)))
+                                       host: text(10), resource: text(11), account: text(12)))
             }
             return rows
         }
@@ -364,6 +364,7 @@ private final class Database: @unchecked Sendable {
         try? execute("ALTER TABLE audit ADD COLUMN detail TEXT") // logs made before the column existed
         try? execute("ALTER TABLE audit ADD COLUMN host TEXT") // the remote host of an SSH forward's calls
         try? execute("ALTER TABLE audit ADD COLUMN resource TEXT") // what a minted token was for
+        try? execute("ALTER TABLE audit ADD COLUMN account TEXT") // which account of the group
         try execute("CREATE INDEX IF NOT EXISTS audit_group_ok ON audit (grp, outcome, id)")
     }
 
@@ -373,8 +374,8 @@ private final class Database: @unchecked Sendable {
         try execute("BEGIN IMMEDIATE")
         do {
             let statement = try prepare("""
-                INSERT INTO audit (time, uid, pid, executable, app, grp, verb, outcome, error, detail, host, resource)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                INSERT INTO audit (time, uid, pid, executable, app, grp, verb, outcome, error, detail, host, resource, account)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                 """)
             defer { sqlite3_finalize(statement) }
             for entry in batch {
@@ -384,7 +385,8 @@ private final class Database: @unchecked Sendable {
                 sqlite3_bind_int64(statement, 2, Int64(entry.uid))
                 sqlite3_bind_int64(statement, 3, Int64(entry.pid))
                 for (index, value) in [(4, entry.executable), (5, entry.app), (6, entry.group), (7, entry.verb),
-                                       (8, entry.outcome), (9, entry.error), (10, entry.detail), (11, entry.host), (12, entry.resource)] {
+                                       (8, entry.outcome), (9, entry.error), (10, entry.detail), (11, entry.host), (12, entry.resource),
+                                       (13, entry.account)] {
                     if let value { msso_sqlite_bind_text(statement, Int32(index), value) }
                 }
                 guard sqlite3_step(statement) == SQLITE_DONE else { throw AuditError("cannot write an audit row: \(message)") }

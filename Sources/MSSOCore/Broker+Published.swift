@@ -51,6 +51,11 @@ extension Broker {
         }
     }
 
+    /// The account a call about `config` naming none gets, as last published (for audit rows).
+    public nonisolated func defaultAccountNow(_ config: GroupConfig) -> String {
+        config.defaultAccount ?? published.withLock { $0.defaults[config.name] } ?? AccountName.defaultName
+    }
+
     /// Publishes every session of the group (its signing key changed).
     func publishGroup(_ name: String) {
         for key in sessions.keys where key.group == name { publish(key) }

@@ -468,8 +468,13 @@ public struct Configuration: Equatable, Sendable {
             case "confirm":
                 guard case .boolean(let on) = value.kind else { throw fail(value.line, key, "expected true or false") }
                 rule.confirm = on
+            case "accounts":
+                let accounts = try value.strings(fail, key)
+                guard !accounts.isEmpty else { throw fail(value.line, key, "names no account; leave it out to let the host use any") }
+                if let problem = accounts.lazy.compactMap(AccountName.problem).first { throw fail(value.line, key, problem) }
+                rule.accounts = accounts
             default:
-                throw fail(value.line, key, "unknown key in [forward.\"\(host)\"]; expected groups, verbs, confirm")
+                throw fail(value.line, key, "unknown key in [forward.\"\(host)\"]; expected groups, verbs, confirm, accounts")
             }
         }
         return rule

@@ -14,6 +14,8 @@ public struct ForwardRule: Sendable, Equatable {
     /// notification (Allow once, Allow for 1 hour, Deny), for the verbs the access table says a
     /// host is asked about (``AccessPolicy/Rule/confirm``: not those that only say how sessions stand).
     public var confirm = true
+    /// The accounts of its groups the host may use (nil: any): a call naming none gets the first.
+    public var accounts: [String]?
     /// Where the table is: `FILE:LINE`.
     public var source: String
     /// Whether the administrator wrote it (in a root-owned file).

@@ -24,11 +24,11 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     private let browser: Bool
     /// Confines `shown` and `loggingIn`, and runs the (blocking, bounded) bus calls.
     private let lane = Workers.Lane()
-    private var shown: [String: (id: UInt32, action: Action)] = [:]
-    private var loggingIn: Set<String> = []
+    private var shown: [AccountName: (id: UInt32, action: Action)] = [:]
+    private var loggingIn: Set<AccountName> = []
     /// The new-account notice shown for each group: apart from ``shown``, so that no later
     /// notification of the group (Expiring, say) replaces it before the user has seen it.
-    private var announced: [String: UInt32] = [:]
+    private var announced: [AccountName: UInt32] = [:]
     /// Confirmations shown, by notification id, waiting for the user's answer.
     private var questions: [UInt32: CheckedContinuation<ConfirmationAnswer, Never>] = [:]
 
@@ -143,7 +143,8 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
 
     public func deliver(_ signal: Signal) {
         guard let config = broker.configuration.groups[signal.group] else { return }
-        let group = signal.group
+        let session = AccountName(group: signal.group, account: signal.status?.account ?? AccountName.defaultName)
+        let group = Self.named(session)
         if signal.signal == .loggedIn, let status = signal.status, status.newAccount == true {
             // Shown whatever `notifications` says: a program that put the suite into another
             // account must be seen.
@@ -153,13 +154,13 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         switch signal.signal {
         case .expiring:
             let left = max(1, Int((((signal.status?.sessionExpiresAt ?? 0) - Date().timeIntervalSince1970) / 60).rounded(.up)))
-            show(group, summary: "SSO for \(group) ends in \(left) min",
+            show(session, summary: "SSO for \(group) ends in \(left) min",
                  body: "Extend it to keep your apps signed in.", action: .extend, label: "Extend")
         case .expired:
-            show(group, summary: "Log in again", body: "Your SSO session for \(group) has ended.", action: .login, label: "Log in")
+            show(session, summary: "Log in again", body: "Your SSO session for \(group) has ended.", action: .login, label: "Log in")
         case .extended, .loggedIn, .loggedOut:
             lane.async { [self] in
-                guard let current = shown.removeValue(forKey: group) else { return }
+                guard let current = shown.removeValue(forKey: session) else { return }
                 msso_notify_close(bus, current.id, Self.callTimeout)
             }
         case .devicePrompt, .browserPrompt:
@@ -170,12 +171,13 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     /// "Now logged in as NAME": a login made its account the group's (its first, or a change).
     /// No action: a click does nothing but close it.
     private func announceNewAccount(_ status: SessionStatus) {
-        let group = Self.shown(status.group)
+        let session = AccountName(group: status.group, account: status.account ?? AccountName.defaultName)
+        let group = Self.named(session)
         let account = status.username.map(Self.shown) ?? "an account the identity provider does not name"
         let body = if let previous = status.previousAccount.map(Self.shown) {
-            "Every app of \(group) now acts as \(account), no longer as \(previous). If you did not log in as \(account), run msso logout --group \(group)."
+            "Every app of \(group) now acts as \(account), no longer as \(previous). If you did not log in as \(account), run msso logout \(session.options)."
         } else {
-            "Every app of \(group) acts as \(account) from now on (the group's first account). If you did not log in as \(account), run msso logout --group \(group)."
+            "Every app of \(group) acts as \(account) from now on (the group's first account). If you did not log in as \(account), run msso logout \(session.options)."
         }
         let summary = "SSO for \(group): now logged in as \(account)"
         lane.async { [self] in
@@ -183,13 +185,13 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
             let id = none.withUnsafeMutableBufferPointer { buffer in
                 buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: 1) {
                     // Never expires: it stays until the user closes it.
-                    msso_notify(bus, announced[status.group] ?? 0, summary, body, $0, 0, Self.callTimeout)
+                    msso_notify(bus, announced[session] ?? 0, summary, body, $0, 0, Self.callTimeout)
                 }
             }
             if id == 0 {
                 logger.debug("no notification server answered", metadata: ["group": "\(status.group)"])
             } else {
-                announced[status.group] = id
+                announced[session] = id
             }
         }
     }
@@ -198,9 +200,9 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
 
     /// Shows the group's notification, replacing the one it has. `action` is offered as a button
     /// and as the default (a click on the notification).
-    private func show(_ group: String, summary: String, body: String, action: Action?, label: String = "") {
+    private func show(_ session: AccountName, summary: String, body: String, action: Action?, label: String = "") {
         lane.async { [self] in
-            let replaces = shown[group]?.id ?? 0
+            let replaces = shown[session]?.id ?? 0
             let keys = action.map { [$0.rawValue, label, "default", label] } ?? []
             var pointers = keys.map { strdup($0) } + [nil]
             defer { pointers.forEach { free($0) } }
@@ -210,11 +212,11 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
                 }
             }
             guard id != 0 else {
-                logger.debug("no notification server answered", metadata: ["group": "\(group)"])
+                logger.debug("no notification server answered", metadata: ["group": "\(session.group)"])
                 return
             }
-            shown[group] = (id, action ?? .login)
-            if action == nil { shown[group] = (id, .login) } // a prompt: clicking it starts nothing new
+            shown[session] = (id, action ?? .login)
+            if action == nil { shown[session] = (id, .login) } // a prompt: clicking it starts nothing new
         }
     }
 
@@ -223,6 +225,11 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
     /// Text from outside (a program's path, an IdP's code or address), safe in a notification:
     /// no control characters (``TerminalText``), and no markup (servers that support body markup
     /// would read `<` and `&`).
+    /// The session in a notification's words: its group, and its account unless it is the default one.
+    static func named(_ session: AccountName) -> String {
+        shown(session.account == AccountName.defaultName ? session.group : "\(session.group) (account \(session.account))")
+    }
+
     static func shown(_ text: String) -> String {
         String(String.UnicodeScalarView(TerminalText.safe(text).unicodeScalars.map { scalar in
             switch scalar {
@@ -250,16 +257,16 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
                 question.resume(returning: answer)
                 return
             }
-            guard let (group, entry) = shown.first(where: { $0.value.id == id }) else { return }
+            guard let (session, entry) = shown.first(where: { $0.value.id == id }) else { return }
             let action = key == "default" ? entry.action : Action(rawValue: key)
             switch action {
             case .extend?:
-                Task { await self.extend(group) }
+                Task { await self.extend(session) }
             case .login?:
-                guard loggingIn.insert(group).inserted else { return }
+                guard loggingIn.insert(session).inserted else { return }
                 Task {
-                    await self.login(group)
-                    self.lane.async { self.loggingIn.remove(group) }
+                    await self.login(session)
+                    self.lane.async { self.loggingIn.remove(session) }
                 }
             case nil:
                 return
@@ -267,30 +274,33 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         }
     }
 
-    private func extend(_ group: String) async {
+    private func extend(_ session: AccountName) async {
+        let group = Self.named(session)
         do {
-            _ = try await broker.extend(group)
+            _ = try await broker.extend(session.group, account: session.account)
             logger.info("extended from a notification", metadata: ["group": "\(group)"])
         } catch let error as BrokerError {
             logger.warning("extend from a notification failed", metadata: ["group": "\(group)", "error": "\(error.name)"])
             if error.name == .expired {
-                show(group, summary: "Log in again", body: "Your SSO session for \(group) has ended.", action: .login, label: "Log in")
+                show(session, summary: "Log in again", body: "Your SSO session for \(group) has ended.", action: .login, label: "Log in")
             }
         } catch {}
     }
 
-    private func login(_ group: String) async {
+    private func login(_ session: AccountName) async {
         let flow: LoginFlow = browser ? .browser : .device
+        let group = Self.named(session)
         do {
-            _ = try await broker.login(LoginArguments(group: group, flow: flow), requester: "a desktop notification's Log in") { [self] prompt, joined in
+            _ = try await broker.login(LoginArguments(group: session.group, account: session.account, flow: flow),
+                                       requester: "a desktop notification's Log in") { [self] prompt, joined in
                 switch prompt {
                 case .device(let device):
-                    show(group, summary: "Log in to SSO for \(group)",
+                    show(session, summary: "Log in to SSO for \(group)",
                          body: "Open \(Self.shown(device.verificationURIComplete ?? device.verificationURI)) and enter the code \(Self.shown(device.userCode)).",
                          action: nil)
                 case .browser(let browser) where joined:
                     // A login of the group was already waiting: its window may be open; no second one.
-                    show(group, summary: "Log in to SSO for \(group)",
+                    show(session, summary: "Log in to SSO for \(group)",
                          body: "A login is already waiting for you: finish it in your browser, or open \(Self.shown(browser.url)).", action: nil)
                 case .browser(let browser):
                     Self.open(browser.url)
@@ -299,7 +309,7 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
             logger.info("logged in from a notification", metadata: ["group": "\(group)", "flow": "\(flow.rawValue)"])
         } catch let error as BrokerError {
             logger.warning("login from a notification failed", metadata: ["group": "\(group)", "error": "\(error.name)"])
-            show(group, summary: "Log in again", body: "The login for \(group) did not finish: \(Self.shown(error.message))", action: .login,
+            show(session, summary: "Log in again", body: "The login for \(group) did not finish: \(Self.shown(error.message))", action: .login,
                  label: "Log in")
         } catch {}
     }

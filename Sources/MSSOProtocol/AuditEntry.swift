@@ -22,10 +22,14 @@ public struct AuditEntry: Codable, Sendable, Equatable {
     /// On a `sign` or `token` of a minted token: what it was minted for (the `resources` entry,
     /// an app's scopes).
     public var resource: String?
+    /// The account of the group the call was about (``AccountName``), when it was about one.
+    public var account: String?
 
     public init(time: Double, uid: UInt32, pid: Int32, executable: String?, app: String?, group: String?,
-                verb: String, outcome: String, error: String?, detail: String? = nil, host: String? = nil, resource: String? = nil) {
+                verb: String, outcome: String, error: String?, detail: String? = nil, host: String? = nil, resource: String? = nil,
+                account: String? = nil) {
         self.resource = resource
+        self.account = account
         self.time = time
         self.uid = uid
         self.pid = pid

@@ -153,6 +153,13 @@ struct Gate: Sendable {
     /// registration's, or registrations pinning two, is refused naming them.
     private func account(_ named: String?, of config: GroupConfig?, _ caller: Caller) throws(BrokerError) -> String? {
         if let named, let problem = AccountName.problem(named) { throw BrokerError(.badRequest, problem) }
+        if let host = caller.host, let allowed = caller.forward?.accounts {
+            guard let named else { return allowed[0] }
+            guard allowed.contains(named) else {
+                throw BrokerError(.forbidden, "host \(host) may not use the account \(named) through the SSH forward: its [forward.\"\(host)\"] table (\(caller.forward!.source)) names \(allowed.joined(separator: ", ")); add it to its `accounts` there")
+            }
+            return named
+        }
         let pinned = caller.host == nil ? caller.registrations.filter { registration in registration.account != nil && (config.map { registration.groups.contains($0.name) } ?? true) } : []
         let group = config.map { "\"\($0.name)\"" } ?? "its groups"
         guard let pin = pinned.first else { return named }

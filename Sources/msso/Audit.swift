@@ -32,7 +32,8 @@ struct Audit: ParsableCommand {
                     ? "ssh:\(row.host!) (through ssh pid \(row.pid)) uid \(row.uid)"
                     : "\(row.executable ?? "?")\(row.app.map { " (\($0))" } ?? "") pid \(row.pid) uid \(row.uid)\(row.host.map { " for ssh:\($0)" } ?? "")"
                 let detail = (row.resource.map { "  for \($0)" } ?? "") + (row.detail.map { "  \($0)" } ?? "")
-                Output.print("\(Output.local(row.time, "%Y-%m-%d %H:%M:%S"))  \(row.verb)  \(row.group ?? "-")  \(outcome)  \(who)\(detail)")
+                let group = (row.group ?? "-") + (row.account.map { $0 == AccountName.defaultName ? "" : " (account \($0))" } ?? "")
+                Output.print("\(Output.local(row.time, "%Y-%m-%d %H:%M:%S"))  \(row.verb)  \(group)  \(outcome)  \(who)\(detail)")
             }
         }
     }

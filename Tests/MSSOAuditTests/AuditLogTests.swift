@@ -25,6 +25,17 @@ final class AuditLogTests: XCTestCase {
         XCTAssertEqual(try log.query(group: "other").count, 1)
     }
 
+    func testTheAccountAndTheResourceOfARowAreKept() throws {
+        let log = AuditLog(path: path(), flushInterval: 0.05)
+        var row = entry("sign")
+        (row.account, row.resource) = ("admin", "https://git.example/")
+        log.record(row)
+        log.record(entry("check"))
+        let rows = try log.query()
+        XCTAssertEqual(rows.map(\.account), ["admin", nil])
+        XCTAssertEqual(rows.map(\.resource), ["https://git.example/", nil])
+    }
+
     func testTheFileIsTheUsersAloneAndSurvivesReopening() throws {
         let file = path()
         do {

@@ -394,7 +394,7 @@ final class ConfigurationTests: XCTestCase {
             ("[forward.h]\ngroups = []", "/c.toml:2: `groups`: names no group; remove the table to forward nothing to h"),
             ("[forward.h]\ngroups = \"g\"", "/c.toml:2: `groups`: expected an array of strings, like [\"openid\"]"),
             ("[forward.h]\ngroups = [\"g\"]\nconfirm = \"yes\"", "/c.toml:3: `confirm`: expected true or false"),
-            ("[forward.h]\ngroups = [\"g\"]\nshell = true", "/c.toml:3: `shell`: unknown key in [forward.\"h\"]; expected groups, verbs, confirm"),
+            ("[forward.h]\ngroups = [\"g\"]\nshell = true", "/c.toml:3: `shell`: unknown key in [forward.\"h\"]; expected groups, verbs, confirm, accounts"),
             ("[forward.\"user@h\"]\ngroups = [\"g\"]",
              "/c.toml:1: expected [forward.\"HOST\"], HOST as you give it to ssh without a user name: letters, digits, `.`, `-`, `_` and `:`, at most 253 bytes"),
             ("[forward]\ngroups = [\"g\"]",
@@ -522,6 +522,26 @@ final class ConfigurationTests: XCTestCase {
             XCTAssertThrowsError(try Configuration.parse(text, file: "/c.toml")) { error in
                 XCTAssertEqual("\(error)", expected)
             }
+        }
+    }
+
+    /// The account keys: a group's `default_account`, a registration's `account`, a host's
+    /// `accounts`, each a name as ``AccountName`` allows, or an error naming the rule.
+    func testAccountKeysTakeAccountNamesOnly() throws {
+        let group = "[groups.a]\nissuer = \"https://i.example\"\nclient_id = \"c\"\n"
+        XCTAssertEqual(try Configuration.parse(group + "default_account = \"admin\"", file: "/c.toml")[0].defaultAccount, "admin")
+        XCTAssertThrowsError(try Configuration.parse(group + "default_account = \"two words\"", file: "/c.toml")) {
+            XCTAssertTrue("\($0)".hasPrefix("/c.toml:4: `default_account`: \"two words\" cannot name an account"), "\($0)")
+        }
+        let registration = "[apps.mail]\nexecutable = \"/opt/mail\"\ngroups = [\"a\"]\n"
+        XCTAssertEqual(try Entitlements.parse(registration + "account = \"ops\"", file: "/f.toml", admin: true)[0].account, "ops")
+        XCTAssertThrowsError(try Entitlements.parse(registration + "account = \"-x\"", file: "/f.toml", admin: true)) {
+            XCTAssertTrue("\($0)".contains("`account`: \"-x\" cannot name an account"), "\($0)")
+        }
+        let forward = "[forward.h]\ngroups = [\"a\"]\n"
+        XCTAssertEqual(try Configuration.parseForwards(forward + "accounts = [\"admin\", \"ops\"]", file: "/c.toml")[0].accounts, ["admin", "ops"])
+        for bad in ["accounts = []", "accounts = [\"a b\"]"] {
+            XCTAssertThrowsError(try Configuration.parseForwards(forward + bad, file: "/c.toml")) { XCTAssertTrue("\($0)".contains("`accounts`"), "\($0)") }
         }
     }
 }

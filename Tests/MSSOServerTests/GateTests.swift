@@ -278,6 +278,56 @@ final class GateTests: XCTestCase {
         XCTAssertEqual(try target("https://h.example/git/x", [registration(nil, admin: true)]).get(), .session, "a shared group's token")
     }
 
+    /// The account a call is about: the one it names, else its registration's; a registration
+    /// pins its app (another is refused, naming both), a host's table may list the accounts it may use.
+    func testTheAccountIsTheCallsElseItsRegistrationsAndAPinHolds() throws {
+        let config = GroupConfig(name: mine, issuer: "https://idp.example", clientID: "msso")
+        let app = AppIdentity(executable: "/opt/suite/mail")
+        func registration(_ account: String?, _ name: String = "mail") -> AppRegistration {
+            var registration = AppRegistration(name: name, executable: app.executable, sha256: nil, flatpak: nil, groups: [mine],
+                                               source: "/etc/msso/apps.d/\(name).toml:1", admin: true)
+            registration.account = account
+            return registration
+        }
+        func account(_ named: String?, _ registrations: [AppRegistration], forward: ForwardRule? = nil,
+                     call: ((String?) -> CallArguments)? = nil) -> Result<String?, BrokerError> {
+            let rules = Rules(configuration: Configuration(groups: [config]), entitlements: Entitlements(registrations: registrations),
+                              logger: Logger(label: "test"))
+            let caller = forward.map {
+                Caller(uid: 1000, pid: 1, role: .forwarded, app: AppIdentity(executable: nil, onHost: false), registrations: [],
+                       host: "build01", forward: $0, forwardSession: "/run/user/1000/msso/f.sock")
+            } ?? Caller(uid: 1000, pid: 1, role: .app, app: app, registrations: registrations)
+            var group: String?
+            let arguments = call?(named) ?? .sign(SignRequest(account: named, method: "GET", url: "https://h.example/x"))
+            do {
+                return .success(try Gate(policy: AccessPolicy(owner: 1000), rules: rules).decide(arguments, caller, locked: false, group: &group).account)
+            } catch { return .failure(error) }
+        }
+        XCTAssertEqual(try account(nil, [registration(nil)]).get(), nil, "the broker's default")
+        XCTAssertEqual(try account("admin", [registration(nil)]).get(), "admin")
+        XCTAssertEqual(try account(nil, [registration("admin")]).get(), "admin", "the registration's")
+        XCTAssertEqual(try account("admin", [registration("admin")]).get(), "admin")
+        let other = account("sandbox", [registration("admin")]).error
+        XCTAssertEqual(other?.name, .forbidden)
+        XCTAssertTrue(other?.message.contains("asked for the account sandbox") == true && other?.message.contains("pins it to the account admin") == true,
+                      other?.message ?? "")
+        XCTAssertEqual(account(nil, [registration("admin"), registration("sandbox", "mail2")]).error?.name, .forbidden, "two pins")
+        XCTAssertEqual(account("-rf", [registration(nil)]).error?.name, .badRequest)
+        for verb in [{ CallArguments.token(.init(group: "corp", account: $0)) }, { .check(GroupArguments(group: "corp", account: $0)) },
+                     { .login(LoginArguments(group: "corp", account: $0, flow: .device)) }, { .extend(GroupArguments(group: "corp", account: $0)) },
+                     { .logout(.init(group: "corp", account: $0)) }] as [(String?) -> CallArguments] {
+            XCTAssertEqual(account("sandbox", [registration("admin")], call: verb).error?.name, .forbidden, "every verb about a group")
+        }
+        var table = ForwardRule(host: "build01", groups: [mine], confirm: false)
+        XCTAssertEqual(try account("sandbox", [], forward: table).get(), "sandbox", "a table without accounts: any")
+        table.accounts = ["admin", "ops"]
+        XCTAssertEqual(try account(nil, [], forward: table).get(), "admin", "the first the table lists")
+        XCTAssertEqual(try account("ops", [], forward: table).get(), "ops")
+        let refused = account("sandbox", [], forward: table).error
+        XCTAssertEqual(refused?.name, .forbidden)
+        XCTAssertTrue(refused?.message.contains("may not use the account sandbox") == true, refused?.message ?? "")
+    }
+
     func testAHostMayBeGivenOnlyWhatTheTableLetsAHostHave() {
         XCTAssertEqual(ForwardRule.allowedVerbs, [.token, .sign, .status, .check, .login, .extend, .logout, .subscribe])
         XCTAssertEqual(ForwardRule.defaultVerbs, [.token, .sign, .status, .check])
