@@ -1,0 +1,101 @@
+"""Tokens per server (`tokens = "per-resource"`) through the clients test_per_resource.py does not
+drive.
+Each gets, for a URL under one entry of `resources`, the token minted for that entry alone: the
+one a real resource server (token_server.py) accepts under that entry's prefix and refuses (401,
+"the token is for another server") under the other's. Against the real glewlwyd with RFC 8707
+resource indicators, as test_per_resource.py, whose fixtures (`servers`: one TLS server with git's
+entry under /git/ and the API's at its origin; `per_resource`: mssod logged in for both) these
+reuse."""
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import requests
+
+from harness import GROUP, SECRETS, Broker
+from test_per_resource import servers  # noqa: F401 (a fixture)
+from test_tools import repos  # noqa: F401 (the fixture `servers` takes)
+
+MODULE = Path(__file__).resolve().parents[2] / "clients" / "go"
+GO_ENV = dict(os.environ, GOPROXY="off", GOFLAGS="-mod=readonly", GO111MODULE="on")
+
+
+def probes(git, api):
+    """A URL under each entry, and what the server answers there to its own token: the repository's
+    HEAD (git http-backend) under git's, a JSON echo of the token's user under the API's."""
+    return {git: (f"{git}suite.git/HEAD", "ref: refs/heads/main"), api: (f"{api}items", '"user": "alice"')}
+
+
+def presented(served, url, token):
+    return requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10,
+                        verify=str(served.certificate) if served.certificate else True)
+
+
+def each_good_only_for_its_entry(served, idp, tokens):
+    """`tokens`: entry -> the token a client got for a URL under it. They differ, each names its
+    entry as its audience at the IdP, and the server takes each under its entry's prefix alone."""
+    assert len(set(tokens.values())) == len(tokens) == 2, "a token of its own per entry"
+    SECRETS.update(tokens.values())
+    urls = probes(*tokens)
+    for entry, token in tokens.items():
+        assert idp.introspect(token)["aud"] == entry
+        url, answer = urls[entry]
+        [(elsewhere, _)] = [probe for other, probe in urls.items() if other != entry]
+        accepted = presented(served, url, token)
+        assert accepted.status_code == 200 and answer in accepted.text, (url, accepted.status_code, accepted.text)
+        refusals = served.wrong_audience
+        refused = presented(served, elsewhere, token)
+        assert refused.status_code == 401 and served.wrong_audience == refusals + 1, (elsewhere, refused.status_code, refused.text)
+        assert refused.json()["error"] == "the token is for another server"
+
+
+def broker_for(desktop, servers, programs=(), **group):  # noqa: F811
+    """As test_per_resource's `per_resource`, with `programs` registered for the group before mssod
+    starts (a compiled program is known by its path) and the group's other settings."""
+    served, idp, git, api = servers
+    daemon = Broker(desktop, idp, groups={GROUP: {"resources": [api, git], "tokens": "per-resource", **group}}, start=False)
+    if programs:
+        daemon.register("clients", list(programs), [GROUP])
+    daemon.start()
+    login = daemon.device_login(idp)
+    assert login.returncode == 0, login.stderr
+    return daemon
+
+
+def minted(daemon) -> int:
+    return daemon.logged("minted an access token")
+
+
+# -- the Go library ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def go_programs(tmp_path_factory):
+    """clients/go's example (a request through msso.Transport and net/http), built from the sources
+    as they are (Debian's Go, offline)."""
+    out = tmp_path_factory.mktemp("go")
+    done = subprocess.run(["go", "build", "-o", str(out), "./examples/transport"], cwd=MODULE, env=GO_ENV, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return SimpleNamespace(dir=out, transport=out / "transport")
+
+
+def test_the_go_library_signs_each_request_with_its_servers_token(desktop, servers, go_programs):  # noqa: F811
+    """A Go program's requests through msso.Transport: each reaches its server (200), signed with the
+    token of the entry its URL falls in; the token the server saw under one entry is refused under
+    the other."""
+    served, idp, git, api = servers
+    daemon = broker_for(desktop, servers, [go_programs.transport])
+    try:
+        tokens = {}
+        for entry, (url, answer) in probes(git, api).items():
+            seen = len(served.seen)
+            done = subprocess.run([go_programs.transport, url], env=dict(daemon.env, SSL_CERT_FILE=str(served.certificate)),
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0 and answer in done.stdout, (url, done.stdout, done.stderr)
+            [tokens[entry]] = set(served.seen[seen:])
+        each_good_only_for_its_entry(served, idp, tokens)
+        assert minted(daemon) == 2
+    finally:
+        daemon.stop()
