@@ -99,3 +99,33 @@ def test_the_go_library_signs_each_request_with_its_servers_token(desktop, serve
         assert minted(daemon) == 2
     finally:
         daemon.stop()
+
+
+# -- the C library -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def c_driver():
+    """libmsso and its test driver (one msso_client fed commands), built as test_c_library.py does."""
+    from test_c_library import DRIVER, LIBRARY
+    done = subprocess.run(["make", "-s", "-C", LIBRARY, "tests"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return DRIVER
+
+
+def test_the_c_library_signs_and_hands_out_each_servers_token(desktop, servers, c_driver):  # noqa: F811
+    """libmsso's msso_sign for a URL under each entry: two tokens, each taken only under its own
+    entry's prefix; msso_token for a resource under an entry is that entry's token."""
+    from test_c_library import Driver
+    from test_c_library import bearer as c_bearer
+    served, idp, git, api = servers
+    daemon = broker_for(desktop, servers, [c_driver])
+    driver = Driver(daemon.env)
+    try:
+        tokens = {entry: c_bearer(driver("sign", "GET", url)).removeprefix("Bearer ") for entry, (url, _) in probes(git, api).items()}
+        each_good_only_for_its_entry(served, idp, tokens)
+        token = driver("token", f"resource={git}suite.git")
+        assert token["ok"] and token["accessToken"] == tokens[git], token
+        assert minted(daemon) == 2
+    finally:
+        driver.close()
+        daemon.stop()
