@@ -5,7 +5,8 @@ one a real resource server (token_server.py) accepts under that entry's prefix a
 "the token is for another server") under the other's. Against the real glewlwyd with RFC 8707
 resource indicators, as test_per_resource.py, whose fixtures (`servers`: one TLS server with git's
 entry under /git/ and the API's at its origin; `per_resource`: mssod logged in for both) these
-reuse."""
+reuse; the Swift app gets the same over plain http (its URLSession cannot be told to trust the
+test server's certificate)."""
 import os
 import subprocess
 from pathlib import Path
@@ -14,9 +15,10 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from harness import GROUP, SECRETS, Broker
+from harness import BIN, GROUP, SECRETS, Broker, IdP
 from test_per_resource import servers  # noqa: F401 (a fixture)
 from test_tools import repos  # noqa: F401 (the fixture `servers` takes)
+from token_server import TokenServer
 
 MODULE = Path(__file__).resolve().parents[2] / "clients" / "go"
 GO_ENV = dict(os.environ, GOPROXY="off", GOFLAGS="-mod=readonly", GO111MODULE="on")
@@ -128,4 +130,43 @@ def test_the_c_library_signs_and_hands_out_each_servers_token(desktop, servers, 
         assert minted(daemon) == 2
     finally:
         driver.close()
+        daemon.stop()
+
+
+# -- the Swift library ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def plain_servers(repos):  # noqa: F811
+    """As `servers`, over plain http (loopback: an entry may be http there). The Swift app's
+    URLSession (swift-corelibs-foundation, on libcurl) trusts only the system's certificate
+    authorities: neither SSL_CERT_FILE nor anything else points it at the test server's own."""
+    served = TokenServer(None, repos)
+    git, api = f"{served.url}/git/", f"{served.url}/"
+    idp = IdP(resources=[api, git], refresh_one_use="never")
+    served.idp = idp
+    served.audiences = {"/git/": git, "/": api}
+    yield served, idp, git, api
+    served.close()
+    idp.cleanup()
+
+
+def test_a_swift_app_signs_each_request_with_its_servers_token(desktop, plain_servers):
+    """App1, the demo's app (SuiteKit: MSSOClient and MSSOClientFoundation's signed URLSession), as
+    built: its requests under each entry reach the server with that entry's token, which the other
+    entry's prefix refuses."""
+    served, idp, git, api = plain_servers
+    daemon = broker_for(desktop, plain_servers)  # App1 is among the clients every Broker registers
+    try:
+        tokens = {}
+        for entry, (url, answer) in probes(git, api).items():
+            seen = len(served.seen)
+            # (A refusal would not fail fast: URLSession of Swift 6.3.1 and earlier never ends a task that
+            # a 401 with a Basic challenge answers, swift-corelibs-foundation#5456; fixed in 6.3.2.)
+            done = subprocess.run([BIN / "App1", "fetch", url], env=daemon.env, capture_output=True, text=True, timeout=30)
+            assert done.returncode == 0, (url, done.stdout, done.stderr)
+            assert "-> 200 " in done.stdout and answer in done.stdout, done.stdout  # "[App1] GET PATH -> 200 BODY"
+            [tokens[entry]] = set(served.seen[seen:])
+        each_good_only_for_its_entry(served, idp, tokens)
+        assert minted(daemon) == 2
+    finally:
         daemon.stop()
