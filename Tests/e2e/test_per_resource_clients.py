@@ -6,7 +6,8 @@ one a real resource server (token_server.py) accepts under that entry's prefix a
 resource indicators, as test_per_resource.py, whose fixtures (`servers`: one TLS server with git's
 entry under /git/ and the API's at its origin; `per_resource`: mssod logged in for both) these
 reuse; the Swift app gets the same over plain http (its URLSession cannot be told to trust the
-test server's certificate)."""
+test server's certificate), the helpers a container and a cargo registry as entries of their own."""
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -15,8 +16,8 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from harness import BIN, GROUP, SECRETS, Broker, IdP
-from test_per_resource import servers  # noqa: F401 (a fixture)
+from harness import BIN, GROUP, SECRETS, Broker, Desktop, IdP
+from test_per_resource import bearer, servers  # noqa: F401 (fixtures)
 from test_tools import repos  # noqa: F401 (the fixture `servers` takes)
 from token_server import TokenServer
 
@@ -74,13 +75,14 @@ def minted(daemon) -> int:
 
 @pytest.fixture(scope="module")
 def go_programs(tmp_path_factory):
-    """clients/go's example (a request through msso.Transport and net/http), built from the sources
-    as they are (Debian's Go, offline)."""
+    """clients/go's example (a request through msso.Transport and net/http) and the two credential
+    helpers, built from the sources as they are (Debian's Go, offline)."""
     out = tmp_path_factory.mktemp("go")
-    done = subprocess.run(["go", "build", "-o", str(out), "./examples/transport"], cwd=MODULE, env=GO_ENV, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(["go", "build", "-o", str(out), "./examples/transport", "./cmd/docker-credential-msso",
+                           "./cmd/cargo-credential-msso"], cwd=MODULE, env=GO_ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    return SimpleNamespace(dir=out, transport=out / "transport")
+    return SimpleNamespace(dir=out, transport=out / "transport", docker=out / "docker-credential-msso",
+                           cargo=out / "cargo-credential-msso")
 
 
 def test_the_go_library_signs_each_request_with_its_servers_token(desktop, servers, go_programs):  # noqa: F811
@@ -170,3 +172,107 @@ def test_a_swift_app_signs_each_request_with_its_servers_token(desktop, plain_se
         assert minted(daemon) == 2
     finally:
         daemon.stop()
+
+
+# -- docker's and cargo's credential helpers -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def registries(go_programs):
+    """A container registry, a cargo registry and one more server (which takes under its origin only
+    a token for its own entry), each an entry of one per-resource group, logged in; the two
+    helpers registered for it. The registries take any token the IdP says is active, as a registry
+    in front of an OAuth resource server does: what each got is read at the IdP."""
+    from cargo_registry_server import CargoRegistryServer
+    from registry_server import RegistryServer
+    docker, cargo, other = RegistryServer(None), CargoRegistryServer(None), TokenServer(None, None, tls=True)
+    entries = SimpleNamespace(docker=f"{docker.url}/", cargo=f"{cargo.url}/", other=f"{other.url}/")
+    idp, desktop, daemon = None, None, None
+    try:
+        idp = IdP(resources=[entries.docker, entries.cargo, entries.other], refresh_one_use="never")
+        desktop = Desktop()
+        for server in (docker, cargo, other):
+            server.idp = idp
+        other.audiences = {"/": entries.other}
+        daemon = Broker(desktop, idp, groups={GROUP: {"resources": [entries.docker, entries.cargo, entries.other],
+                                                      "tokens": "per-resource"}}, start=False)
+        daemon.register("helpers", [go_programs.docker, go_programs.cargo], [GROUP])
+        daemon.start()
+        login = daemon.device_login(idp)
+        assert login.returncode == 0, login.stderr
+        yield SimpleNamespace(daemon=daemon, idp=idp, docker=docker, cargo=cargo, other=other, entries=entries)
+    finally:
+        if daemon:
+            daemon.stop()
+        for server in (docker, cargo, other):
+            SECRETS.update(server.seen)
+            server.close()
+        if desktop:
+            desktop.cleanup()
+        if idp:
+            idp.cleanup()
+
+
+def only_for(registries, token, entry):
+    """The token names `entry` as its audience, and the other server refuses it (while it takes its
+    own entry's token)."""
+    SECRETS.add(token)
+    assert registries.idp.introspect(token)["aud"] == entry
+    other, url = registries.other, f"{registries.entries.other}items"
+    refusals = other.wrong_audience
+    refused = presented(other, url, token)
+    assert refused.status_code == 401 and other.wrong_audience == refusals + 1, (refused.status_code, refused.text)
+    own = bearer(registries.daemon.msso("sign", "--url", url))
+    assert own != token and presented(other, url, own).status_code == 200
+
+
+def test_dockers_helper_answers_the_registrys_token_which_the_other_server_refuses(registries, go_programs, tmp_path):
+    """docker-credential-msso under the real skopeo: the token it hands out for the registry is
+    the registry entry's (skopeo reads the image with it), refused by the group's other server."""
+    registry, daemon = registries.docker, registries.daemon
+    host = f"127.0.0.1:{registry.port}"
+    done = subprocess.run([go_programs.docker, "get"], input=host, env=daemon.env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    secret = json.loads(done.stdout)["Secret"]
+    only_for(registries, secret, registries.entries.docker)
+
+    from registry_server import REPOSITORY, TAG
+    authfile = tmp_path / "auth.json"
+    authfile.write_text(json.dumps({"credHelpers": {host: "msso"}}))
+    seen = len(registry.seen)
+    done = subprocess.run(["skopeo", "inspect", "--authfile", authfile, "--tls-verify=false", f"docker://{host}/{REPOSITORY}:{TAG}"],
+                          env=dict(daemon.env, PATH=f"{go_programs.dir}:{os.environ['PATH']}"), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["RepoTags"] == [TAG]
+    assert set(registry.seen[seen:]) == {secret}, "skopeo sent the helper's token, the registry entry's"
+
+
+def test_cargos_provider_answers_the_registrys_token_which_the_other_server_refuses(registries, go_programs, tmp_path):
+    """cargo-credential-msso under the real cargo: `cargo generate-lockfile` reads the private
+    registry's index with the registry entry's token, which the group's other server refuses."""
+    from cargo_registry_server import CRATE
+    from test_cargo import CARGO, REGISTRY
+    if CARGO is None:
+        pytest.skip("no cargo 1.74 or later (test_cargo.py says where one comes from)")
+    registry = registries.cargo
+    home, crate = tmp_path / "cargo-home", tmp_path / "app"
+    (crate / "src").mkdir(parents=True)
+    home.mkdir()
+    (home / "config.toml").write_text(f"""[registries.{REGISTRY}]
+index = "sparse+{registry.index}"
+credential-provider = ["{go_programs.cargo}", "--group", "{GROUP}"]
+
+[http]
+cainfo = "{registry.certificate}"
+""")
+    (crate / "src" / "main.rs").write_text("fn main() {}\n")
+    (crate / "Cargo.toml").write_text(f'[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n'
+                                      f'[dependencies]\n{CRATE} = {{ version = "1", registry = "{REGISTRY}" }}\n')
+    seen = len(registry.seen)
+    done = subprocess.run([CARGO, "generate-lockfile"], cwd=crate, capture_output=True, text=True, timeout=120,
+                          env=dict(registries.daemon.env, CARGO_HOME=str(home), PATH=f"{CARGO.parent}:{os.environ['PATH']}",
+                                   CARGO_TERM_COLOR="never"))
+    assert done.returncode == 0, done.stderr
+    assert f'name = "{CRATE}"' in (crate / "Cargo.lock").read_text()
+    [token] = set(registry.seen[seen:])
+    only_for(registries, token, registries.entries.cargo)
