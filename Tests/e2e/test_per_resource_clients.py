@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from harness import BIN, GROUP, SECRETS, Broker, Desktop, IdP
-from test_per_resource import bearer, servers  # noqa: F401 (fixtures)
+from test_per_resource import bearer, per_resource, servers  # noqa: F401 (fixtures)
 from test_tools import repos  # noqa: F401 (the fixture `servers` takes)
 from token_server import TokenServer
 
@@ -276,3 +276,34 @@ cainfo = "{registry.certificate}"
     assert f'name = "{CRATE}"' in (crate / "Cargo.lock").read_text()
     [token] = set(registry.seen[seen:])
     only_for(registries, token, registries.entries.cargo)
+
+
+# -- msso exec -------------------------------------------------------------------------------------------
+
+# Run by `msso exec`: prints the token it was given, then what each server answered to it (curl
+# reads the header from standard input: the token is in no process's arguments).
+CALLER = """printf '%s\\n' "${VARIABLE}"
+for url in "$@"; do
+    printf 'header = "Authorization: Bearer %s"\\n' "${VARIABLE}" | curl -s -o /dev/null -w '%{http_code}\\n' --cacert "$CERT" -K - "$url"
+done"""
+
+
+def test_msso_exec_gives_the_command_the_token_for_its_resource(per_resource):  # noqa: F811
+    """`msso exec --resource URL` puts in the command's environment the token of the entry URL
+    falls in ($MSSO_ACCESS_TOKEN, or --env's name): the command's request to that server is
+    answered 200, the same token at the other entry 401."""
+    daemon, served, idp, git, api = per_resource
+    urls = {entry: url for entry, (url, _) in probes(git, api).items()}
+    tokens = {}
+    for entry, elsewhere, variable in ((git, api, "MSSO_ACCESS_TOKEN"), (api, git, "API_TOKEN")):
+        argv = ["exec", "--resource", urls[entry]] + (["--env", variable] if variable != "MSSO_ACCESS_TOKEN" else [])
+        done = subprocess.run([*daemon.desktop.prefix, BIN / "msso", *argv, "--", "sh", "-c", CALLER.replace("VARIABLE", variable),
+                               "caller", urls[entry], urls[elsewhere]],
+                              env=dict(daemon.env, CERT=str(served.certificate)), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        token, *answers = done.stdout.split()
+        SECRETS.add(token)
+        assert answers == ["200", "401"], (entry, done.stdout)
+        tokens[entry] = token
+    assert served.wrong_audience == 2
+    each_good_only_for_its_entry(served, idp, tokens)
