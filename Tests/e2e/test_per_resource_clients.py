@@ -1,5 +1,5 @@
-"""Tokens per server (`tokens = "per-resource"`) through the clients test_per_resource.py does not
-drive.
+"""Tokens per server (`tokens = "per-resource"`) through every other client: the Go, C and Swift
+libraries, docker's and cargo's credential helpers, `msso exec`, and the DPoP and RFC 9421 profiles.
 Each gets, for a URL under one entry of `resources`, the token minted for that entry alone: the
 one a real resource server (token_server.py) accepts under that entry's prefix and refuses (401,
 "the token is for another server") under the other's. Against the real glewlwyd with RFC 8707
@@ -7,6 +7,8 @@ resource indicators, as test_per_resource.py, whose fixtures (`servers`: one TLS
 entry under /git/ and the API's at its origin; `per_resource`: mssod logged in for both) these
 reuse; the Swift app gets the same over plain http (its URLSession cannot be told to trust the
 test server's certificate), the helpers a container and a cargo registry as entries of their own."""
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -307,3 +309,61 @@ def test_msso_exec_gives_the_command_the_token_for_its_resource(per_resource):  
         tokens[entry] = token
     assert served.wrong_audience == 2
     each_good_only_for_its_entry(served, idp, tokens)
+
+
+# -- proof of possession -------------------------------------------------------------------------------
+
+def claims(jwt):
+    return json.loads(base64.urlsafe_b64decode(jwt.split(".")[1] + "=="))
+
+
+def test_dpop_tokens_per_server_are_each_bound_to_the_groups_key(desktop, servers):  # noqa: F811
+    """`sign = "dpop"` with a token per server: each entry's token is minted bound to the group's
+    key (RFC 9449 `cnf.jkt`, the key's thumbprint) and names its entry as its audience; each
+    request carries it with a fresh proof for its own URL."""
+    from test_proof_of_possession import claims_of, signed_headers
+    served, idp, git, api = servers
+    daemon = broker_for(desktop, servers, sign="dpop")
+    try:
+        key = json.loads(daemon.msso("keys", "--json").stdout)
+        tokens = {}
+        for entry, (url, _) in probes(git, api).items():
+            headers = signed_headers(daemon, "--url", url)
+            scheme, token = headers["Authorization"].split(" ", 1)
+            SECRETS.add(token)
+            assert scheme == "DPoP", headers["Authorization"]
+            assert claims(token)["cnf"]["jkt"] == key["keyID"] and claims(token)["aud"] == entry, claims(token)
+            said = idp.introspect(token)  # and the IdP's own word on it
+            assert said["token_type"] == "DPoP" and said["cnf"]["jkt"] == key["keyID"] and said["aud"] == entry, said
+            _, proof = claims_of(headers["DPoP"], key)  # signed with the group's key, for this URL and this token
+            assert proof["htu"] == url and proof["htm"] == "GET"
+            assert proof["ath"] == base64.urlsafe_b64encode(hashlib.sha256(token.encode()).digest()).rstrip(b"=").decode()
+            tokens[entry] = token
+        assert tokens[git] != tokens[api] and minted(daemon) == 2
+    finally:
+        daemon.stop()
+
+
+def test_message_signatures_per_server_cover_each_servers_token(desktop, servers):  # noqa: F811
+    """`sign = "http-signature"` with a token per server: each request's RFC 9421 signature, made
+    with the group's key (checked by an independent library), covers the Authorization header that
+    carries its entry's token; each token is taken under its entry's prefix alone."""
+    from http_message_signatures.exceptions import InvalidSignature
+    from test_proof_of_possession import signed_headers, verify
+    served, idp, git, api = servers
+    daemon = broker_for(desktop, servers, sign="http-signature")
+    try:
+        signed, tokens = {}, {}
+        for entry, (url, _) in probes(git, api).items():
+            headers = signed_headers(daemon, "--url", url)
+            token = headers["Authorization"].removeprefix("Bearer ")
+            SECRETS.add(token)
+            assert '"authorization"' in headers["Signature-Input"]
+            verify(daemon, "GET", url, headers)
+            signed[entry], tokens[entry] = headers, token
+        each_good_only_for_its_entry(served, idp, tokens)
+        # A signature holds for its own entry's token alone.
+        with pytest.raises(InvalidSignature):
+            verify(daemon, "GET", probes(git, api)[git][0], {**signed[git], "Authorization": f"Bearer {tokens[api]}"})
+    finally:
+        daemon.stop()
