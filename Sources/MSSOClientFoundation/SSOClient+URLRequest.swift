@@ -31,7 +31,7 @@ extension SSOClient {
         let unsigned = request
         for _ in 0...maximumRedirects {
             try await sign(&request, group: group)
-            let (data, response) = try await Self.session.data(for: request)
+            let (data, response) = try await Self.send(request)
             guard let http = response as? HTTPURLResponse, (300..<400).contains(http.statusCode),
                   let location = http.value(forHTTPHeaderField: "Location"),
                   let next = URL(string: location, relativeTo: request.url)?.absoluteURL,
@@ -54,12 +54,45 @@ extension SSOClient {
 
     /// A session that follows no redirect by itself (``data(for:group:maximumRedirects:)`` does).
     private static let session = URLSession(configuration: .ephemeral, delegate: NoRedirects(), delegateQueue: nil)
+
+    /// One request on ``session``; a refusal that challenges for a password (`401` with
+    /// `WWW-Authenticate: Basic`, what git servers and registries send) comes back as the `401`
+    /// it is, without its body (``NoRedirects`` declines the challenge, which ends the task).
+    private static func send(_ request: URLRequest) async throws -> (Data, URLResponse) {
+        try await withCheckedThrowingContinuation { continuation in
+            let box = TaskBox()
+            let task = session.dataTask(with: request) { data, response, error in
+                if let error {
+                    if (error as? URLError)?.code == .cancelled, let refused = box.task?.response as? HTTPURLResponse, refused.statusCode == 401 {
+                        return continuation.resume(returning: (data ?? Data(), refused))
+                    }
+                    return continuation.resume(throwing: error)
+                }
+                guard let response else { return continuation.resume(throwing: URLError(.badServerResponse)) }
+                continuation.resume(returning: (data ?? Data(), response))
+            }
+            box.task = task
+            task.resume()
+        }
+    }
 }
 
-/// Refuses every redirect, so that the response that asked for it is what the caller gets.
+/// The task a completion handler belongs to (set before it can run: the task starts after).
+private final class TaskBox: @unchecked Sendable {
+    var task: URLSessionTask?
+}
+
+/// Refuses every redirect, so that the response that asked for it is what the caller gets; and
+/// declines a password challenge the app has no credential for. swift-corelibs-foundation before
+/// Swift 6.3.2 otherwise leaves such a task waiting forever (swift-corelibs-foundation#5456).
 private final class NoRedirects: NSObject, URLSessionTaskDelegate, @unchecked Sendable {
     func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
                     newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) {
         completionHandler(nil)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didReceive challenge: URLAuthenticationChallenge,
+                    completionHandler: @escaping (URLSession.AuthChallengeDisposition, URLCredential?) -> Void) {
+        completionHandler(challenge.proposedCredential == nil ? .cancelAuthenticationChallenge : .performDefaultHandling, nil)
     }
 }

@@ -53,3 +53,38 @@ def test_the_brokers_plumbing_is_not_an_apps(tmp_path, plumbing):
     name = plumbing.split("(")[0].split(".")[0]
     assert (f"cannot find '{name}' in scope" in errors
             or "'quickCall' is inaccessible due to 'package' protection level" in errors), errors
+
+
+def test_a_refusal_that_asks_for_a_password_comes_back_as_the_401_it_is(desktop, idp):  # noqa: F811
+    """A server refusing a token with `401` and `WWW-Authenticate: Basic` (git servers and
+    registries do) left an app's `SSOClient.data(for:)` waiting forever: swift-corelibs-foundation
+    before Swift 6.3.2 never ends a task whose password challenge has no credential (found by a
+    helper's test through App1). Expected: App1 prints the 401 and exits, within its timeout."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from harness import Broker
+
+    class Refuses(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = b"who are you?"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="git"')
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Refuses)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    daemon = Broker(desktop, idp)
+    try:
+        assert daemon.login().returncode == 0
+        done = subprocess.run([BIN / "App1", "fetch", f"http://127.0.0.1:{server.server_port}/repo.git"], env=daemon.env,
+                              capture_output=True, text=True, timeout=30)
+        assert "-> 401" in done.stdout, (done.stdout, done.stderr)  # (App1 exits 1 on a refusal)
+    finally:
+        daemon.stop()
+        server.shutdown()
