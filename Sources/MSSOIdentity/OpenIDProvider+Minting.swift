@@ -143,7 +143,7 @@ extension OpenIDProvider {
             let wanted = asked ?? resource
             let what = "a token for \(resource)\(asked.map { " (audience \"\($0)\")" } ?? "") by \(how)"
             guard let named = facts?.aud else {
-                if opaque, (try? await discover(group).introspection) == nil { return nil } // nothing to ask: said in SECURITY.md
+                if opaque, (try? await introspectionEndpoint(group)) == nil { return nil } // nothing to ask: said in SECURITY.md
                 return BrokerError(.resourceRefused, "\(idp) answered a request for \(what) with one that names no audience, so any server would take it and msso does not hand it out; use `tokens = \"shared\"` with this provider")
             }
             if !named.contains(wanted) {
@@ -163,7 +163,7 @@ extension OpenIDProvider {
     /// The provider's RFC 7662 answer on `token`, asked as the client; nil when it offers none or
     /// does not answer.
     func introspection(of token: String, group: GroupConfig) async -> Claims? {
-        guard let endpoint = try? await discover(group).introspection,
+        guard let endpoint = try? await introspectionEndpoint(group),
               case .answered(let body)? = try? await exchange(endpoint, group: group, form: [("token", token), ("token_type_hint", "access_token")]) else {
             return nil
         }

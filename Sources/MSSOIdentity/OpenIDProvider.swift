@@ -27,7 +27,8 @@ public final class OpenIDProvider: IdentityProvider {
     private let discoveries = Mutex([IdPRoute: (endpoints: IdPEndpoints, fetched: Double)]())
     /// Revocation endpoints found in OAuth metadata (RFC 8414) for providers whose discovery
     /// names none, by route like discovery; nil inside when the metadata names none either.
-    private let metadataRevocation = Mutex([IdPRoute: (endpoint: URL?, fetched: Double)]())
+    /// The endpoints of each provider's OAuth metadata (RFC 8414) that its discovery left out.
+    private let metadataEndpoints = Mutex([IdPRoute: (revocation: URL?, introspection: URL?, fetched: Double)]())
     /// The providers' published keys (JWKS), per route like discovery.
     private let keySets = Mutex([IdPRoute: (keys: JSONWebKeySet, fetched: Double)]())
     /// The newest DPoP nonce each token endpoint's origin asked for, per route.
@@ -320,18 +321,32 @@ public final class OpenIDProvider: IdentityProvider {
     /// (RFC 8414), which some providers alone fill in; nil when neither names one.
     func revocationEndpoint(_ group: GroupConfig, timeout: () -> Double) async throws(BrokerError) -> URL? {
         if let endpoint = try await discover(group).revocation { return endpoint }
+        return try await metadata(group, timeout: timeout).revocation
+    }
+
+    /// The provider's RFC 7662 endpoint, found as ``revocationEndpoint(_:timeout:)`` is
+    /// (django-oauth-toolkit names it in its OAuth metadata alone).
+    func introspectionEndpoint(_ group: GroupConfig) async throws(BrokerError) -> URL? {
+        if let endpoint = try await discover(group).introspection { return endpoint }
+        let timeout = requestTimeout
+        return try await metadata(group, timeout: { timeout }).introspection
+    }
+
+    private func metadata(_ group: GroupConfig, timeout: () -> Double) async throws(BrokerError) -> (revocation: URL?, introspection: URL?) {
         let route = IdPRoute(group), now = Date().timeIntervalSince1970
-        if let known = metadataRevocation.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime { return known.endpoint }
-        var found: URL?
+        if let known = metadataEndpoints.withLock({ $0[route] }), now - known.fetched < Self.discoveryLifetime {
+            return (known.revocation, known.introspection)
+        }
+        var found: IdPEndpoints?
         for url in IdPEndpoints.metadataURLs(issuer: group.issuer) {
             let answer = try await send(url, group: group, method: .get, headers: [("Accept", "application/json")], body: nil, timeout: timeout())
             guard answer.status == 200 else { continue }
             // Held to discovery's rules: the same issuer, https (or loopback) endpoints.
-            found = try IdPEndpoints(discovery: Data(answer.body), group: group, metadata: true).revocation
+            found = try IdPEndpoints(discovery: Data(answer.body), group: group, metadata: true)
             break
         }
-        metadataRevocation.withLock { $0[route] = (found, now) }
-        return found
+        metadataEndpoints.withLock { $0[route] = (found?.revocation, found?.introspection, now) }
+        return (found?.revocation, found?.introspection)
     }
 
     // MARK: Requests

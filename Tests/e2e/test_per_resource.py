@@ -476,3 +476,33 @@ def test_a_burst_of_signs_for_two_servers_from_many_programs_mints_each_once(des
             daemon.stop()
         fake.stop()
         upstream.cleanup()
+
+
+def test_a_provider_that_names_introspection_in_its_oauth_metadata_alone_has_each_opaque_token_checked(desktop):
+    """django-oauth-toolkit's tokens are opaque and its introspection endpoint is in its OAuth
+    metadata (RFC 8414) alone, not in its OpenID discovery: msso handed its minted tokens out
+    unchecked (found by a helper's test). Here a proxy in front of glewlwyd leaves introspection
+    out of discovery, names it in the metadata, and answers a mint with an opaque token glewlwyd
+    does not know. Expected: msso asks the metadata's endpoint, hears "not active", and refuses
+    the token (exit 6), the session kept."""
+    from fake_idp import FakeIdP
+    resource = "http://127.0.0.1:9/api/"
+    upstream = IdP(resources=[resource])
+    fake = FakeIdP(upstream)
+    daemon = None
+    try:
+        fake.discovery_drop = ["introspection_endpoint"]
+        fake.metadata = {"token_endpoint": f"{fake.issuer}/token", "introspection_endpoint": f"{fake.issuer}/introspect"}
+        daemon = Broker(desktop, fake, groups={GROUP: {"resources": [resource], "tokens": "per-resource"}})
+        assert daemon.device_login(fake).returncode == 0
+        fake.token_overrides = {"access_token": "opaque-token-glewlwyd-never-issued"}
+        refused = daemon.msso("sign", "--url", f"{resource}x")
+        assert refused.returncode == 6, refused.stderr
+        assert "is not active" in refused.stderr, refused.stderr
+        assert fake.recorded("POST", "/introspect"), "asked the endpoint the metadata names"
+        assert daemon.msso("check").returncode == 0
+    finally:
+        if daemon:
+            daemon.stop()
+        fake.stop()
+        upstream.cleanup()
