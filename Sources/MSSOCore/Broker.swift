@@ -311,7 +311,14 @@ public actor Broker {
         let configs = name == nil ? configuration.groups.values.sorted { $0.name < $1.name } : [try group(name)]
         var out: [SessionStatus] = []
         for config in configs {
-            let keys = account == nil ? await knownSessions(config) : [try await session(config, account)]
+            var keys = account == nil ? await knownSessions(config) : [try await session(config, account)]
+            if account == nil {
+                // Every account with a session, and the default's always; not each one logged out long ago.
+                await loadSessions(of: config)
+                let chosen = defaultAccount(config)
+                keys = keys.filter { $0.account == chosen || $0.account == AccountName.defaultName
+                    || sessions[$0]?.credential != nil || sessions[$0]?.corrupt == true }
+            }
             for key in keys {
                 var status = markingLock(try await status(of: config, key))
                 if status.state == .valid, let credential = sessions[key]?.credential, !credential.minted.isEmpty {

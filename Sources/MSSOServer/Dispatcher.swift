@@ -161,8 +161,10 @@ final class Dispatcher: Sendable {
             return later { _ in reply(try await broker.logout(everyAccountOf: decision.groups)) }
         case .status:
             return later { _ in
-                let all = try await broker.status(decision.group?.name, account: decision.account)
-                return reply(await self.statusResult(decision.groups.map { mine in all.filter { mine.contains($0.group) } } ?? all))
+                var all = try await broker.status(decision.group?.name, account: decision.account)
+                if let mine = decision.groups { all = all.filter { mine.contains($0.group) } }
+                if let seen = decision.visibleAccounts { all = all.filter { seen.contains($0.account ?? AccountName.defaultName) } }
+                return reply(await self.statusResult(all))
             }
         case .check:
             return later { _ in reply(try await broker.check(decision.group!.name, account: decision.account)) }

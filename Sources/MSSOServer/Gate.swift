@@ -47,6 +47,9 @@ struct Decision: Sendable {
     /// The account of the group the call is about: the one it names, or its registration's
     /// (`account`); nil: the group's default, which the broker knows.
     var account: String?
+    /// For `status` about several groups: the only accounts the caller may see (its registrations'
+    /// pins, its host's `accounts`); nil: every account.
+    var visibleAccounts: Set<String>?
     /// Whether the user is asked first (``AccessPolicy/Rule/confirm``).
     var confirm = false
 }
@@ -77,6 +80,9 @@ struct Gate: Sendable {
         switch arguments {
         case .status(let args):
             if let name = args.group { decision.group = try resolve(name) } else { decision.groups = mine() }
+            if caller.host != nil, let accounts = caller.forward?.accounts { decision.visibleAccounts = Set(accounts) }
+            let pins = caller.registrations.compactMap(\.account)
+            if caller.host == nil, !pins.isEmpty { decision.visibleAccounts = Set(pins) }
         case .subscribe(let args):
             if let names = args.groups {
                 var resolved: [String] = []

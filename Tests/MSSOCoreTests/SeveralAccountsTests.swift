@@ -77,6 +77,8 @@ final class SeveralAccountsTests: XCTestCase {
         XCTAssertEqual(sink.signals.last?.signal, .loggedOut)
         XCTAssertEqual(sink.signals.last?.status?.account, "admin", "LoggedOut names the account")
         XCTAssertNil(store.item(admin.storeName))
+        let listed = try await broker.status(nil)
+        XCTAssertEqual(listed.map(\.account), ["default"], "an account logged out is not listed (still remembered)")
         let got2 = try await broker.check(group)
         XCTAssertEqual(got2.state, .valid, "the other account is still logged in")
         let gone = await refusal { try await self.token(broker, "admin") }

@@ -323,6 +323,12 @@ final class GateTests: XCTestCase {
         table.accounts = ["admin", "ops"]
         XCTAssertEqual(try account(nil, [], forward: table).get(), "admin", "the first the table lists")
         XCTAssertEqual(try account("ops", [], forward: table).get(), "ops")
+        var named: String?
+        let hostStatus = try Gate(policy: AccessPolicy(owner: 1000), rules: Rules(configuration: Configuration(groups: [config]),
+                                                                                  entitlements: Entitlements(registrations: []), logger: Logger(label: "test")))
+            .decide(.status(GroupArguments()), Caller(uid: 1000, pid: 1, role: .forwarded, app: AppIdentity(executable: nil, onHost: false),
+                                                       registrations: [], host: "build01", forward: table, forwardSession: "/s"), locked: false, group: &named)
+        XCTAssertEqual(hostStatus.visibleAccounts, ["admin", "ops"], "a host sees only the accounts its table lists")
         let refused = account("sandbox", [], forward: table).error
         XCTAssertEqual(refused?.name, .forbidden)
         XCTAssertTrue(refused?.message.contains("may not use the account sandbox") == true, refused?.message ?? "")
