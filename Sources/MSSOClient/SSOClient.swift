@@ -17,10 +17,18 @@ import Synchronization
 /// each bounded by the client's timeout (logins wait for the user as long as the broker does).
 /// A connection the broker closed for being idle is opened again by the next call. Apps that
 /// use Foundation's `URLRequest` also link `MSSOClientFoundation`.
+///
+/// Each verb about one session acts as ``account`` (a group's account, `msso login --account
+/// NAME`), unless the call names another; ``status(group:account:)`` lists every account unless
+/// the call names one, as `msso status` does.
 public final class SSOClient: Sendable {
     private let path: String
     private let clientName: String?
     private let timeout: Double
+    /// The account of each group the calls act as: the one given to ``connect(socketPath:clientName:timeout:account:)``,
+    /// else `$MSSO_ACCOUNT`; nil: the broker's choice (the app's registration's `account`, else
+    /// the group's default account).
+    public let account: String?
     private let state = Mutex(State())
     private let reader = DispatchQueue(label: "msso.client.reader")
 
@@ -41,10 +49,11 @@ public final class SSOClient: Sendable {
         var onBrowser: (@Sendable (BrowserPrompt) -> Void)?
     }
 
-    private init(path: String, clientName: String?, timeout: Double) {
+    private init(path: String, clientName: String?, timeout: Double, account: String?) {
         self.path = path
         self.clientName = clientName
         self.timeout = timeout
+        self.account = account
     }
 
     /// Connects to the broker and agrees on the protocol version.
@@ -52,9 +61,13 @@ public final class SSOClient: Sendable {
     ///   - socketPath: defaults to `$MSSO_SOCKET`, else `$XDG_RUNTIME_DIR/msso/broker.sock`, else
     ///     `/run/user/UID/msso/broker.sock`.
     ///   - timeout: seconds a call may take before it fails with "the broker did not answer".
-    public static func connect(socketPath: String? = nil, clientName: String? = nil, timeout: Double = 20) async throws -> SSOClient {
-        let client = SSOClient(path: socketPath ?? SocketPath.resolve(environment: ProcessInfo.processInfo.environment),
-                               clientName: clientName, timeout: timeout)
+    ///   - account: the account of each group the calls act as; defaults to `$MSSO_ACCOUNT`, else
+    ///     none (the broker's choice).
+    public static func connect(socketPath: String? = nil, clientName: String? = nil, timeout: Double = 20,
+                               account: String? = nil) async throws -> SSOClient {
+        let environment = ProcessInfo.processInfo.environment
+        let client = SSOClient(path: socketPath ?? SocketPath.resolve(environment: environment), clientName: clientName, timeout: timeout,
+                               account: account ?? environment["MSSO_ACCOUNT"].flatMap { $0.isEmpty ? nil : $0 })
         try await client.open()
         return client
     }
@@ -72,47 +85,53 @@ public final class SSOClient: Sendable {
     // MARK: Verbs
 
     /// Logs in with the identity provider's password grant.
-    public func login(group: String? = nil, username: String, password: String) async throws -> SessionStatus {
-        try await call(Methods.Login.self, LoginArguments(group: group, flow: .password, username: username, password: password))
+    public func login(group: String? = nil, account: String? = nil, username: String, password: String) async throws -> SessionStatus {
+        try await call(Methods.Login.self, LoginArguments(group: group, account: account ?? self.account, flow: .password, username: username,
+                                                          password: password))
     }
 
     /// Logs in with the device authorization grant: `prompt` is called once with the URL and code
     /// to show the user; the call returns when they have approved (or throws `LoginDenied`).
-    public func loginWithDevice(group: String? = nil, prompt: @escaping @Sendable (DevicePrompt) -> Void) async throws -> SessionStatus {
-        try await call(Methods.Login.self, LoginArguments(group: group, flow: .device), onPrompt: prompt)
+    public func loginWithDevice(group: String? = nil, account: String? = nil,
+                                prompt: @escaping @Sendable (DevicePrompt) -> Void) async throws -> SessionStatus {
+        try await call(Methods.Login.self, LoginArguments(group: group, account: account ?? self.account, flow: .device), onPrompt: prompt)
     }
 
     /// Logs in through the user's browser (authorization code with PKCE): `open` is called once
     /// with the URL to open on this machine; the call returns when the browser came back.
-    public func loginWithBrowser(group: String? = nil, open: @escaping @Sendable (BrowserPrompt) -> Void) async throws -> SessionStatus {
-        try await call(Methods.Login.self, LoginArguments(group: group, flow: .browser), onBrowser: open)
+    public func loginWithBrowser(group: String? = nil, account: String? = nil,
+                                 open: @escaping @Sendable (BrowserPrompt) -> Void) async throws -> SessionStatus {
+        try await call(Methods.Login.self, LoginArguments(group: group, account: account ?? self.account, flow: .browser), onBrowser: open)
     }
 
     /// Slides the session window (call it when the user is active).
-    public func extend(group: String? = nil) async throws -> SessionStatus {
-        try await call(Methods.Extend.self, GroupArguments(group: group))
+    public func extend(group: String? = nil, account: String? = nil) async throws -> SessionStatus {
+        try await call(Methods.Extend.self, GroupArguments(group: group, account: account ?? self.account))
     }
 
-    /// Ends the group's session for every app. Returns the groups that had one.
+    /// Ends the session of the group's account for every app. Returns the groups that had one
+    /// (`call(Methods.Logout.self, …)` has each session's account too).
     @discardableResult
-    public func logout(group: String? = nil) async throws -> [String] {
-        try await call(Methods.Logout.self, .init(group: group)).loggedOut
+    public func logout(group: String? = nil, account: String? = nil) async throws -> [String] {
+        try await call(Methods.Logout.self, .init(group: group, account: account ?? self.account)).loggedOut
     }
 
-    /// Ends every group's session.
+    /// Ends the session of every account of every group.
     @discardableResult
     public func logoutAll() async throws -> [String] {
         try await call(Methods.Logout.self, .init(all: true)).loggedOut
     }
 
-    /// Every configured group's session, or one group's.
-    public func status(group: String? = nil) async throws -> [SessionStatus] {
-        try await call(Methods.Status.self, GroupArguments(group: group)).groups
+    /// The sessions of every account of every configured group, or of one group's; of one
+    /// account when the call names it and the group (not ``account``: as `msso status`, it lists
+    /// them all).
+    public func status(group: String? = nil, account: String? = nil) async throws -> [SessionStatus] {
+        try await call(Methods.Status.self, GroupArguments(group: group, account: account)).groups
     }
 
-    /// One group's session.
-    public func check(group: String? = nil) async throws -> SessionStatus {
-        try await call(Methods.Check.self, GroupArguments(group: group))
+    /// One group's session (its ``account``'s, or the named account's).
+    public func check(group: String? = nil, account: String? = nil) async throws -> SessionStatus {
+        try await call(Methods.Check.self, GroupArguments(group: group, account: account ?? self.account))
     }
 
     /// The headers that authenticate a request described by its parts: add them to the request.
@@ -120,18 +139,20 @@ public final class SSOClient: Sendable {
     ///   - headers: the headers the request already has (some profiles cover them).
     ///   - body: the request's body (some profiles cover its digest).
     ///   - dpopNonce: a `DPoP-Nonce` the server answered with (retry the request with it).
+    ///   - account: the group's account to sign as (default: ``account``).
     public func sign(method: String, url: String, headers: [Header] = [], body: [UInt8]? = nil, group: String? = nil,
-                     dpopNonce: String? = nil) async throws -> [Header] {
+                     account: String? = nil, dpopNonce: String? = nil) async throws -> [Header] {
         let digest = body.map { BodyDigest.base64SHA256($0) }
-        return try await call(Methods.Sign.self, SignRequest(group: group, method: method, url: url, headers: headers.isEmpty ? nil : headers,
-                                                             bodySHA256: digest, dpopNonce: dpopNonce)).headers
+        return try await call(Methods.Sign.self, SignRequest(group: group, account: account ?? self.account, method: method, url: url,
+                                                             headers: headers.isEmpty ? nil : headers, bodySHA256: digest,
+                                                             dpopNonce: dpopNonce)).headers
     }
 
     /// The access token itself (bearer groups only), for handing to a program that cannot have
     /// each request signed. `resource`: where the program will send it (needed when the group
     /// names `resources`).
-    public func token(group: String? = nil, renew: Bool = false, resource: String? = nil) async throws -> Methods.Token.Result {
-        try await call(Methods.Token.self, .init(group: group, renew: renew, resource: resource))
+    public func token(group: String? = nil, account: String? = nil, renew: Bool = false, resource: String? = nil) async throws -> Methods.Token.Result {
+        try await call(Methods.Token.self, .init(group: group, account: account ?? self.account, renew: renew, resource: resource))
     }
 
     /// Round trip with no broker state involved (for health checks and benchmarks).
@@ -139,12 +160,13 @@ public final class SSOClient: Sendable {
         try await call(Methods.Ping.self, PingData(data: data)).data
     }
 
-    /// Subscribes to the events of some groups (all the app may use when nil). The stream ends
-    /// when the connection closes; subscribed connections are never closed for being idle.
-    public func events(groups: [String]? = nil) async throws -> AsyncStream<SSOEvent> {
+    /// Subscribes to the events of some groups (all the app may use when nil), of ``account``'s
+    /// session (or `account`'s) when there is one. The stream ends when the connection closes;
+    /// subscribed connections are never closed for being idle.
+    public func events(groups: [String]? = nil, account: String? = nil) async throws -> AsyncStream<SSOEvent> {
         let (stream, continuation) = AsyncStream<SSOEvent>.makeStream(bufferingPolicy: .unbounded)
         state.withLock { $0.listeners.append(continuation) }
-        _ = try await call(Methods.Subscribe.self, .init(groups: groups))
+        _ = try await call(Methods.Subscribe.self, .init(groups: groups, account: account ?? self.account))
         return stream
     }
 

@@ -8,14 +8,15 @@ import FoundationNetworking
 /// from `MSSOClient` so that programs which do not use Foundation's networking never link it
 /// (on Linux, `URLRequest` lives in FoundationNetworking, with libcurl behind it).
 extension SSOClient {
-    /// Adds the authenticating headers to `request` in place.
-    public func sign(_ request: inout URLRequest, group: String? = nil) async throws {
+    /// Adds the authenticating headers to `request` in place (as the group's `account`, by
+    /// default the client's ``SSOClient/account``).
+    public func sign(_ request: inout URLRequest, group: String? = nil, account: String? = nil) async throws {
         guard let url = request.url?.absoluteString else {
             throw BrokerError(.badRequest, "the request has no URL")
         }
         let existing = (request.allHTTPHeaderFields ?? [:]).sorted { $0.key < $1.key }.map { Header($0.key, $0.value) }
         let headers = try await sign(method: request.httpMethod ?? "GET", url: url, headers: existing,
-                                     body: request.httpBody.map { Array($0) }, group: group)
+                                     body: request.httpBody.map { Array($0) }, group: group, account: account)
         for header in headers { request.setValue(header.value, forHTTPHeaderField: header.name) }
     }
 }
@@ -26,11 +27,12 @@ extension SSOClient {
     /// at most `maximumRedirects` times; a redirect to another origin is not followed but returned,
     /// so that the headers signed for one server never reach another (Foundation's own redirect
     /// handling would copy them to wherever a server, or an open redirect on it, points).
-    public func data(for request: URLRequest, group: String? = nil, maximumRedirects: Int = 5) async throws -> (Data, URLResponse) {
+    public func data(for request: URLRequest, group: String? = nil, account: String? = nil,
+                     maximumRedirects: Int = 5) async throws -> (Data, URLResponse) {
         var request = request
         let unsigned = request
         for _ in 0...maximumRedirects {
-            try await sign(&request, group: group)
+            try await sign(&request, group: group, account: account)
             let (data, response) = try await Self.send(request)
             guard let http = response as? HTTPURLResponse, (300..<400).contains(http.statusCode),
                   let location = http.value(forHTTPHeaderField: "Location"),
@@ -52,7 +54,7 @@ extension SSOClient {
         return a.scheme?.lowercased() == b.scheme?.lowercased() && a.host?.lowercased() == b.host?.lowercased() && port(a) == port(b)
     }
 
-    /// A session that follows no redirect by itself (``data(for:group:maximumRedirects:)`` does).
+    /// A session that follows no redirect by itself (``data(for:group:account:maximumRedirects:)`` does).
     private static let session = URLSession(configuration: .ephemeral, delegate: NoRedirects(), delegateQueue: nil)
 
     /// One request on ``session``; a refusal that challenges for a password (`401` with

@@ -44,6 +44,25 @@ let _: Methods.Sign.Type = Methods.Sign.self
     assert status == 0, errors
 
 
+def test_an_app_acts_as_an_account_of_the_group(tmp_path):
+    status, errors = typecheck(tmp_path, r"""
+import MSSOClient
+func admin() async throws -> [String] {
+    let sso = try await SSOClient.connect(account: "admin")   // else $MSSO_ACCOUNT
+    let mine: String? = sso.account
+    _ = try await sso.sign(method: "GET", url: "https://api.example.com/", group: "suite", account: "sandbox")
+    _ = try await sso.token(account: "sandbox", resource: "https://api.example.com/")
+    let session = try await sso.check(group: "suite")
+    let every = try await sso.status(group: "suite")          // every account; `account:` names one
+    _ = try await sso.events(groups: ["suite"], account: mine)
+    let ended = try await sso.call(Methods.Logout.self, .init(group: "suite", account: "admin"))
+    return [session.account ?? "", "\(session.isDefault == true)", "\(every.count)"] + (ended.sessions ?? []).map(\.account)
+        + (ended.notRevoked ?? []).compactMap(\.account)
+}
+""")
+    assert status == 0, errors
+
+
 @pytest.mark.parametrize("plumbing", ["ReplyWriter(capacity: 1)", "JSONValue.null", "QuickValue.number(1)",
                                       "Methods.Sign.quickCall(serial: 1, SignRequest(group: nil, method: \"GET\", url: \"u\"))",
                                       "JSONString.literal(\"x\")", "Hex.random(digits: 2)"])

@@ -13,11 +13,17 @@ public struct SuiteApp: Sendable {
 
     public init(name: String) { self.name = name }
 
-    /// `APP start|login [--username U --password-stdin]`, `APP fetch URL`, `APP logout`, `APP watch`.
+    /// `APP start|login [--username U --password-stdin]`, `APP fetch URL`, `APP logout`, `APP watch`;
+    /// each after `--account NAME` to act as that account of the group (default: $MSSO_ACCOUNT).
     public func main() async {
-        let arguments = Array(CommandLine.arguments.dropFirst())
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        var account: String?
+        if arguments.first == "--account", arguments.count >= 2 {
+            account = arguments[1]
+            arguments.removeFirst(2)
+        }
         do {
-            let sso = try await SSOClient.connect(clientName: name)
+            let sso = try await SSOClient.connect(clientName: name, account: account)
             switch arguments.first {
             case "start": try await start(sso, forceLogin: false, arguments)
             case "login": try await start(sso, forceLogin: true, arguments)
@@ -27,7 +33,7 @@ public struct SuiteApp: Sendable {
                 say("logged out: every app of the suite must authenticate again")
             case "watch": try await watch(sso)
             default:
-                say("usage: \(name) start|login [--username U --password-stdin] | fetch URL | logout | watch")
+                say("usage: \(name) [--account NAME] start|login [--username U --password-stdin] | fetch URL | logout | watch")
                 exit(64)
             }
             await sso.close()
