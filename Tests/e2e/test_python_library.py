@@ -130,6 +130,36 @@ def test_status_check_login_extend_logout(client, broker, idp):
     assert broker.status_json()["state"] == "notLoggedIn", "the CLI sees the library's logout"
 
 
+def test_the_account_option_and_the_fields_that_name_accounts(monkeypatch):
+    """Which account a client acts as (test_accounts_clients.py shows it against the daemon), and the
+    SessionStatus and logout fields that name accounts, held to their types like the rest."""
+    from msso import _wire
+    monkeypatch.setenv("MSSO_ACCOUNT", "from-env")
+    assert msso.Client("/nonexistent", connect=False).account == "from-env"
+    assert msso.aio.Client("/nonexistent").account == "from-env"
+    assert msso.Client("/nonexistent", connect=False, account="admin").account == "admin"
+    monkeypatch.setenv("MSSO_ACCOUNT", "")
+    client = msso.Client("/nonexistent", connect=False)
+    assert client.account is None
+    with pytest.raises(ValueError):
+        client.logout(account="admin", all=True)
+    assert _wire.logout_args(None, True, "admin") == {"all": True}
+    assert _wire.token_args(GROUP, False, None, "admin") == {"group": GROUP, "account": "admin"}
+
+    session = {"group": GROUP, "account": "admin", "isDefault": True, "state": "valid"}
+    assert _wire.session_of(dict(session)) == session
+    for wrong in ({"account": 1}, {"isDefault": "yes"}):
+        with pytest.raises(_wire.Broken):
+            _wire.session_of({**session, **wrong})
+    ended = {"loggedOut": [GROUP], "sessions": [{"group": GROUP, "account": "default"}, {"group": GROUP, "account": "admin"}],
+             "revoked": False, "notRevoked": [{"group": GROUP, "account": "admin", "reason": "r", "refreshToken": True}]}
+    assert _wire.logout_of(json.loads(json.dumps(ended))) == ended
+    for wrong in ({"sessions": [{"group": GROUP}]}, {"sessions": [{"group": GROUP, "account": 1}]},
+                  {"notRevoked": [{"group": GROUP, "account": 1, "reason": "r", "refreshToken": True}]}):
+        with pytest.raises(_wire.Broken):
+            _wire.logout_of({**ended, **wrong})
+
+
 def test_sign_and_token_give_what_the_idp_accepts_and_never_show_it(client, broker, idp):
     logged_in(broker)
     headers = client.sign("GET", "https://api.example.com/items?x=1")

@@ -70,6 +70,12 @@ def check_peer(sock: socket.socket, path: str) -> None:
                                 "not talking to it; check MSSO_SOCKET and XDG_RUNTIME_DIR")
 
 
+def default_account() -> str | None:
+    """$MSSO_ACCOUNT (the account a terminal works as, as the msso command reads it), else None:
+    the account the daemon chooses (the registration's, else the group's default)."""
+    return os.environ.get("MSSO_ACCOUNT") or None
+
+
 def default_label() -> str:
     """`client` in hello: a label for the daemon's log, never trusted for identity."""
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
@@ -87,6 +93,10 @@ SessionState = Literal["valid", "expired", "notLoggedIn", "corrupt"]
 
 class SessionStatus(TypedDict):
     group: str
+    # Which of the group's accounts ("default" for the one a login names none), and whether it is
+    # the one a call naming no account gets.
+    account: NotRequired[str]
+    isDefault: NotRequired[bool]
     state: SessionState
     issuer: NotRequired[str]
     username: NotRequired[str]
@@ -105,13 +115,21 @@ class SessionStatus(TypedDict):
 
 class NotRevoked(TypedDict):
     group: str
+    account: NotRequired[str]
     reason: str
     accessTokenExpiresAt: NotRequired[float]
     refreshToken: bool
 
 
+class AccountName(TypedDict):
+    """One session of a group: the group, and which of its accounts."""
+    group: str
+    account: str
+
+
 class LogoutResult(TypedDict):
-    loggedOut: list[str]
+    loggedOut: list[str]                           # the groups, once each
+    sessions: NotRequired[list[AccountName]]       # each session ended: its group and account
     revoked: NotRequired[bool]
     notRevoked: NotRequired[list[NotRevoked]]
 
@@ -412,11 +430,11 @@ def session_of(value: Any, where: str = "result") -> SessionStatus:
     _object(value, where)
     for key in ("group", "state"):
         _field(value, key, STRING, where)
-    for key in ("issuer", "username"):
+    for key in ("account", "issuer", "username"):
         _field(value, key, STRING, where, required=False)
     for key in ("loggedInAt", "sessionExpiresAt", "sessionMaxAt", "accessTokenExpiresAt"):
         _field(value, key, NUMBER, where, required=False)
-    for key in ("admin", "locked"):
+    for key in ("isDefault", "admin", "locked"):
         _field(value, key, BOOL, where, required=False)
     return value  # type: ignore[return-value]
 
@@ -467,10 +485,16 @@ def logout_of(result: Any) -> LogoutResult:
     _object(result, "result")
     _strings(result, "loggedOut", "result")
     _field(result, "revoked", BOOL, "result", required=False)
+    for index, ended in enumerate(_field(result, "sessions", LIST, "result", required=False) or []):
+        where = f"result.sessions[{index}]"
+        _object(ended, where)
+        _field(ended, "group", STRING, where)
+        _field(ended, "account", STRING, where)
     for index, kept in enumerate(_field(result, "notRevoked", LIST, "result", required=False) or []):
         where = f"result.notRevoked[{index}]"
         _object(kept, where)
         _field(kept, "group", STRING, where)
+        _field(kept, "account", STRING, where, required=False)
         _field(kept, "reason", STRING, where)
         _field(kept, "accessTokenExpiresAt", NUMBER, where, required=False)
         _field(kept, "refreshToken", BOOL, where)
@@ -544,9 +568,11 @@ def signal_of(message: dict) -> Signal:
 
 # -- each verb's arguments ---------------------------------------------------------------------------
 
-def with_group(args: dict[str, Any], group: str | None) -> dict[str, Any]:
+def with_group(args: dict[str, Any], group: str | None, account: str | None = None) -> dict[str, Any]:
     if group is not None:
         args["group"] = group
+    if account is not None:
+        args["account"] = account
     return args
 
 
@@ -560,7 +586,8 @@ def body_digest(body: bytes | str | None) -> str | None:
 
 
 def sign_args(method: str, url: str, headers: Iterable[tuple[str, str]] | Mapping[str, str] | None,
-              body: bytes | str | None, group: str | None, dpop_nonce: str | None) -> dict[str, Any]:
+              body: bytes | str | None, group: str | None, dpop_nonce: str | None,
+              account: str | None = None) -> dict[str, Any]:
     args: dict[str, Any] = {"method": method, "url": url}
     if headers:
         pairs = headers.items() if isinstance(headers, Mapping) else headers
@@ -570,7 +597,7 @@ def sign_args(method: str, url: str, headers: Iterable[tuple[str, str]] | Mappin
         args["bodySHA256"] = digest
     if dpop_nonce is not None:
         args["dpopNonce"] = dpop_nonce
-    return with_group(args, group)
+    return with_group(args, group, account)
 
 
 def read_password(password: str | IO[str]) -> str:
@@ -580,18 +607,20 @@ def read_password(password: str | IO[str]) -> str:
     return password.readline().rstrip("\r\n")
 
 
-def password_login_args(username: str, password: str | IO[str], group: str | None) -> dict[str, Any]:
-    return with_group({"flow": "password", "username": username, "password": read_password(password)}, group)
+def password_login_args(username: str, password: str | IO[str], group: str | None,
+                        account: str | None = None) -> dict[str, Any]:
+    return with_group({"flow": "password", "username": username, "password": read_password(password)}, group, account)
 
 
-def logout_args(group: str | None, all: bool) -> dict[str, Any]:
+def logout_args(group: str | None, all: bool, account: str | None = None) -> dict[str, Any]:
+    """`account`: the one the call named, else the client's; every account ends with `all`."""
     if all and group is not None:
         raise ValueError("logout: give a group or all=True, not both")
-    return {"all": True} if all else with_group({}, group)
+    return {"all": True} if all else with_group({}, group, account)
 
 
-def token_args(group: str | None, renew: bool, resource: str | None) -> dict[str, Any]:
-    args: dict[str, Any] = with_group({}, group)
+def token_args(group: str | None, renew: bool, resource: str | None, account: str | None = None) -> dict[str, Any]:
+    args: dict[str, Any] = with_group({}, group, account)
     if renew:
         args["renew"] = True
     if resource is not None:
@@ -612,8 +641,11 @@ def audit_args(group: str | None, since: float | None, limit: int | None) -> dic
     return args
 
 
-def subscribe_args(groups: Iterable[str] | None) -> dict[str, Any]:
-    return {} if groups is None else {"groups": list(groups)}
+def subscribe_args(groups: Iterable[str] | None, account: str | None = None) -> dict[str, Any]:
+    args: dict[str, Any] = {} if groups is None else {"groups": list(groups)}
+    if account is not None:
+        args["account"] = account
+    return args
 
 
 def print_device_prompt(prompt: DevicePrompt) -> None:

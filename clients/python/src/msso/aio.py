@@ -31,9 +31,9 @@ _DEFAULT: Any = object()
 
 
 async def connect(socket_path: str | os.PathLike[str] | None = None, *, client: str | None = None,
-                  timeout: float | None = _wire.DEFAULT_TIMEOUT) -> Client:
+                  timeout: float | None = _wire.DEFAULT_TIMEOUT, account: str | None = None) -> Client:
     """A Client with its connection open (hello answered): raises BrokerUnreachable at once if not."""
-    broker = Client(socket_path, client=client, timeout=timeout)
+    broker = Client(socket_path, client=client, timeout=timeout, account=account)
     await broker.connect()
     return broker
 
@@ -41,12 +41,14 @@ async def connect(socket_path: str | os.PathLike[str] | None = None, *, client: 
 class Client:
     """One connection to the user's msso broker, opened at the first call (or `connect()`, or
     `async with`). Like msso.Client: a lost connection is opened again by the next call, calls in
-    flight fail with BrokerUnreachable, and so does `next_event` (subscribe again)."""
+    flight fail with BrokerUnreachable, and so does `next_event` (subscribe again). `account`, and
+    each verb's, as msso.Client's: by default $MSSO_ACCOUNT, else the daemon's choice."""
 
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, *, client: str | None = None,
-                 timeout: float | None = _wire.DEFAULT_TIMEOUT):
+                 timeout: float | None = _wire.DEFAULT_TIMEOUT, account: str | None = None):
         self.socket_path = os.fspath(socket_path) if socket_path else _wire.default_socket_path()
         self.timeout = timeout
+        self.account = account or _wire.default_account()
         self.label = client or _wire.default_label()
         self.daemon = ""
         self.peer: dict[str, Any] = {}
@@ -71,39 +73,48 @@ class Client:
     async def ping(self, data: str = "") -> str:
         return await self._verb("ping", {"data": data}, _wire.ping_of)
 
-    async def status(self, group: str | None = None) -> list[SessionStatus]:
-        return await self._verb("status", _wire.with_group({}, group), _wire.status_of)
+    async def status(self, group: str | None = None, *, account: str | None = None) -> list[SessionStatus]:
+        return await self._verb("status", _wire.with_group({}, group, account), _wire.status_of)
 
-    async def check(self, group: str | None = None) -> SessionStatus:
-        return await self._verb("check", _wire.with_group({}, group), _wire.session_of)
+    async def check(self, group: str | None = None, *, account: str | None = None) -> SessionStatus:
+        return await self._verb("check", _wire.with_group({}, group, self._account(account)), _wire.session_of)
 
     async def sign(self, method: str, url: str, headers: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
-                   body: bytes | str | None = None, *, group: str | None = None, dpop_nonce: str | None = None) -> Headers:
-        return await self._verb("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce), _wire.headers_of)
+                   body: bytes | str | None = None, *, group: str | None = None, dpop_nonce: str | None = None,
+                   account: str | None = None) -> Headers:
+        return await self._verb("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce, self._account(account)),
+                                _wire.headers_of)
 
-    async def token(self, *, group: str | None = None, renew: bool = False, resource: str | None = None) -> Token:
-        return await self._verb("token", _wire.token_args(group, renew, resource), _wire.token_of)
+    async def token(self, *, group: str | None = None, renew: bool = False, resource: str | None = None,
+                    account: str | None = None) -> Token:
+        return await self._verb("token", _wire.token_args(group, renew, resource, self._account(account)), _wire.token_of)
 
-    async def login(self, username: str, password: str | IO[str], *, group: str | None = None) -> SessionStatus:
-        return await self._verb("login", _wire.password_login_args(username, password, group), _wire.session_of)
+    async def login(self, username: str, password: str | IO[str], *, group: str | None = None,
+                    account: str | None = None) -> SessionStatus:
+        return await self._verb("login", _wire.password_login_args(username, password, group, self._account(account)),
+                                _wire.session_of)
 
     async def login_device(self, on_prompt: Callable[[DevicePrompt], Any] = _wire.print_device_prompt, *,
-                           group: str | None = None, timeout: float | None = None) -> SessionStatus:
+                           group: str | None = None, timeout: float | None = None, account: str | None = None) -> SessionStatus:
         """`on_prompt` may be a plain function or a coroutine function."""
-        return await self._verb("login", _wire.with_group({"flow": "device"}, group), _wire.session_of, timeout, on_prompt)
+        return await self._verb("login", _wire.with_group({"flow": "device"}, group, self._account(account)), _wire.session_of,
+                                timeout, on_prompt)
 
     async def login_browser(self, on_prompt: Callable[[BrowserPrompt], Any] = _wire.open_browser_prompt, *,
-                            group: str | None = None, timeout: float | None = None) -> SessionStatus:
-        return await self._verb("login", _wire.with_group({"flow": "browser"}, group), _wire.session_of, timeout, on_prompt)
+                            group: str | None = None, timeout: float | None = None, account: str | None = None) -> SessionStatus:
+        return await self._verb("login", _wire.with_group({"flow": "browser"}, group, self._account(account)), _wire.session_of,
+                                timeout, on_prompt)
 
-    async def extend(self, group: str | None = None) -> SessionStatus:
-        return await self._verb("extend", _wire.with_group({}, group), _wire.session_of)
+    async def extend(self, group: str | None = None, *, account: str | None = None) -> SessionStatus:
+        return await self._verb("extend", _wire.with_group({}, group, self._account(account)), _wire.session_of)
 
-    async def logout(self, group: str | None = None, *, all: bool = False) -> LogoutResult:
-        return await self._verb("logout", _wire.logout_args(group, all), _wire.logout_of)
+    async def logout(self, group: str | None = None, *, account: str | None = None, all: bool = False) -> LogoutResult:
+        if all and account is not None:
+            raise ValueError("logout: give an account or all=True, not both")
+        return await self._verb("logout", _wire.logout_args(group, all, self._account(account)), _wire.logout_of)
 
-    async def subscribe(self, groups: Iterable[str] | None = None) -> list[str]:
-        return await self._verb("subscribe", _wire.subscribe_args(groups), _wire.groups_of)
+    async def subscribe(self, groups: Iterable[str] | None = None, *, account: str | None = None) -> list[str]:
+        return await self._verb("subscribe", _wire.subscribe_args(groups, self._account(account)), _wire.groups_of)
 
     async def next_event(self, timeout: float | None = None) -> Signal | None:
         """The next signal within `timeout` seconds (None: for ever); None on timeout.
@@ -125,9 +136,9 @@ class Client:
         self._signal_bytes -= size
         return signal
 
-    async def events(self, groups: Iterable[str] | None = None) -> AsyncIterator[Signal]:
+    async def events(self, groups: Iterable[str] | None = None, *, account: str | None = None) -> AsyncIterator[Signal]:
         """Subscribes (now), then the signals as they come, until `close()`: `async for e in await c.events()`."""
-        await self.subscribe(groups)
+        await self.subscribe(groups, account=account)
 
         async def stream() -> AsyncIterator[Signal]:
             while True:
@@ -162,6 +173,9 @@ class Client:
 
     def _slow_timeout(self) -> float | None:
         return None if self.timeout is None else max(self.timeout, _wire.SLOW_TIMEOUT)
+
+    def _account(self, account: str | None) -> str | None:
+        return account if account is not None else self.account
 
     async def connect(self) -> Client:
         """Opens the connection now (it is opened by the first call otherwise)."""

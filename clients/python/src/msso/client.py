@@ -57,12 +57,18 @@ class Client:
 
     `daemon`, `peer` and `version` hold the answer to the last hello: `peer` is how the daemon
     sees this process (uid, pid, executable: what registrations are matched against).
+
+    `account`: which account of each group the calls act as (`msso login --account NAME`), unless
+    a call names another: by default $MSSO_ACCOUNT, else None, the daemon's choice (the program's
+    registration's `account`, else the group's default account). `status` lists every account
+    unless the call names one, as `msso status` does.
     """
 
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, *, client: str | None = None,
-                 timeout: float | None = _wire.DEFAULT_TIMEOUT, connect: bool = True):
+                 timeout: float | None = _wire.DEFAULT_TIMEOUT, connect: bool = True, account: str | None = None):
         self.socket_path = os.fspath(socket_path) if socket_path else _wire.default_socket_path()
         self.timeout = timeout
+        self.account = account or _wire.default_account()
         self.label = client or _wire.default_label()
         self.daemon = ""
         self.peer: dict[str, Any] = {}
@@ -104,59 +110,71 @@ class Client:
         """The same data back: a round trip that touches no state."""
         return self._verb("ping", {"data": data}, _wire.ping_of)
 
-    def status(self, group: str | None = None) -> list[SessionStatus]:
-        """The SessionStatus of the named group, or of every group this program may use."""
-        return self._verb("status", _wire.with_group({}, group), _wire.status_of)
+    def status(self, group: str | None = None, *, account: str | None = None) -> list[SessionStatus]:
+        """The SessionStatus of every account of the named group, or of every group this program
+        may use (each with its `account`); of one account when the call names it and its group."""
+        return self._verb("status", _wire.with_group({}, group, account), _wire.status_of)
 
-    def check(self, group: str | None = None) -> SessionStatus:
+    def check(self, group: str | None = None, *, account: str | None = None) -> SessionStatus:
         """The group's SessionStatus. A missing or expired session is a `state`, not an error."""
-        return self._verb("check", _wire.with_group({}, group), _wire.session_of)
+        return self._verb("check", _wire.with_group({}, group, self._account(account)), _wire.session_of)
 
     def sign(self, method: str, url: str, headers: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
-             body: bytes | str | None = None, *, group: str | None = None, dpop_nonce: str | None = None) -> Headers:
+             body: bytes | str | None = None, *, group: str | None = None, dpop_nonce: str | None = None,
+             account: str | None = None) -> Headers:
         """The headers that authenticate the described request, per the group's signing profile.
 
         `headers`: those the request already has (an RFC 9421 profile covers content-type). `body`:
         sent as its SHA-256 only, for profiles that cover it. `dpop_nonce`: the `DPoP-Nonce` a
         server answered with (RFC 9449); the daemon keeps it for later proofs to that origin."""
-        return self._verb("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce), _wire.headers_of)
+        return self._verb("sign", _wire.sign_args(method, url, headers, body, group, dpop_nonce, self._account(account)),
+                          _wire.headers_of)
 
-    def token(self, *, group: str | None = None, renew: bool = False, resource: str | None = None) -> Token:
+    def token(self, *, group: str | None = None, renew: bool = False, resource: str | None = None,
+              account: str | None = None) -> Token:
         """The access token itself (bearer groups only), for a program that cannot have each request
         signed. `resource`: the URL it will be sent to (required by a group that names `resources`).
         `renew`: refresh it first (a server refused it)."""
-        return self._verb("token", _wire.token_args(group, renew, resource), _wire.token_of)
+        return self._verb("token", _wire.token_args(group, renew, resource, self._account(account)), _wire.token_of)
 
-    def login(self, username: str, password: str | IO[str], *, group: str | None = None) -> SessionStatus:
+    def login(self, username: str, password: str | IO[str], *, group: str | None = None,
+              account: str | None = None) -> SessionStatus:
         """Logs in with the password grant. `password` is a string or a file to read one line from
         (e.g. sys.stdin); it crosses the socket once and is never stored."""
-        return self._verb("login", _wire.password_login_args(username, password, group), _wire.session_of)
+        return self._verb("login", _wire.password_login_args(username, password, group, self._account(account)),
+                          _wire.session_of)
 
     def login_device(self, on_prompt: Callable[[DevicePrompt], None] = _wire.print_device_prompt, *,
-                     group: str | None = None, timeout: float | None = None) -> SessionStatus:
+                     group: str | None = None, timeout: float | None = None, account: str | None = None) -> SessionStatus:
         """Logs in with the device grant: `on_prompt` gets the address and code to show the user
         (printed to stderr by default); returns once they approved (LoginDenied if not)."""
-        return self._verb("login", _wire.with_group({"flow": "device"}, group), _wire.session_of, timeout, on_prompt)
+        return self._verb("login", _wire.with_group({"flow": "device"}, group, self._account(account)), _wire.session_of,
+                          timeout, on_prompt)
 
     def login_browser(self, on_prompt: Callable[[BrowserPrompt], None] = _wire.open_browser_prompt, *,
-                      group: str | None = None, timeout: float | None = None) -> SessionStatus:
+                      group: str | None = None, timeout: float | None = None, account: str | None = None) -> SessionStatus:
         """Logs in through a browser on this machine: `on_prompt` gets the URL to open (opened with
         `webbrowser` by default); returns once the browser came back."""
-        return self._verb("login", _wire.with_group({"flow": "browser"}, group), _wire.session_of, timeout, on_prompt)
+        return self._verb("login", _wire.with_group({"flow": "browser"}, group, self._account(account)), _wire.session_of,
+                          timeout, on_prompt)
 
-    def extend(self, group: str | None = None) -> SessionStatus:
+    def extend(self, group: str | None = None, *, account: str | None = None) -> SessionStatus:
         """Slides the session window (call it while the user is active)."""
-        return self._verb("extend", _wire.with_group({}, group), _wire.session_of)
+        return self._verb("extend", _wire.with_group({}, group, self._account(account)), _wire.session_of)
 
-    def logout(self, group: str | None = None, *, all: bool = False) -> LogoutResult:
-        """Ends the group's session (every group's with all=True) for every app. The result names
-        the groups logged out and whether the identity provider revoked their tokens."""
-        return self._verb("logout", _wire.logout_args(group, all), _wire.logout_of)
+    def logout(self, group: str | None = None, *, account: str | None = None, all: bool = False) -> LogoutResult:
+        """Ends the session of the group's account (every account of every group with all=True)
+        for every app. The result names the groups logged out (`sessions`: each with its account)
+        and whether the identity provider revoked their tokens."""
+        if all and account is not None:
+            raise ValueError("logout: give an account or all=True, not both")
+        return self._verb("logout", _wire.logout_args(group, all, self._account(account)), _wire.logout_of)
 
-    def subscribe(self, groups: Iterable[str] | None = None) -> list[str]:
-        """Asks for the groups' signals (all this program may use when none are named); read them
-        with `next_event` or `events`. Returns the groups now subscribed."""
-        return self._verb("subscribe", _wire.subscribe_args(groups), _wire.groups_of)
+    def subscribe(self, groups: Iterable[str] | None = None, *, account: str | None = None) -> list[str]:
+        """Asks for the groups' signals (all this program may use when none are named), of the
+        client's account only when it has one (or of `account`); read them with `next_event` or
+        `events`. Returns the groups now subscribed."""
+        return self._verb("subscribe", _wire.subscribe_args(groups, self._account(account)), _wire.groups_of)
 
     def next_event(self, timeout: float | None = None) -> Signal | None:
         """The next signal, waiting at most `timeout` seconds (None: for ever); None on timeout.
@@ -175,11 +193,11 @@ class Client:
             return None
         return self._wait(ready, timeout)
 
-    def events(self, groups: Iterable[str] | None = None) -> Iterator[Signal]:
+    def events(self, groups: Iterable[str] | None = None, *, account: str | None = None) -> Iterator[Signal]:
         """Subscribes (now), then iterates over the signals as they come, until `close()`.
 
         Signals go to whoever reads them first: read them in one place per client."""
-        self.subscribe(groups)
+        self.subscribe(groups, account=account)
 
         def stream() -> Iterator[Signal]:
             while True:
@@ -219,6 +237,10 @@ class Client:
 
     def _slow_timeout(self) -> float | None:
         return None if self.timeout is None else max(self.timeout, _wire.SLOW_TIMEOUT)
+
+    def _account(self, account: str | None) -> str | None:
+        """The account a call acts as: the one it names, else the client's."""
+        return account if account is not None else self.account
 
     def close(self) -> None:
         """Closes the connection: pending calls fail, `events` ends. Later calls fail too."""

@@ -37,14 +37,16 @@ class Auth(httpx.Auth):
 
     Sync clients use `client` (a msso.Client, opened at the first request otherwise); async ones
     `aio_client` (a msso.aio.Client, likewise, on the event loop of the first request: use one
-    Auth per event loop).
+    Auth per event loop). `account`: the group's account to sign as (default: the client's,
+    which is $MSSO_ACCOUNT unless it was given one).
     """
 
     requires_request_body = True
 
     def __init__(self, client: Client | None = None, *, aio_client: AsyncClient | None = None, group: str | None = None,
-                 socket_path: str | os.PathLike[str] | None = None):
+                 socket_path: str | os.PathLike[str] | None = None, account: str | None = None):
         self.group = group
+        self.account = account
         self._client = client
         self._aio_client = aio_client
         self._socket_path = socket_path
@@ -67,12 +69,13 @@ class Auth(httpx.Auth):
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.read()
         origin = _auth.origin(str(request.url))
-        self._apply(request, self.client.sign(*self._described(request), group=self.group,
+        self._apply(request, self.client.sign(*self._described(request), group=self.group, account=self.account,
                                               dpop_nonce=self._nonces.take(origin)))
         response = yield request
         nonce = _auth.nonce_asked(response.status_code, response.headers)
         if nonce is not None:
-            self._apply(request, self.client.sign(*self._described(request), group=self.group, dpop_nonce=nonce))
+            self._apply(request, self.client.sign(*self._described(request), group=self.group, account=self.account,
+                                                  dpop_nonce=nonce))
             self._nonces.given(origin, nonce)
             response = yield request
         self._nonces.seen(origin, response.headers.get("DPoP-Nonce"))
@@ -80,12 +83,13 @@ class Auth(httpx.Auth):
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         await request.aread()
         origin = _auth.origin(str(request.url))
-        self._apply(request, await self.aio_client.sign(*self._described(request), group=self.group,
+        self._apply(request, await self.aio_client.sign(*self._described(request), group=self.group, account=self.account,
                                                         dpop_nonce=self._nonces.take(origin)))
         response = yield request
         nonce = _auth.nonce_asked(response.status_code, response.headers)
         if nonce is not None:
-            self._apply(request, await self.aio_client.sign(*self._described(request), group=self.group, dpop_nonce=nonce))
+            self._apply(request, await self.aio_client.sign(*self._described(request), group=self.group,
+                                                            account=self.account, dpop_nonce=nonce))
             self._nonces.given(origin, nonce)
             response = yield request
         self._nonces.seen(origin, response.headers.get("DPoP-Nonce"))

@@ -6,8 +6,9 @@ wherever msso's socket exists, after the keyrings that store passwords (a passwo
 the same URL wins). It answers only for http(s) URLs, and names each as the token's `resource`, so
 a group that lists `resources` hands its token to those servers only. Settings (keyring's
 `KEYRING_PROPERTY_*` variables): `KEYRING_PROPERTY_GROUP`, the access group (default: the only
-one, or the one this program is registered for); `KEYRING_PROPERTY_USERNAME`, the user name
-returned with the token (default `__token__`).
+one, or the one this program is registered for); `KEYRING_PROPERTY_ACCOUNT`, the group's account
+(default: $MSSO_ACCOUNT, else the group's default account); `KEYRING_PROPERTY_USERNAME`, the user
+name returned with the token (default `__token__`).
 
 Needs `keyring` (`pip install msso[keyring]`).
 """
@@ -40,6 +41,7 @@ class MSSOKeyring(KeyringBackend):
     """The broker's access token as the password for an http(s) service URL."""
 
     group: str | None = None
+    account: str | None = None
     username: str = "__token__"
 
     @properties.classproperty
@@ -68,7 +70,7 @@ class MSSOKeyring(KeyringBackend):
             return None   # pip also asks for the bare host; the token goes only with a URL it can be checked against
         try:
             with Client() as broker:
-                return broker.token(group=self.group or None, resource=service).access_token
+                return broker.token(group=self.group or None, account=self.account or None, resource=service).access_token
         except MSSOError as error:
             # The daemon's sentence says what to do (log in, register, ...) and holds no secret;
             # the URL is shown without any user info it may carry.

@@ -32,12 +32,14 @@ class Auth(requests.auth.AuthBase):
     host), which a DPoP proof or a signature for another URL does not pass; sign the final URL.
 
     `client`: a msso.Client to use (one is opened at the first request otherwise, with
-    `socket_path`). Safe to share between threads, like the Client.
+    `socket_path`). `account`: the group's account to sign as (default: the client's, which is
+    $MSSO_ACCOUNT unless it was given one). Safe to share between threads, like the Client.
     """
 
     def __init__(self, client: Client | None = None, *, group: str | None = None,
-                 socket_path: str | os.PathLike[str] | None = None):
+                 socket_path: str | os.PathLike[str] | None = None, account: str | None = None):
         self.group = group
+        self.account = account
         self._client = client
         self._socket_path = socket_path
         self._nonces = _auth.Nonces()
@@ -57,7 +59,7 @@ class Auth(requests.auth.AuthBase):
     def _sign(self, request: requests.PreparedRequest, nonce: str | None) -> None:
         body = request.body if isinstance(request.body, (bytes, str)) else None
         signed = self.client.sign(request.method or "GET", request.url or "", _auth.coverable(request.headers), body,
-                                  group=self.group, dpop_nonce=nonce)
+                                  group=self.group, dpop_nonce=nonce, account=self.account)
         for name, value in signed:
             request.headers[name] = value
 
