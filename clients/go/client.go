@@ -45,11 +45,17 @@ type Client struct {
 	// Timeout bounds each call, on top of its context: 0 means DefaultTimeout, negative none.
 	// Logins that wait for the user are bounded by the daemon and the context only.
 	Timeout time.Duration
+	// Account is the account of each group the calls act as (`msso login --account NAME`), unless
+	// a request names another: "" means $MSSO_ACCOUNT (read at each call), else the daemon's
+	// choice (the program's registration's `account`, else the group's default account). Status
+	// lists every account whatever it is, as `msso status` does.
+	Account string
 
 	mu     sync.Mutex
 	conn   *conn
 	hello  Hello
 	closed bool
+	base   *Client // a view's (WithAccount): the client whose connection it uses
 }
 
 // NewClient returns a client of the broker listening on socketPath ("" for the default).
@@ -57,9 +63,31 @@ func NewClient(socketPath string) *Client {
 	return &Client{SocketPath: socketPath}
 }
 
+// WithAccount returns a client that acts as the named account of each group ("": as Account
+// says), on c's connection: for a program that works as two accounts, each call as the one it
+// names, without a connection for each. Its Timeout is c's; closing it does nothing (close c).
+func (c *Client) WithAccount(account string) *Client {
+	base := c
+	if c.base != nil {
+		base = c.base
+	}
+	return &Client{SocketPath: base.SocketPath, Name: base.Name, Timeout: c.Timeout, Account: account, base: base}
+}
+
+// account is what the client's calls name: Account, else $MSSO_ACCOUNT ("": none, the daemon's choice).
+func (c *Client) account() string {
+	if c.Account != "" {
+		return c.Account
+	}
+	return os.Getenv("MSSO_ACCOUNT")
+}
+
 // Hello says hello if the client is not connected yet, and returns the daemon's answer: its
 // version and how it sees this process (Peer.Executable is what registrations are matched against).
 func (c *Client) Hello(ctx context.Context) (Hello, error) {
+	if c.base != nil {
+		return c.base.Hello(ctx)
+	}
 	if _, err := c.connection(ctx); err != nil {
 		return Hello{}, err
 	}
@@ -68,8 +96,12 @@ func (c *Client) Hello(ctx context.Context) (Hello, error) {
 	return c.hello, nil
 }
 
-// Close closes the connection: pending calls fail, subscriptions end. Later calls fail too.
+// Close closes the connection: pending calls fail, subscriptions end. Later calls fail too. On a
+// client made by WithAccount it does nothing.
 func (c *Client) Close() error {
+	if c.base != nil {
+		return nil
+	}
 	c.mu.Lock()
 	c.closed = true
 	cn := c.conn
@@ -120,6 +152,9 @@ func (c *Client) call(ctx context.Context, method string, args, result any, time
 
 // connection is the open connection, opened (and hello said) first if there is none.
 func (c *Client) connection(ctx context.Context) (*conn, error) {
+	if c.base != nil {
+		return c.base.connection(ctx)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -233,3 +233,63 @@ func TestASubscriptionLeftUnreadEndsAtItsBound(t *testing.T) {
 		})
 	}
 }
+
+func TestTheAccountGoesWithEveryCallAboutOneSession(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	broker := newFakeBroker(t, func(w *fakeConn, serial uint32, method string, args json.RawMessage) {
+		var named struct{ Account *string }
+		_ = json.Unmarshal(args, &named)
+		account := "-"
+		if named.Account != nil {
+			account = *named.Account
+		}
+		mu.Lock()
+		calls = append(calls, method+" "+account)
+		mu.Unlock()
+		var result any = map[string]any{"group": "g", "state": "valid", "account": account}
+		switch method {
+		case "status":
+			result = map[string]any{"groups": []any{}}
+		case "sign":
+			result = map[string]any{"headers": [][]string{}}
+		case "token":
+			result = map[string]any{"accessToken": "t", "expiresAt": 1, "header": "Bearer"}
+		case "logout":
+			result = map[string]any{"loggedOut": []string{}}
+		case "subscribe":
+			result = map[string]any{"groups": []string{"g"}}
+		}
+		w.send(map[string]any{"type": "reply", "serial": serial, "result": result})
+	})
+	ctx := context.Background()
+	t.Setenv("MSSO_ACCOUNT", "from-env")
+	client := &Client{SocketPath: broker.path, Account: "admin"}
+	defer client.Close()
+	sandbox := client.WithAccount("sandbox")
+	fromEnv := client.WithAccount("")
+	_, _ = client.Check(ctx, "")
+	_, _ = client.Extend(ctx, "")
+	_, _ = client.Status(ctx, "")
+	_, _ = client.Login(ctx, "", "u", "p")
+	_, _ = client.Sign(ctx, SignRequest{URL: "https://a.example/"})
+	_, _ = client.Sign(ctx, SignRequest{URL: "https://a.example/", Account: "other"})
+	_, _ = client.Token(ctx, TokenRequest{})
+	_, _ = sandbox.Token(ctx, TokenRequest{})
+	_, _ = sandbox.Check(ctx, "")
+	_, _ = fromEnv.Check(ctx, "")
+	_, _ = client.Logout(ctx, "")
+	_, _ = client.LogoutAll(ctx)
+	subscription, _ := sandbox.Subscribe(ctx)
+	subscription.Close()
+	_ = sandbox.Close() // a view's: the client's connection stays
+	_, _ = (&TokenSource{Client: client, Account: "ts"}).Token()
+	want := "check admin,extend admin,status -,login admin,sign admin,sign other,token admin,token sandbox,check sandbox," +
+		"check from-env,logout admin,logout -,subscribe sandbox,token ts"
+	if got := strings.Join(calls, ","); got != want {
+		t.Fatalf("calls:\n%s\nwant:\n%s", got, want)
+	}
+	if broker.accepted != 1 {
+		t.Fatalf("%d connections: the views share the client's", broker.accepted)
+	}
+}

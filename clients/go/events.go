@@ -42,7 +42,8 @@ type queued struct {
 }
 
 // Subscribe asks for the signals of the named groups (none: every group this program may use,
-// as the daemon decides) and returns them on a channel. Keep reading it: signals wait in memory
+// as the daemon decides), of the client's account only when it has one (Client.Account), and
+// returns them on a channel. Keep reading it: signals wait in memory
 // here (4,096 at most, then the connection is closed), never in the daemon, which would
 // disconnect a subscriber that leaves them unread.
 func (c *Client) Subscribe(ctx context.Context, groups ...string) (*Subscription, error) {
@@ -56,6 +57,9 @@ func (c *Client) Subscribe(ctx context.Context, groups ...string) (*Subscription
 	args := map[string]any{}
 	if groups != nil {
 		args["groups"] = groups
+	}
+	if account := c.account(); account != "" {
+		args["account"] = account
 	}
 	var result groupList
 	for attempt := 0; ; attempt++ {

@@ -109,3 +109,26 @@ func TestPeekFindsTheTypeAndSerialWithoutDecoding(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSessionsAndLogoutsNameTheirAccount(t *testing.T) {
+	var status SessionStatus
+	if err := json.Unmarshal([]byte(`{"group":"g","account":"admin","isDefault":true,"state":"valid"}`), &status); err != nil ||
+		status.Account != "admin" || !status.IsDefault {
+		t.Fatalf("%+v %v", status, err)
+	}
+	var out LogoutResult
+	data := `{"loggedOut":["g"],"sessions":[{"group":"g","account":"default"},{"group":"g","account":"admin"}],"revoked":false,` +
+		`"notRevoked":[{"group":"g","account":"admin","reason":"r","refreshToken":true}]}`
+	if err := json.Unmarshal([]byte(data), &out); err != nil || fmt.Sprint(out.Sessions) != "[{g default} {g admin}]" ||
+		out.NotRevoked[0].Account != "admin" {
+		t.Fatalf("%+v %v", out, err)
+	}
+	for _, broken := range []string{`{"loggedOut":[],"sessions":[{"group":"g"}]}`, `{"loggedOut":[],"sessions":[{"group":"g","account":1}]}`} {
+		if err := json.Unmarshal([]byte(broken), &out); err == nil {
+			t.Errorf("%s: read", broken)
+		}
+	}
+	if err := json.Unmarshal([]byte(`{"group":"g","state":"valid","isDefault":"yes"}`), &status); err == nil {
+		t.Error("isDefault must be true or false")
+	}
+}

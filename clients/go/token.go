@@ -89,6 +89,7 @@ func writeRedacted(f fmt.State, v fmt.Stringer) {
 type TokenSource struct {
 	Client   *Client // nil: a client on the default socket, made at the first Token
 	Group    string  // "" means the daemon's default: the only group this program may use
+	Account  string  // the group's account; "" means the client's (Client.Account: $MSSO_ACCOUNT)
 	Resource string  // the URL the token will be sent to; a group with `resources` needs one
 	// Context bounds each call (nil: context.Background(), with the client's Timeout).
 	Context context.Context
@@ -102,5 +103,5 @@ func (s *TokenSource) Token() (*Token, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return s.client.get(s.Client).Token(ctx, TokenRequest{Group: s.Group, Resource: s.Resource})
+	return s.client.get(s.Client).Token(ctx, TokenRequest{Group: s.Group, Account: s.Account, Resource: s.Resource})
 }

@@ -22,9 +22,10 @@ import (
 // nonce that comes with any other answer goes into the next proof to that origin. Each redirect
 // that http.Client follows comes back here as a request of its own, and is signed for its own URL.
 type Transport struct {
-	Client *Client           // the broker; nil: a client on the default socket, made at the first request
-	Group  string            // "" means the daemon's default: the only group this program may use
-	Base   http.RoundTripper // what sends the signed requests; nil: http.DefaultTransport
+	Client  *Client           // the broker; nil: a client on the default socket, made at the first request
+	Group   string            // "" means the daemon's default: the only group this program may use
+	Account string            // the group's account; "" means the client's (Client.Account: $MSSO_ACCOUNT)
+	Base    http.RoundTripper // what sends the signed requests; nil: http.DefaultTransport
 
 	client lazyClient
 	nonces nonces
@@ -38,7 +39,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	client := t.client.get(t.Client)
 	origin := originOf(req.URL)
-	sign := SignRequest{Group: t.Group, Method: req.Method, URL: req.URL.String(), Header: req.Header,
+	sign := SignRequest{Group: t.Group, Account: t.Account, Method: req.Method, URL: req.URL.String(), Header: req.Header,
 		BodySHA256: body.digest, DPoPNonce: t.nonces.take(origin)}
 	headers, err := client.Sign(req.Context(), sign)
 	if err != nil {

@@ -11,9 +11,13 @@ import (
 // StateCorrupt, are in names.go (generated from protocol/names.json).
 type State string
 
-// SessionStatus is one group's session. Times absent from the daemon's answer are zero.
+// SessionStatus is one session: a group's account's. Times absent from the daemon's answer are zero.
 type SessionStatus struct {
-	Group                string
+	Group string
+	// Account is which of the group's accounts ("default" for the one a login names none; ""
+	// from a daemon before accounts); IsDefault: it is the one a call naming no account gets.
+	Account              string
+	IsDefault            bool
 	State                State
 	Issuer               string
 	Username             string
@@ -40,9 +44,9 @@ func (s *SessionStatus) UnmarshalJSON(data []byte) error {
 	}
 	var wire struct {
 		Group, State                                                     *string
-		Issuer, Username, PreviousAccount                                string
+		Account, Issuer, Username, PreviousAccount                       string
 		LoggedInAt, SessionExpiresAt, SessionMaxAt, AccessTokenExpiresAt *float64
-		Admin, Locked, NewAccount                                        bool
+		IsDefault, Admin, Locked, NewAccount                             bool
 	}
 	if err := decode(data, &wire); err != nil {
 		return err
@@ -50,7 +54,8 @@ func (s *SessionStatus) UnmarshalJSON(data []byte) error {
 	if wire.Group == nil || wire.State == nil {
 		return &malformed{"a session has no group or state"}
 	}
-	*s = SessionStatus{Group: *wire.Group, State: State(*wire.State), Issuer: wire.Issuer, Username: wire.Username,
+	*s = SessionStatus{Group: *wire.Group, Account: wire.Account, IsDefault: wire.IsDefault, State: State(*wire.State),
+		Issuer: wire.Issuer, Username: wire.Username,
 		LoggedInAt: epoch(wire.LoggedInAt), SessionExpiresAt: epoch(wire.SessionExpiresAt),
 		SessionMaxAt: epoch(wire.SessionMaxAt), AccessTokenExpiresAt: epoch(wire.AccessTokenExpiresAt),
 		Admin: wire.Admin, Locked: wire.Locked, NewAccount: wire.NewAccount, PreviousAccount: wire.PreviousAccount}
@@ -136,9 +141,16 @@ func (h *Hello) UnmarshalJSON(data []byte) error {
 // tokens: Revoked is false when nothing was logged out, or when one of them stays valid there
 // (NotRevoked says which, why and until when).
 type LogoutResult struct {
-	LoggedOut  []string
+	LoggedOut  []string      // the groups, once each
+	Sessions   []AccountName // each session ended: its group and account
 	Revoked    bool
 	NotRevoked []NotRevoked
+}
+
+// AccountName is one session of a group: the group, and which of its accounts.
+type AccountName struct {
+	Group   string
+	Account string
 }
 
 func (l *LogoutResult) UnmarshalJSON(data []byte) error {
@@ -146,7 +158,10 @@ func (l *LogoutResult) UnmarshalJSON(data []byte) error {
 		return err
 	}
 	var wire struct {
-		LoggedOut  *[]*string
+		LoggedOut *[]*string
+		Sessions  []struct {
+			Group, Account *string
+		}
 		Revoked    bool
 		NotRevoked []NotRevoked
 	}
@@ -157,13 +172,21 @@ func (l *LogoutResult) UnmarshalJSON(data []byte) error {
 	if err != nil {
 		return err
 	}
-	*l = LogoutResult{LoggedOut: loggedOut, Revoked: wire.Revoked, NotRevoked: wire.NotRevoked}
+	var sessions []AccountName
+	for _, ended := range wire.Sessions {
+		if ended.Group == nil || ended.Account == nil {
+			return &malformed{"a session logged out has no group or account"}
+		}
+		sessions = append(sessions, AccountName{Group: *ended.Group, Account: *ended.Account})
+	}
+	*l = LogoutResult{LoggedOut: loggedOut, Sessions: sessions, Revoked: wire.Revoked, NotRevoked: wire.NotRevoked}
 	return nil
 }
 
 // NotRevoked is an ended session whose tokens the identity provider still honours.
 type NotRevoked struct {
 	Group                string
+	Account              string // "" from a daemon before accounts
 	Reason               string
 	AccessTokenExpiresAt time.Time
 	RefreshToken         bool // a refresh token stays valid too
@@ -175,6 +198,7 @@ func (n *NotRevoked) UnmarshalJSON(data []byte) error {
 	}
 	var wire struct {
 		Group, Reason        *string
+		Account              string
 		AccessTokenExpiresAt *float64
 		RefreshToken         *bool
 	}
@@ -184,7 +208,7 @@ func (n *NotRevoked) UnmarshalJSON(data []byte) error {
 	if wire.Group == nil || wire.Reason == nil || wire.RefreshToken == nil {
 		return &malformed{"a session not revoked has no group, reason or refreshToken"}
 	}
-	*n = NotRevoked{Group: *wire.Group, Reason: *wire.Reason, AccessTokenExpiresAt: epoch(wire.AccessTokenExpiresAt),
+	*n = NotRevoked{Group: *wire.Group, Account: wire.Account, Reason: *wire.Reason, AccessTokenExpiresAt: epoch(wire.AccessTokenExpiresAt),
 		RefreshToken: *wire.RefreshToken}
 	return nil
 }

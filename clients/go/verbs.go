@@ -13,10 +13,12 @@ import (
 )
 
 // Where a verb takes a group, "" means the daemon's default: the only configured group, or the
-// only one this program is registered for.
+// only one this program is registered for. Each verb about one session acts as the client's
+// Account (a SignRequest's or TokenRequest's, when it names one).
 
 type groupArgs struct {
-	Group string `json:"group,omitempty"`
+	Group   string `json:"group,omitempty"`
+	Account string `json:"account,omitempty"`
 }
 
 // Ping is a round trip that touches no state: data comes back.
@@ -28,10 +30,11 @@ func (c *Client) Ping(ctx context.Context, data string) (string, error) {
 	return *result.Data, nil
 }
 
-// Status describes the named group's session, or every group's this program may use.
+// Status describes the sessions of every account of the named group, or of every group this
+// program may use (each SessionStatus with its Account).
 func (c *Client) Status(ctx context.Context, group string) (*Status, error) {
 	var result Status
-	if err := c.Call(ctx, "status", groupArgs{group}, &result); err != nil {
+	if err := c.Call(ctx, "status", groupArgs{Group: group}, &result); err != nil {
 		return nil, err
 	}
 	return &result, nil
@@ -39,12 +42,12 @@ func (c *Client) Status(ctx context.Context, group string) (*Status, error) {
 
 // Check is the group's session. A missing or expired session is a State, not an error.
 func (c *Client) Check(ctx context.Context, group string) (*SessionStatus, error) {
-	return c.session(ctx, "check", groupArgs{group}, c.timeout())
+	return c.session(ctx, "check", groupArgs{group, c.account()}, c.timeout())
 }
 
 // Extend slides the group's session window (call it while the user is active).
 func (c *Client) Extend(ctx context.Context, group string) (*SessionStatus, error) {
-	return c.session(ctx, "extend", groupArgs{group}, c.timeout())
+	return c.session(ctx, "extend", groupArgs{group, c.account()}, c.timeout())
 }
 
 func (c *Client) session(ctx context.Context, method string, args any, timeout time.Duration) (*SessionStatus, error) {
@@ -57,9 +60,11 @@ func (c *Client) session(ctx context.Context, method string, args any, timeout t
 
 // SignRequest describes a request for Sign.
 type SignRequest struct {
-	Group  string
-	Method string // "" means GET
-	URL    string
+	Group string
+	// Account is the group's account to sign as; "" means the client's (Client.Account).
+	Account string
+	Method  string // "" means GET
+	URL     string
 	// Header: the request's headers. Only Content-Type and Content-Digest cross the socket: the
 	// only ones a profile covers besides those it adds.
 	Header http.Header
@@ -74,6 +79,7 @@ type SignRequest struct {
 
 type signArgs struct {
 	Group      string      `json:"group,omitempty"`
+	Account    string      `json:"account,omitempty"`
 	Method     string      `json:"method"`
 	URL        string      `json:"url"`
 	Headers    [][2]string `json:"headers,omitempty"`
@@ -87,7 +93,10 @@ var coverable = []string{"Content-Type", "Content-Digest"}
 // Sign returns the headers that authenticate the described request, per the group's signing
 // profile (bearer, header:NAME, DPoP, RFC 9421): add them to the request (Headers.Apply).
 func (c *Client) Sign(ctx context.Context, r SignRequest) (Headers, error) {
-	args := signArgs{Group: r.Group, Method: r.Method, URL: r.URL, DPoPNonce: r.DPoPNonce}
+	args := signArgs{Group: r.Group, Account: r.Account, Method: r.Method, URL: r.URL, DPoPNonce: r.DPoPNonce}
+	if args.Account == "" {
+		args.Account = c.account()
+	}
 	if args.Method == "" {
 		args.Method = http.MethodGet
 	}
@@ -118,6 +127,8 @@ func (c *Client) Sign(ctx context.Context, r SignRequest) (Headers, error) {
 // TokenRequest describes the token asked for.
 type TokenRequest struct {
 	Group string
+	// Account is the group's account whose token it is; "" means the client's (Client.Account).
+	Account string
 	// Resource is the absolute http(s) URL the token will be sent to; a group that names
 	// `resources` refuses a token without one, or for a URL outside them (ErrResourceForbidden).
 	Resource string
@@ -128,11 +139,16 @@ type TokenRequest struct {
 // Token returns the group's access token itself, for a program that cannot have each request
 // signed. Only for groups whose tokens are bearer tokens (ErrForbidden for DPoP).
 func (c *Client) Token(ctx context.Context, r TokenRequest) (*Token, error) {
+	account := r.Account
+	if account == "" {
+		account = c.account()
+	}
 	args := struct {
 		Group    string `json:"group,omitempty"`
+		Account  string `json:"account,omitempty"`
 		Resource string `json:"resource,omitempty"`
 		Renew    bool   `json:"renew,omitempty"`
-	}{r.Group, r.Resource, r.Renew}
+	}{r.Group, account, r.Resource, r.Renew}
 	var result tokenResult
 	if err := c.Call(ctx, "token", args, &result); err != nil {
 		return nil, err
@@ -145,10 +161,11 @@ func (c *Client) Token(ctx context.Context, r TokenRequest) (*Token, error) {
 func (c *Client) Login(ctx context.Context, group, username, password string) (*SessionStatus, error) {
 	args := struct {
 		Group    string `json:"group,omitempty"`
+		Account  string `json:"account,omitempty"`
 		Flow     string `json:"flow"`
 		Username string `json:"username"`
 		Password string `json:"password"`
-	}{group, "password", username, password}
+	}{group, c.account(), "password", username, password}
 	return c.session(ctx, "login", args, c.timeout())
 }
 
@@ -165,7 +182,7 @@ func (c *Client) LoginDevice(ctx context.Context, group string, prompt func(Devi
 			UserCode: p.userCode, ExpiresAt: epoch(&p.expiresAt), Joined: p.joined})
 	}
 	var result SessionStatus
-	if err := c.call(ctx, "login", groupFlow{group, "device"}, &result, -1, show); err != nil {
+	if err := c.call(ctx, "login", groupFlow{group, c.account(), "device"}, &result, -1, show); err != nil {
 		return nil, err
 	}
 	return &result, nil
@@ -182,15 +199,16 @@ func (c *Client) LoginBrowser(ctx context.Context, group string, prompt func(Bro
 		prompt(BrowserPrompt{Group: p.group, URL: p.url, ExpiresAt: epoch(&p.expiresAt), Joined: p.joined})
 	}
 	var result SessionStatus
-	if err := c.call(ctx, "login", groupFlow{group, "browser"}, &result, -1, show); err != nil {
+	if err := c.call(ctx, "login", groupFlow{group, c.account(), "browser"}, &result, -1, show); err != nil {
 		return nil, err
 	}
 	return &result, nil
 }
 
 type groupFlow struct {
-	Group string `json:"group,omitempty"`
-	Flow  string `json:"flow"`
+	Group   string `json:"group,omitempty"`
+	Account string `json:"account,omitempty"`
+	Flow    string `json:"flow"`
 }
 
 // PrintDevicePrompt shows a device login's address and code on standard error.
@@ -219,12 +237,13 @@ func OpenBrowser(p BrowserPrompt) {
 	}
 }
 
-// Logout ends the group's session for every app, and revokes its tokens at the identity provider.
+// Logout ends the session of the group's account for every app, and revokes its tokens at the
+// identity provider.
 func (c *Client) Logout(ctx context.Context, group string) (*LogoutResult, error) {
-	return c.logout(ctx, groupArgs{group})
+	return c.logout(ctx, groupArgs{group, c.account()})
 }
 
-// LogoutAll ends every group's session this program may use.
+// LogoutAll ends the session of every account of every group this program may use.
 func (c *Client) LogoutAll(ctx context.Context) (*LogoutResult, error) {
 	return c.logout(ctx, map[string]bool{"all": true})
 }

@@ -30,7 +30,11 @@
 //     by every app registered for it, and cargo holds nothing of it to forget.
 //
 // The group is --group GROUP (in the configuration's arguments), else $MSSO_GROUP, else the
-// daemon's default (the only group this provider is registered for, or the only one configured).
+// daemon's default (the only group this provider is registered for, or the only one configured);
+// the group's account, --account NAME, else $MSSO_ACCOUNT, else the daemon's choice (the group's
+// default account): a registry whose token is another account's names it,
+//
+//	credential-provider = ["cargo-credential-msso", "--group", "com.example.suite", "--account", "admin"]
 package main
 
 import (
@@ -65,7 +69,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM) // ends a login's wait
 	client := &msso.Client{Name: "cargo-credential-msso"}
-	err := serve(ctx, &provider{broker: client}, os.Stdin, os.Stdout)
+	p := &provider{broker: client, as: func(account string) broker { return client.WithAccount(account) }}
+	err := serve(ctx, p, os.Stdin, os.Stdout)
 	client.Close()
 	stop()
 	if err != nil {
@@ -132,6 +137,8 @@ type broker interface {
 
 type provider struct {
 	broker broker
+	// as is the broker acting as an account of the group (msso.Client.WithAccount); nil: broker.
+	as     func(account string) broker
 	env    func(string) string // os.Getenv by default
 	stderr io.Writer           // os.Stderr by default: cargo passes its own through
 	// desktop says whether a browser can be opened here (the browser flow fits); nil: as msso decides.
@@ -207,7 +214,7 @@ func (p *provider) answer(ctx context.Context, line []byte) response {
 
 // options are the arguments of cargo's configuration (and of cargo login -- …), in the request.
 type options struct {
-	group           string
+	group, account  string
 	device, browser bool
 }
 
@@ -216,10 +223,12 @@ func (p *provider) options(r *request) (options, error) {
 	flags := flag.NewFlagSet("cargo-credential-msso", flag.ContinueOnError)
 	flags.SetOutput(io.Discard)
 	flags.StringVar(&o.group, "group", "", "")
+	flags.StringVar(&o.account, "account", "", "")
 	flags.BoolVar(&o.device, "device", false, "")
 	flags.BoolVar(&o.browser, "browser", false, "")
 	if err := flags.Parse(r.Args); err != nil || flags.NArg() > 0 {
-		return o, other(fmt.Sprintf("cargo-credential-msso: arguments %q: it takes --group GROUP (and, for cargo login, --device or --browser)", r.Args))
+		return o, other(fmt.Sprintf("cargo-credential-msso: arguments %q: it takes --group GROUP, --account NAME (and, for cargo login, "+
+			"--device or --browser)", r.Args))
 	}
 	if o.device && o.browser {
 		return o, other("cargo-credential-msso: give one of --device and --browser")
@@ -227,7 +236,18 @@ func (p *provider) options(r *request) (options, error) {
 	if o.group == "" {
 		o.group = p.getenv("MSSO_GROUP")
 	}
+	if o.account == "" {
+		o.account = p.getenv("MSSO_ACCOUNT")
+	}
 	return o, nil
+}
+
+// brokerAs is the broker acting as the options' account.
+func (p *provider) brokerAs(o options) broker {
+	if o.account == "" || p.as == nil {
+		return p.broker
+	}
+	return p.as(o.account)
 }
 
 func (p *provider) getenv(name string) string {
@@ -255,7 +275,7 @@ func (p *provider) get(ctx context.Context, r *request) (*success, error) {
 		return nil, &failure{Kind: "url-not-supported",
 			Message: fmt.Sprintf("cargo-credential-msso answers for registries on http(s) only, not %s", r.Registry.IndexURL)}
 	}
-	token, err := p.broker.Token(ctx, msso.TokenRequest{Group: o.group, Resource: resource})
+	token, err := p.broker.Token(ctx, msso.TokenRequest{Group: o.group, Account: o.account, Resource: resource})
 	switch {
 	case errors.Is(err, msso.ErrNotLoggedIn) || errors.Is(err, msso.ErrExpired):
 		// No token to be had: "not-found", so that cargo login (which asks first) goes on to log in,
@@ -315,18 +335,21 @@ func (p *provider) login(ctx context.Context, r *request) (*success, error) {
 	}
 	if r.Token != nil && strings.TrimSpace(*r.Token) != "" {
 		return nil, &failure{Kind: "operation-not-supported", Message: "cargo-credential-msso takes no token: the token is the identity " +
-			"provider's, had by logging in. Run `cargo login" + registryFlag(r) + "` without one, or `" + mssoCommand("login", o.group) + "`", note: true}
+			"provider's, had by logging in. Run `cargo login" + registryFlag(r) + "` without one, or `" + mssoCommand("login", o.group, o.account) + "`",
+			note: true}
 	}
-	status, err := p.broker.Check(ctx, o.group)
+	b := p.brokerAs(o)
+	status, err := b.Check(ctx, o.group)
 	if err == nil && status.State == msso.StateValid {
-		fmt.Fprintf(p.errOut(), "Already logged in to %s as %s (`msso logout --group %s` to end it)\n", status.Group, status.Username, status.Group)
+		fmt.Fprintf(p.errOut(), "Already logged in to %s as %s (`%s` to end it)\n", status.Group, status.Username,
+			mssoCommand("logout", status.Group, o.account))
 		return &success{Kind: "login"}, nil
 	}
 	browser := o.browser || (!o.device && p.browserFits())
 	if browser {
-		status, err = p.broker.LoginBrowser(ctx, o.group, nil)
+		status, err = b.LoginBrowser(ctx, o.group, nil)
 	} else {
-		status, err = p.broker.LoginDevice(ctx, o.group, nil)
+		status, err = b.LoginDevice(ctx, o.group, nil)
 	}
 	if err != nil {
 		return nil, other(err.Error()) // the daemon's sentence (an *msso.Error's Error() is its Message)
@@ -359,20 +382,25 @@ func (p *provider) logout(ctx context.Context, r *request) error {
 	if group == "" { // the daemon's default: ask it which, to name it
 		checking, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if status, err := p.broker.Check(checking, ""); err == nil {
+		if status, err := p.brokerAs(o).Check(checking, ""); err == nil {
 			group = status.Group
 		}
 	}
 	return &failure{Kind: "operation-not-supported", Message: "cargo keeps no msso token to forget (it never stores one); " +
-		"the session is msso's, shared by every app of the group: end it with `" + mssoCommand("logout", group) + "`", note: true}
+		"the session is msso's, shared by every app of the group: end it with `" + mssoCommand("logout", group, o.account) + "`", note: true}
 }
 
-// mssoCommand is the msso command that does verb for the group ("": the daemon's default).
-func mssoCommand(verb, group string) string {
-	if group == "" {
-		return "msso " + verb
+// mssoCommand is the msso command that does verb for the group ("": the daemon's default) and
+// its account ("": the group's default).
+func mssoCommand(verb, group, account string) string {
+	command := "msso " + verb
+	if group != "" {
+		command += " --group " + group
 	}
-	return "msso " + verb + " --group " + group
+	if account != "" {
+		command += " --account " + account
+	}
+	return command
 }
 
 func registryFlag(r *request) string {

@@ -44,6 +44,20 @@ func (b *fakeBroker) LoginBrowser(_ context.Context, group string, _ func(msso.B
 	return &msso.SessionStatus{Group: group, State: msso.StateValid, Username: "alice"}, b.loginErr
 }
 
+// asAccount is the fake broker acting as an account (msso.Client.WithAccount): its logins say which.
+type asAccount struct {
+	*fakeBroker
+	account string
+}
+
+func (b *asAccount) LoginDevice(ctx context.Context, group string, prompt func(msso.DevicePrompt)) (*msso.SessionStatus, error) {
+	return b.fakeBroker.LoginDevice(ctx, group+" as "+b.account, prompt)
+}
+
+func (b *asAccount) LoginBrowser(ctx context.Context, group string, prompt func(msso.BrowserPrompt)) (*msso.SessionStatus, error) {
+	return b.fakeBroker.LoginBrowser(ctx, group+" as "+b.account, prompt)
+}
+
 // converse runs the provider on the request lines; it returns every line it wrote after hello.
 func converse(t *testing.T, b *fakeBroker, env map[string]string, requests ...string) []string {
 	t.Helper()
@@ -55,7 +69,8 @@ func converse(t *testing.T, b *fakeBroker, env map[string]string, requests ...st
 func converseErr(t *testing.T, b *fakeBroker, env map[string]string, requests ...string) ([]string, string) {
 	t.Helper()
 	var out, stderr bytes.Buffer
-	p := &provider{broker: b, env: func(name string) string { return env[name] }, stderr: &stderr, desktop: func() bool { return false }}
+	p := &provider{broker: b, env: func(name string) string { return env[name] }, stderr: &stderr, desktop: func() bool { return false },
+		as: func(account string) broker { return &asAccount{b, account} }}
 	if err := serve(context.Background(), p, strings.NewReader(strings.Join(requests, "\n")+"\n"), &out); err != nil {
 		t.Fatal(err)
 	}
@@ -191,5 +206,30 @@ func TestARegistryIsNamedAsItsIndexURL(t *testing.T) {
 		if got != want || ok != (want != "") {
 			t.Errorf("%q: %q %v, want %q", index, got, ok, want)
 		}
+	}
+}
+
+func TestTheAccountComesFromTheArgumentsElseTheEnvironment(t *testing.T) {
+	b := &fakeBroker{token: &msso.Token{AccessToken: "tok", TokenType: "Bearer"}}
+	converse(t, b, map[string]string{"MSSO_ACCOUNT": "from-env"},
+		get(`,"args":["--group","g","--account","admin"]`), get(`,"args":["--group","g"]`))
+	converse(t, b, nil, get(`,"args":["--group","g"]`))
+	var accounts []string
+	for _, asked := range b.asked {
+		accounts = append(accounts, asked.Account)
+	}
+	if strings.Join(accounts, ",") != "admin,from-env," {
+		t.Fatalf("asked %+v", b.asked)
+	}
+	// A login logs that account in; the sentences name it.
+	login := func(args string) string { return `{"v":1,` + sparse + `,"kind":"login"` + args + `}` }
+	b = &fakeBroker{status: msso.SessionStatus{State: msso.StateNotLoggedIn}}
+	lines := converse(t, b, nil, login(`,"args":["--group","g","--account","admin"]`), login(`,"args":["--group","g"]`))
+	if lines[0] != `{"Ok":{"kind":"login"}}` || strings.Join(b.logins, ",") != "device g as admin,device g" {
+		t.Fatalf("%q %q", lines, b.logins)
+	}
+	got := errorOf(t, converse(t, b, nil, login(`,"token":"pasted","args":["--group","g","--account","admin"]`))[0])
+	if !strings.Contains(got.Message, "`msso login --group g --account admin`") {
+		t.Fatalf("%+v", got)
 	}
 }

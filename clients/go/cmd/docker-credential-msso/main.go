@@ -6,8 +6,13 @@
 //
 // `get` reads a registry (as the tool names it: a host, or a URL) on standard input and prints
 // {"ServerURL", "Username", "Secret"}: Secret is the group's access token, Username is "oauth2"
-// ($MSSO_DOCKER_USERNAME to change it). The group is $MSSO_GROUP, else the daemon's default (the
-// only group this helper is registered for, or the only one configured). The helper names the
+// ($MSSO_DOCKER_USERNAME to change it). The group is --group GROUP, else $MSSO_GROUP, else the
+// daemon's default (the only group this helper is registered for, or the only one configured);
+// the group's account is --account NAME, else $MSSO_ACCOUNT, else the daemon's choice (the
+// group's default account). Docker runs a helper without arguments: for registries that take
+// another account's token, name a script that runs this one with them (docker-credential-msso-admin:
+// `exec docker-credential-msso --account admin "$@"`; "credHelpers": {"HOST": "msso-admin"}).
+// The helper names the
 // registry to the broker as the token's resource, https://HOST/v2/ for a host, so a group with
 // `resources` answers only for its registries; for any other the answer is Docker's "credentials
 // not found", and the tool goes on without credentials. Not logged in (or expired), it prints
@@ -21,6 +26,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/url"
@@ -37,14 +43,38 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout))
 }
 
+// options are the helper's arguments: [--group GROUP] [--account NAME] ACTION.
+type options struct {
+	group, account, action string
+}
+
+// parse reads the arguments; the group defaults to $MSSO_GROUP (the account to $MSSO_ACCOUNT,
+// which the client reads).
+func parse(args []string, getenv func(string) string) (options, bool) {
+	var o options
+	flags := flag.NewFlagSet("docker-credential-msso", flag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	flags.StringVar(&o.group, "group", "", "")
+	flags.StringVar(&o.account, "account", "", "")
+	if err := flags.Parse(args); err != nil || flags.NArg() != 1 {
+		return options{}, false
+	}
+	o.action = flags.Arg(0)
+	if o.group == "" {
+		o.group = getenv("MSSO_GROUP")
+	}
+	return o, true
+}
+
 func run(args []string, stdin io.Reader, stdout io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(os.Stderr, "usage: docker-credential-msso get|store|erase|list (a Docker credential helper)")
+	o, ok := parse(args, os.Getenv)
+	if !ok {
+		fmt.Fprintln(os.Stderr, "usage: docker-credential-msso [--group GROUP] [--account NAME] get|store|erase|list (a Docker credential helper)")
 		return 64
 	}
-	switch args[0] {
+	switch o.action {
 	case "get":
-		return get(stdin, stdout)
+		return get(o, stdin, stdout)
 	case "store", "erase":
 		_, _ = io.Copy(io.Discard, stdin)
 		return 0
@@ -55,11 +85,11 @@ func run(args []string, stdin io.Reader, stdout io.Writer) int {
 		fmt.Fprintln(stdout, "docker-credential-msso (msso)")
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "docker-credential-msso: unknown action %q; get, store, erase or list\n", args[0])
+	fmt.Fprintf(os.Stderr, "docker-credential-msso: unknown action %q; get, store, erase or list\n", o.action)
 	return 64
 }
 
-func get(stdin io.Reader, stdout io.Writer) int {
+func get(o options, stdin io.Reader, stdout io.Writer) int {
 	input, err := io.ReadAll(io.LimitReader(stdin, 4096))
 	registry := strings.TrimSpace(string(input))
 	if err != nil || registry == "" {
@@ -71,9 +101,9 @@ func get(stdin io.Reader, stdout io.Writer) int {
 		fmt.Fprintln(stdout, notFound)
 		return 1
 	}
-	client := &msso.Client{Name: "docker-credential-msso"}
+	client := &msso.Client{Name: "docker-credential-msso", Account: o.account}
 	defer client.Close()
-	token, err := client.Token(context.Background(), msso.TokenRequest{Group: os.Getenv("MSSO_GROUP"), Resource: resource})
+	token, err := client.Token(context.Background(), msso.TokenRequest{Group: o.group, Resource: resource})
 	var refused *msso.Error
 	switch {
 	case errors.Is(err, msso.ErrResourceForbidden):

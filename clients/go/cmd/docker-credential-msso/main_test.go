@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 func TestARegistryIsNamedAsTheURLItsTokenGoesTo(t *testing.T) {
 	for registry, want := range map[string]string{
@@ -14,6 +18,24 @@ func TestARegistryIsNamedAsTheURLItsTokenGoesTo(t *testing.T) {
 		got, ok := resourceOf(registry)
 		if got != want || ok != (want != "") {
 			t.Errorf("%q: %q %v, want %q", registry, got, ok, want)
+		}
+	}
+}
+
+func TestTheGroupAndAccountComeBeforeTheAction(t *testing.T) {
+	env := func(name string) string { return map[string]string{"MSSO_GROUP": "from.env"}[name] }
+	for args, want := range map[string]string{
+		"get":                 "{from.env  get} true",
+		"--account admin get": "{from.env admin get} true",
+		"--group g --account admin@example.com list": "{g admin@example.com list} true",
+		"-account=admin store":                       "{from.env admin store} true",
+		"--account admin":                            "{  } false",
+		"get erase":                                  "{  } false",
+		"--frobnicate get":                           "{  } false",
+	} {
+		o, ok := parse(strings.Fields(args), env)
+		if got := fmt.Sprint(o, " ", ok); got != want {
+			t.Errorf("%q: %s, want %s", args, got, want)
 		}
 	}
 }
