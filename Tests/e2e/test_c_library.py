@@ -176,7 +176,14 @@ def test_the_library_exports_its_api_alone_versioned_and_needs_only_libc(built):
     symbols = subprocess.run(["nm", "-D", "--defined-only", library], check=True, capture_output=True, text=True).stdout
     exported = {line.split()[-1] for line in symbols.splitlines()}
     declared = set(re.findall(r"\b(msso_\w+)\(", (LIBRARY / "msso.h").read_text()))
-    assert exported == {f"{name}@@MSSO_0" for name in declared} | {"MSSO_0"}
+    # Each function in the version node msso.map gives it: MSSO_0, and those added later in nodes
+    # of their own (MSSO_0.1: msso_set_account, msso_account), each symbol in one node.
+    script = re.sub(r"/\*.*?\*/", "", (LIBRARY / "msso.map").read_text(), flags=re.S)
+    nodes = {node: set(re.findall(r"\b(msso_\w+);", body))
+             for node, body in re.findall(r"(MSSO_[\d.]+) \{\s*global:(.*?)(?:local: \*;\s*)?\}", script, re.S)}
+    assert set().union(*nodes.values()) == declared and sum(map(len, nodes.values())) == len(declared), nodes
+    assert {"msso_set_account", "msso_account"} == nodes["MSSO_0.1"]
+    assert exported == {f"{name}@@{node}" for node, names in nodes.items() for name in names} | set(nodes)
     # The header is C99 as well as C11, and C++.
     for compiler, flags in [("cc", ["-x", "c", "-std=c99", "-pedantic-errors"]), ("g++", ["-x", "c++", "-std=c++11"])]:
         if shutil.which(compiler):

@@ -83,6 +83,17 @@ void msso_close(msso_client *client);
  * Logins that wait for the user (device, browser) wait as long as the daemon lets them. */
 void msso_set_timeout(msso_client *client, int milliseconds);
 
+/* The account of each group the client's calls act as (`msso login --account NAME`): check,
+ * extend, the logins, logout (not `all`), sign, token and subscribe name it; status lists every
+ * account whatever it is (as `msso status` does). msso_connect takes $MSSO_ACCOUNT (none when unset
+ * or empty: the daemon's choice, the program's registration's `account`, else the group's default
+ * account). `account` NULL: none from now on. A name that cannot be an account (1 to 64 ASCII
+ * letters, digits, `.`, `_`, `-`, `@`, `+`, beginning with a letter or digit) is BadRequest, and
+ * the client's account stays as it was. (Symbol version MSSO_0.1.) */
+int msso_set_account(msso_client *client, const char *account, msso_error *err);
+/* The client's account, or NULL when it names none. Valid until msso_set_account or msso_close. */
+const char *msso_account(const msso_client *client);
+
 /* From the last hello: the daemon's name and version ("mssod 0.2.0"), and the executable the
  * daemon sees behind this process (what an app registration must name), or NULL when the kernel
  * would not say. Valid until the next call or msso_close. */
@@ -97,8 +108,10 @@ const char *msso_peer_executable(const msso_client *client);
 typedef enum msso_state { MSSO_STATE_UNKNOWN = -1, MSSO_SESSION_STATES(MSSO_STATE_ENUM_) } msso_state;
 #undef MSSO_STATE_ENUM_
 
-/* One group's SSO session (SessionStatus). Times are seconds since the Unix epoch, 0 when not
- * given. */
+/* One group's SSO session (SessionStatus): the session of the client's account (msso_set_account),
+ * or, in msso_status, of each account of the group in turn (their names are in the JSON of
+ * msso_call(client, "status", …): this struct keeps its layout). Times are seconds since the Unix
+ * epoch, 0 when not given. */
 typedef struct msso_session {
     char *group;
     msso_state state;

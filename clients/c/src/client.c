@@ -23,6 +23,8 @@
 #define PUBLIC __attribute__((visibility("default")))
 
 #define DEFAULT_TIMEOUT_MS 20000
+/* The account a client acts as unless msso_set_account says otherwise (as the msso command reads it). */
+#define MSSO_ACCOUNT_ENV "MSSO_ACCOUNT"
 /* A connection not read for this long is checked before a call is written on it: the daemon may
  * have closed it (idle for 10 minutes, or restarted), and a call sent into a closed connection
  * would fail where a new connection would not. */
@@ -70,6 +72,7 @@ struct msso_client {
     long last_read_ms;
     char *daemon;
     char *executable;
+    char *account; /* msso_set_account's, else $MSSO_ACCOUNT's; NULL: the daemon's choice */
 };
 
 /* -- errors ---------------------------------------------------------------------------------- */
@@ -998,12 +1001,14 @@ static int finish(msso_client *c, frame *f, reader read, void *out, msso_prompt_
  * connection. */
 typedef void (*arguments)(frame *f, const void *values);
 
-static int call(msso_client *c, const char *method, arguments write, const void *values, reader read, void *out,
-                msso_prompt_fn on_prompt, void *context, msso_error *err) {
+/* `as_account`: the call is about one session, of the client's account when it has one. */
+static int call(msso_client *c, const char *method, arguments write, const void *values, int as_account, reader read,
+                void *out, msso_prompt_fn on_prompt, void *context, msso_error *err) {
     for (int attempt = 0;; attempt++) {
         frame f;
         if (begin(c, &f, method, err) != 0) return -1;
         if (write) write(&f, values);
+        if (as_account) json_call_string(&f.call, "account", c->account);
         int done = finish(c, &f, read, out, on_prompt, context, err);
         if (done != -2 || attempt == 1) return done == 0 ? 0 : -1;
     }
@@ -1026,14 +1031,16 @@ static char *default_path(void) {
 PUBLIC msso_client *msso_connect(const char *socket_path, msso_error *err) {
     clear_error(err);
     msso_client *c = calloc(1, sizeof *c);
+    const char *account = secure_getenv(MSSO_ACCOUNT_ENV);
     if (c) {
         c->fd = c->events = c->wake = -1;
         c->timeout_ms = DEFAULT_TIMEOUT_MS;
         c->path = socket_path ? strdup(socket_path) : default_path();
         c->in = malloc(IN_CAPACITY);
         c->out = malloc(OUT_CAPACITY);
+        c->account = account && *account ? strdup(account) : NULL;
     }
-    if (!c || !c->path || !c->in || !c->out) {
+    if (!c || !c->path || !c->in || !c->out || (account && *account && !c->account)) {
         set_error(err, MSSO_E_INTERNAL, "out of memory");
         msso_close(c);
         return NULL;
@@ -1059,12 +1066,51 @@ PUBLIC void msso_close(msso_client *c) {
     free(c->path);
     free(c->daemon);
     free(c->executable);
+    free(c->account);
     json_doc_free(&c->doc);
     free(c);
 }
 
 PUBLIC void msso_set_timeout(msso_client *c, int milliseconds) {
     if (c) c->timeout_ms = milliseconds;
+}
+
+/* AccountName.isValid (Sources/MSSOProtocol/AccountName.swift): 1 to 64 ASCII letters, digits,
+ * `.`, `_`, `-`, `@` and `+`, beginning with a letter or digit. */
+static int account_name_valid(const char *name) {
+    size_t length = strlen(name);
+    if (length < 1 || length > 64) return 0;
+    for (size_t i = 0; i < length; i++) {
+        unsigned char b = (unsigned char)name[i];
+        int alphanumeric = (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9');
+        if (!alphanumeric && (i == 0 || (b != '.' && b != '_' && b != '-' && b != '@' && b != '+'))) return 0;
+    }
+    return 1;
+}
+
+PUBLIC int msso_set_account(msso_client *c, const char *account, msso_error *err) {
+    clear_error(err);
+    if (!c) {
+        set_error(err, MSSO_E_BAD_REQUEST, "no msso client");
+        return -1;
+    }
+    if (account && !account_name_valid(account)) {
+        set_error(err, MSSO_E_BAD_REQUEST, "that cannot name an account: use 1 to 64 letters, digits, `.`, `_`, `-`, `@` or `+`, "
+                                           "beginning with a letter or digit");
+        return -1;
+    }
+    char *copy = account ? strdup(account) : NULL;
+    if (account && !copy) {
+        set_error(err, MSSO_E_INTERNAL, "out of memory");
+        return -1;
+    }
+    free(c->account);
+    c->account = copy;
+    return 0;
+}
+
+PUBLIC const char *msso_account(const msso_client *c) {
+    return c ? c->account : NULL;
 }
 
 PUBLIC const char *msso_daemon(const msso_client *c) {
@@ -1082,19 +1128,20 @@ static void group_arguments(frame *f, const void *group) {
 PUBLIC int msso_status(msso_client *c, const char *group, msso_sessions *out, msso_error *err) {
     if (out) memset(out, 0, sizeof *out);
     msso_sessions ignored;
-    int done = call(c, MSSO_METHOD_STATUS, group_arguments, group, read_sessions, out ? out : &ignored, NULL, NULL, err);
+    /* Every account of the group (of every group), as `msso status` lists them: not the client's alone. */
+    int done = call(c, MSSO_METHOD_STATUS, group_arguments, group, 0, read_sessions, out ? out : &ignored, NULL, NULL, err);
     if (done == 0 && !out) msso_sessions_free(&ignored);
     return done;
 }
 
 PUBLIC int msso_check(msso_client *c, const char *group, msso_session *out, msso_error *err) {
     if (out) memset(out, 0, sizeof *out);
-    return call(c, MSSO_METHOD_CHECK, group_arguments, group, read_one_session, out, NULL, NULL, err);
+    return call(c, MSSO_METHOD_CHECK, group_arguments, group, 1, read_one_session, out, NULL, NULL, err);
 }
 
 PUBLIC int msso_extend(msso_client *c, const char *group, msso_session *out, msso_error *err) {
     if (out) memset(out, 0, sizeof *out);
-    return call(c, MSSO_METHOD_EXTEND, group_arguments, group, read_one_session, out, NULL, NULL, err);
+    return call(c, MSSO_METHOD_EXTEND, group_arguments, group, 1, read_one_session, out, NULL, NULL, err);
 }
 
 typedef struct {
@@ -1120,7 +1167,7 @@ PUBLIC int msso_login_password(msso_client *c, const char *group, const char *us
         return -1;
     }
     password_login login = { group, username, password, length };
-    return call(c, MSSO_METHOD_LOGIN, password_arguments, &login, read_one_session, out, NULL, NULL, err);
+    return call(c, MSSO_METHOD_LOGIN, password_arguments, &login, 1, read_one_session, out, NULL, NULL, err);
 }
 
 static void device_arguments(frame *f, const void *group) {
@@ -1141,14 +1188,14 @@ static void nobody_told(const msso_prompt *prompt, void *context) {
 PUBLIC int msso_login_device(msso_client *c, const char *group, msso_prompt_fn on_prompt, void *context, msso_session *out,
                              msso_error *err) {
     if (out) memset(out, 0, sizeof *out);
-    return call(c, MSSO_METHOD_LOGIN, device_arguments, group, read_one_session, out, on_prompt ? on_prompt : nobody_told,
+    return call(c, MSSO_METHOD_LOGIN, device_arguments, group, 1, read_one_session, out, on_prompt ? on_prompt : nobody_told,
                 context, err);
 }
 
 PUBLIC int msso_login_browser(msso_client *c, const char *group, msso_prompt_fn on_prompt, void *context, msso_session *out,
                               msso_error *err) {
     if (out) memset(out, 0, sizeof *out);
-    return call(c, MSSO_METHOD_LOGIN, browser_arguments, group, read_one_session, out, on_prompt ? on_prompt : nobody_told,
+    return call(c, MSSO_METHOD_LOGIN, browser_arguments, group, 1, read_one_session, out, on_prompt ? on_prompt : nobody_told,
                 context, err);
 }
 
@@ -1171,7 +1218,7 @@ PUBLIC int msso_logout(msso_client *c, const char *group, int all, msso_logout_r
         return -1;
     }
     logout_values v = { group, all };
-    return call(c, MSSO_METHOD_LOGOUT, logout_arguments, &v, read_logout, out, NULL, NULL, err);
+    return call(c, MSSO_METHOD_LOGOUT, logout_arguments, &v, !all, read_logout, out, NULL, NULL, err);
 }
 
 static void sign_arguments(frame *f, const void *values) {
@@ -1210,7 +1257,7 @@ PUBLIC int msso_sign(msso_client *c, const msso_request *request, msso_headers *
         set_error(err, MSSO_E_BAD_REQUEST, "sign needs a request with a method and a url, and somewhere to put the headers");
         return -1;
     }
-    return call(c, MSSO_METHOD_SIGN, sign_arguments, request, read_headers, out, NULL, NULL, err);
+    return call(c, MSSO_METHOD_SIGN, sign_arguments, request, 1, read_headers, out, NULL, NULL, err);
 }
 
 typedef struct {
@@ -1234,7 +1281,7 @@ PUBLIC int msso_token(msso_client *c, const char *group, const char *resource, i
         return -1;
     }
     token_values v = { group, resource, renew };
-    return call(c, MSSO_METHOD_TOKEN, token_arguments, &v, read_token, out, NULL, NULL, err);
+    return call(c, MSSO_METHOD_TOKEN, token_arguments, &v, 1, read_token, out, NULL, NULL, err);
 }
 
 typedef struct {
@@ -1256,7 +1303,7 @@ static void subscribe_arguments(frame *f, const void *values) {
 
 PUBLIC int msso_subscribe(msso_client *c, const char *const *groups, size_t count, msso_error *err) {
     group_list list = { groups, count };
-    return call(c, MSSO_METHOD_SUBSCRIBE, subscribe_arguments, &list, read_group_list, NULL, NULL, NULL, err);
+    return call(c, MSSO_METHOD_SUBSCRIBE, subscribe_arguments, &list, 1, read_group_list, NULL, NULL, NULL, err);
 }
 
 PUBLIC int msso_events_fd(msso_client *c, msso_error *err) {
@@ -1351,7 +1398,7 @@ PUBLIC int msso_call(msso_client *c, const char *method, const char *args, char 
         set_error(err, MSSO_E_BAD_REQUEST, "the arguments of %s are not a JSON object", method);
         return -1;
     }
-    return call(c, method, raw_object_arguments, &raw, read_raw, result, NULL, NULL, err);
+    return call(c, method, raw_object_arguments, &raw, 0, read_raw, result, NULL, NULL, err);
 }
 
 /* -- freeing ------------------------------------------------------------------------------------ */

@@ -9,6 +9,7 @@
  *   token [group=G] [resource=URL] [renew]        subscribe [GROUP]…  next TIMEOUT-MS
  *   poll TIMEOUT-MS (the events descriptor)       call METHOD [ARGS-JSON]    timeout MS
  *   fork-sign URL (a forked child signs)          errors (the table)   pid    close
+ *   account [NAME|-] (msso_set_account; none: only say which, msso_account)
  */
 #define _GNU_SOURCE
 #include "msso.h"
@@ -219,6 +220,11 @@ static int run(char **f, int n, msso_error *err) {
         if (msso_call(client, arg, n > 2 ? f[2] : NULL, &result, err) != 0) return -1;
         printf("{\"ok\":true,\"result\":%s}\n", result);
         msso_string_free(result);
+    } else if (strcmp(verb, "account") == 0) {
+        if (arg && msso_set_account(client, group_of(arg), err) != 0) return -1;
+        printf("{\"ok\":true,\"account\":");
+        quoted(msso_account(client));
+        printf("}\n");
     } else if (strcmp(verb, "timeout") == 0 && arg) {
         msso_set_timeout(client, atoi(arg));
         printf("{\"ok\":true}\n");

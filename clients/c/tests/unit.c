@@ -335,6 +335,20 @@ static void deadlines_are_never_early(void) {
     close(ends[1]);
 }
 
+/* The names msso_set_account takes are AccountName.isValid's (Sources/MSSOProtocol/AccountName.swift). */
+static void account_names(void) {
+    const char *valid[] = { "a", "admin", "0", "alice@example.com", "a.b_c-d+e", "Z9" };
+    const char *invalid[] = { "", "-admin", ".a", "@a", "+a", "_a", "a b", "a/b", "a\tb", "caf\xc3\xa9", "a:b" };
+    for (size_t i = 0; i < sizeof valid / sizeof *valid; i++) CHECK(account_name_valid(valid[i]));
+    for (size_t i = 0; i < sizeof invalid / sizeof *invalid; i++) CHECK(!account_name_valid(invalid[i]));
+    char name[66];
+    memset(name, 'a', 65);
+    name[65] = '\0';
+    CHECK(!account_name_valid(name));
+    name[64] = '\0';
+    CHECK(account_name_valid(name));
+}
+
 int main(void) {
     eight_at_a_time();
     valid_and_invalid();
@@ -346,6 +360,7 @@ int main(void) {
     hashing();
     mutations();
     deadlines_are_never_early();
+    account_names();
     if (failures) fprintf(stderr, "%d failed\n", failures);
     else printf("libmsso unit tests: all passed\n");
     return failures != 0;
