@@ -694,3 +694,71 @@ func memory(t *testing.T, key string) int64 {
 	t.Fatalf("no %s in /proc/self/status", key)
 	return 0
 }
+
+// TestAccountsChooseTheirSession runs with alice logged in as the group's default account and bob
+// as its account "admin" (Tests/e2e/test_accounts_clients.py). It writes each token it was handed,
+// by how it asked, to $MSSO_E2E_ACCOUNTS_OUT (JSON), for the test to ask the IdP whose it is; a
+// client that names no account acts as $MSSO_ACCOUNT says ("plain").
+func TestAccountsChooseTheirSession(t *testing.T) {
+	out, api := env(t, "MSSO_E2E_ACCOUNTS_OUT"), env(t, "MSSO_E2E_API")
+	client, admin := &msso.Client{}, &msso.Client{Account: "admin"}
+	defer client.Close()
+	defer admin.Close()
+	tokens := map[string]string{}
+	take := func(name string, token *msso.Token, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		secret(t, token.AccessToken)
+		tokens[name] = token.AccessToken
+	}
+	token, err := client.Token(ctx, msso.TokenRequest{})
+	take("plain", token, err)
+	token, err = admin.Token(ctx, msso.TokenRequest{})
+	take("client admin", token, err)
+	token, err = client.Token(ctx, msso.TokenRequest{Account: "admin"})
+	take("request admin", token, err)
+	token, err = admin.Token(ctx, msso.TokenRequest{Account: "default"})
+	take("request default", token, err)
+	token, err = client.WithAccount("admin").Token(ctx, msso.TokenRequest{})
+	take("view admin", token, err)
+	token, err = (&msso.TokenSource{Client: client, Account: "admin"}).Token()
+	take("token source admin", token, err)
+	headers, err := admin.Sign(ctx, msso.SignRequest{URL: "https://api.example.com/items"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordHeaders(t, headers)
+	tokens["sign admin"] = strings.TrimPrefix(headers.Get("Authorization"), "Bearer ")
+
+	// Through the transport, to a server that asks the IdP whose token it got.
+	for account, user := range map[string]string{"admin": "bob", "default": "alice"} {
+		http := &http.Client{Transport: &msso.Transport{Client: client, Account: account}}
+		if status, got := get(t, http, "GET", api+"/as/"+account, nil, ""); status != 200 || got.User != user {
+			t.Fatalf("transport as %s: %d %+v", account, status, got)
+		}
+	}
+
+	// The sessions say which account they are.
+	checked, err := admin.Check(ctx, "")
+	if err != nil || checked.Account != "admin" || checked.Username != "bob" || checked.IsDefault {
+		t.Fatalf("%+v %v", checked, err)
+	}
+	status, err := client.Status(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]msso.SessionStatus{}
+	for _, session := range status.Groups {
+		listed[session.Account] = session
+	}
+	if listed["default"].Username != "alice" || !listed["default"].IsDefault || listed["admin"].Username != "bob" ||
+		listed["admin"].IsDefault {
+		t.Fatalf("every account is listed, the default one said: %+v", status.Groups)
+	}
+	data, _ := json.Marshal(tokens)
+	if err := os.WriteFile(out, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
