@@ -27,12 +27,13 @@ extension Broker {
 
     /// The session a call about `config` names: its `account`, else the group's default
     /// (``defaultAccount(_:)``, once every account the group has is read).
-    func session(_ config: GroupConfig, _ account: String?) async throws(BrokerError) -> AccountName {
+    func session(_ config: GroupConfig, _ account: String?) async throws -> AccountName {
         if let account {
             if let problem = AccountName.problem(account) { throw BrokerError(.badRequest, problem) }
             return AccountName(group: config.name, account: account)
         }
-        if config.defaultAccount == nil { await loadSessions(of: config) }
+        // A group with one account needs nothing read to know it (nor to fail twice on a hung keyring).
+        if config.defaultAccount == nil, await knownSessions(config).count > 1 { try await loadSessions(of: config) }
         return AccountName(group: config.name, account: defaultAccount(config))
     }
 
@@ -60,16 +61,18 @@ extension Broker {
             + named.subtracting([AccountName.defaultName]).sorted().map { AccountName(group: config.name, account: $0) }
     }
 
-    /// Reads every known session of the group once, so that the default is chosen knowing them.
-    func loadSessions(of config: GroupConfig) async {
+    /// Reads every known session of the group once, so that the default is chosen knowing them;
+    /// a keyring that cannot be read says so (a damaged item reads as none: ``loadedCredentialLocked(_:)``).
+    func loadSessions(of config: GroupConfig) async throws {
         for key in await knownSessions(config) where sessions[key]?.loaded != true {
-            _ = try? await credential(key)
+            _ = try await credential(key)
         }
     }
 
     /// Refuses a login into a new account of a group that has ``AccountName/maximumPerGroup`` sessions.
-    func requireRoom(for key: AccountName, _ config: GroupConfig) async throws(BrokerError) {
-        await loadSessions(of: config)
+    func requireRoom(for key: AccountName, _ config: GroupConfig) async throws {
+        guard await !knownSessions(config).contains(key) else { return } // one it has: no new account
+        try await loadSessions(of: config)
         let held = sessions.filter { $0.key.group == config.name && $0.value.credential != nil }.map(\.key.account)
         guard !held.contains(key.account), held.count >= AccountName.maximumPerGroup else { return }
         throw BrokerError(.busy, "\"\(config.name)\" already has \(held.count) accounts logged in (\(held.sorted().joined(separator: ", "))), the most it keeps; log one out first (`msso logout --group \(config.name) --account NAME`)")

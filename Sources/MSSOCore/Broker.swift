@@ -314,7 +314,7 @@ public actor Broker {
             var keys = account == nil ? await knownSessions(config) : [try await session(config, account)]
             if account == nil {
                 // Every account with a session, and the default's always; not each one logged out long ago.
-                await loadSessions(of: config)
+                try await loadSessions(of: config)
                 let chosen = defaultAccount(config)
                 keys = keys.filter { $0.account == chosen || $0.account == AccountName.defaultName
                     || sessions[$0]?.credential != nil || sessions[$0]?.corrupt == true }

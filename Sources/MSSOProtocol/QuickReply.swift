@@ -157,14 +157,18 @@ extension Methods.Hello.Arguments: QuickCodable {
 
 extension GroupArguments: QuickCodable {
     package static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
-        arguments.group.map { [("group", .string($0))] } ?? []
+        (arguments.group.map { [("group", .string($0))] } ?? []) + (arguments.account.map { [("account", .string($0))] } ?? [])
     }
 }
 
 extension Methods.Token.Arguments: QuickCodable {
     package static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
-        (arguments.group.map { [("group", .string($0))] } ?? []) + (arguments.renew.map { [("renew", .bool($0))] } ?? [])
-            + (arguments.resource.map { [("resource", .string($0))] } ?? [])
+        var members: [(String, QuickValue)] = []
+        if let group = arguments.group { members.append(("group", .string(group))) }
+        if let account = arguments.account { members.append(("account", .string(account))) }
+        if let renew = arguments.renew { members.append(("renew", .bool(renew))) }
+        if let resource = arguments.resource { members.append(("resource", .string(resource))) }
+        return members
     }
 }
 
@@ -172,6 +176,7 @@ extension SignRequest: QuickCodable {
     package static func quickArguments(_ arguments: Self) -> [(String, QuickValue)]? {
         var members: [(String, QuickValue)] = [("method", .string(arguments.method)), ("url", .string(arguments.url))]
         if let group = arguments.group { members.append(("group", .string(group))) }
+        if let account = arguments.account { members.append(("account", .string(account))) }
         if let headers = arguments.headers { members.append(("headers", .pairs(headers))) }
         if let body = arguments.bodySHA256 { members.append(("bodySHA256", .string(body))) }
         if let nonce = arguments.dpopNonce { members.append(("dpopNonce", .string(nonce))) }
@@ -209,7 +214,7 @@ extension JSONValue {
 
 extension SessionStatus: QuickDecodable {
     package init?(quick value: JSONValue) {
-        guard value.hasOnly(["group", "state", "issuer", "username", "loggedInAt", "sessionExpiresAt", "sessionMaxAt",
+        guard value.hasOnly(["group", "account", "isDefault", "state", "issuer", "username", "loggedInAt", "sessionExpiresAt", "sessionMaxAt",
                              "accessTokenExpiresAt", "admin", "locked"]) else { return nil }
         guard let group = value["group"]?.string, let state = value["state"]?.string.flatMap(State.init(rawValue:)) else { return nil }
         func text(_ key: String) -> String?? {
@@ -218,16 +223,18 @@ extension SessionStatus: QuickDecodable {
         func time(_ key: String) -> Double?? {
             switch value[key] { case nil, .null?: return .some(nil); case .number(let n)?: return n; default: return nil }
         }
-        guard let issuer = text("issuer"), let username = text("username"), let loggedInAt = time("loggedInAt"),
+        guard let issuer = text("issuer"), let username = text("username"), let account = text("account"), let loggedInAt = time("loggedInAt"),
               let sessionExpiresAt = time("sessionExpiresAt"), let sessionMaxAt = time("sessionMaxAt"),
               let accessTokenExpiresAt = time("accessTokenExpiresAt") else { return nil }
         func flag(_ key: String) -> Bool?? {
             switch value[key] { case nil, .null?: return .some(nil); case .bool(let b)?: return b; default: return nil }
         }
-        guard let admin = flag("admin"), let locked = flag("locked") else { return nil }
+        guard let admin = flag("admin"), let locked = flag("locked"), let isDefault = flag("isDefault") else { return nil }
         self.init(group: group, state: state, issuer: issuer, username: username, loggedInAt: loggedInAt,
                   sessionExpiresAt: sessionExpiresAt, sessionMaxAt: sessionMaxAt, accessTokenExpiresAt: accessTokenExpiresAt, admin: admin)
         self.locked = locked
+        self.account = account
+        self.isDefault = isDefault
     }
 }
 

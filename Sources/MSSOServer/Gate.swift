@@ -80,6 +80,7 @@ struct Gate: Sendable {
         switch arguments {
         case .status(let args):
             if let name = args.group { decision.group = try resolve(name) } else { decision.groups = mine() }
+            if args.group == nil { decision.account = try account(args.account, of: nil, caller) }
             if caller.host != nil, let accounts = caller.forward?.accounts { decision.visibleAccounts = Set(accounts) }
             let pins = caller.registrations.compactMap(\.account)
             if caller.host == nil, !pins.isEmpty { decision.visibleAccounts = Set(pins) }

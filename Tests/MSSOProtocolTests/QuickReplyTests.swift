@@ -13,6 +13,10 @@ final class QuickReplyTests: XCTestCase {
         try same(Methods.Check.self, GroupArguments())
         try same(Methods.Token.self, .init(group: "g", renew: true))
         try same(Methods.Token.self, .init(group: "g", resource: "https://git.example.com/team/repo.git"))
+        // The account a call names (found by a helper: the command's calls dropped it).
+        try same(Methods.Sign.self, SignRequest(group: "g", account: "admin", method: "GET", url: "https://a.example/"))
+        try same(Methods.Check.self, GroupArguments(group: "g", account: "admin"))
+        try same(Methods.Token.self, .init(group: "g", account: "admin", resource: "https://git.example.com/"))
         let hello = try XCTUnwrap(Methods.Hello.quickCall(serial: 1, .init(client: "msso")))
         let decoded = try WireCodec.decode(Call<Methods.Hello.Arguments>.self, from: hello.dropFirst(4))
         XCTAssertEqual(decoded.args.version, protocolVersion)
@@ -30,6 +34,7 @@ final class QuickReplyTests: XCTestCase {
     static let replies: [String] = [
         #"{"type":"reply","serial":2,"result":{"group":"com.example.suite","state":"valid","issuer":"http://127.0.0.1:9/api/oidc","username":"alice","loggedInAt":1795000000.25,"sessionExpiresAt":1795001800,"sessionMaxAt":1795043200,"accessTokenExpiresAt":1795000300,"admin":true}}"#,
         #"{"type":"reply","serial":2,"result":{"group":"g","state":"notLoggedIn","admin":false}}"#,
+        #"{"type":"reply","serial":2,"result":{"group":"g","account":"admin","isDefault":true,"state":"valid","username":"bob"}}"#,
         #"{"type":"reply","serial":2,"result":{"group":"g","state":"valid","sessionExpiresAt":1795001800,"locked":true}}"#,
         #"{"type":"reply","serial":2,"result":{"group":"g","state":"valid","fieldOfTomorrow":1}}"#,
         #"{"type":"reply","serial":2,"result":{"headers":[["Authorization","Bearer eyJ0.a-b_c"],["DPoP","x\/y"]]}}"#,
