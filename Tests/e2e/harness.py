@@ -491,8 +491,9 @@ class Broker:
         """How many lines of the daemon's log so far hold `words`."""
         return sum(words in line for line in self.log.read_text(errors="replace").splitlines())
 
-    def login(self, user="alice", password=None, group=None):
-        argv = ["login", "--username", user, "--password-stdin"] + (["--group", group] if group else [])
+    def login(self, user="alice", password=None, group=None, account=None):
+        argv = ["login", "--username", user, "--password-stdin"] + (["--group", group] if group else []) \
+            + (["--account", account] if account else [])
         return self.msso(*argv, input=(password or PASSWORDS[user]) + "\n")
 
     def device_login(self, idp, group=None, binary=None):

@@ -359,3 +359,28 @@ def test_a_remote_host_gets_each_servers_own_minted_token(desktop, sshd):
     finally:
         broker.stop()
         idp.cleanup()
+
+
+def test_a_hosts_table_names_the_accounts_it_may_use(desktop, idp, sshd):
+    """`accounts = ["admin"]` in a host's table: a call from the host naming no account gets the
+    admin account's token (bob's), one naming another account is refused naming the table, and
+    its status shows the admin account alone; the audit row names the account."""
+    broker = forwarding_broker(desktop, idp, forward_table() + 'accounts = ["admin"]\n')
+    try:
+        assert broker.login("bob", account="admin").returncode == 0
+        command = remote("msso token; echo \"token=$?\"; msso token --account default; echo \"other=$?\"; "
+                         "msso status --json; echo \"status=$?\"")
+        done = msso_ssh(broker, sshd, command)
+        assert done.returncode == 0, done.stderr
+        codes = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line and not line.startswith(" "))
+        assert codes["token"] == "0" and codes["other"] == "7", done.stdout + done.stderr
+        token = done.stdout.splitlines()[0].strip()
+        SECRETS.add(token)
+        assert idp.introspect(token)["username"] == "bob"
+        assert "may not use the account default through the SSH forward" in done.stderr
+        status = json.loads(done.stdout[done.stdout.index("{"):done.stdout.rindex("}") + 1])
+        assert [(row["group"], row["account"]) for row in status["groups"]] == [(GROUP, "admin")]
+        rows = [row for row in json.loads(broker.msso("audit", "--json").stdout) if row.get("host") == HOST and row["verb"] == "token"]
+        assert rows and rows[0].get("account") == "admin", rows
+    finally:
+        broker.stop()
