@@ -280,6 +280,36 @@ static inline msso_secret_result msso_secret_holds_any(GCancellable *cancellable
     return result;
 }
 
+/// The accounts beside a group's default one that hold an item of `schema`: the `group` attribute
+/// of each item that begins with `prefix` (the group's name and U+001F), the rest of it, one per
+/// line, in *out (freed with msso_secret_free). Reads attributes only, which a locked keyring shows.
+static inline msso_secret_result msso_secret_accounts(const SecretSchema *schema, const char *prefix, char **out,
+                                                      GCancellable *cancellable, char **message) {
+    msso_secret_result result = MSSO_SECRET_OK;
+    SecretService *service = msso_secret_service(cancellable, &result, message);
+    if (!service) return result;
+    GError *error = NULL;
+    GHashTable *none = g_hash_table_new(g_str_hash, g_str_equal);
+    GList *items = secret_service_search_sync(service, schema, none, SECRET_SEARCH_ALL, cancellable, &error);
+    g_hash_table_unref(none);
+    g_object_unref(service);
+    if (error) return msso_secret_fail(error, message);
+    GString *names = g_string_new(NULL);
+    size_t length = strlen(prefix);
+    for (GList *l = items; l; l = l->next) {
+        GHashTable *attributes = secret_item_get_attributes(l->data);
+        const char *group = attributes ? g_hash_table_lookup(attributes, "group") : NULL;
+        if (group && strncmp(group, prefix, length) == 0 && !strchr(group + length, '\n')) {
+            g_string_append(names, group + length);
+            g_string_append_c(names, '\n');
+        }
+        if (attributes) g_hash_table_unref(attributes);
+    }
+    g_list_free_full(items, g_object_unref);
+    *out = g_string_free(names, FALSE);
+    return MSSO_SECRET_OK;
+}
+
 /// Wipes and frees a string the shim returned.
 static inline void msso_secret_free(char *text) {
     if (!text) return;

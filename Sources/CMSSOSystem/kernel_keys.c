@@ -49,3 +49,14 @@ int cmsso_keys_delete(int32_t keyring, int32_t key) {
     if (keyctl5(KEYCTL_INVALIDATE, (unsigned long)key, 0, 0, 0) == 0) return 0;
     return (int)keyctl5(KEYCTL_UNLINK, (unsigned long)key, (unsigned long)keyring, 0, 0);
 }
+
+long cmsso_keys_list(int32_t keyring, int32_t *serials, size_t capacity) {
+    long bytes = keyctl5(KEYCTL_READ, (unsigned long)keyring, (unsigned long)serials, capacity * sizeof(int32_t), 0);
+    return bytes < 0 ? bytes : bytes / (long)sizeof(int32_t);
+}
+
+long cmsso_keys_describe(int32_t key, char *buffer, size_t capacity) {
+    long length = keyctl5(KEYCTL_DESCRIBE, (unsigned long)key, (unsigned long)buffer, capacity, 0);
+    if (length > 0 && (size_t)length > capacity) return -ENOBUFS; // not all of it: not read as a name
+    return length;
+}

@@ -12,7 +12,8 @@ extension Methods.Logout.Result {
         for session in notRevoked ?? [] {
             let access = session.accessTokenExpiresAt.map { "its last access token until \(time($0))" }
             let refresh = session.refreshToken ? "its refresh token until the provider expires it" : nil
-            let valid = [access, refresh].compactMap { $0 }.joined(separator: " and ")
+            let minted = session.mintedTokens.map { "\($0) token\($0 == 1 ? "" : "s") minted for one server or app" }
+            let valid = [access, refresh, minted].compactMap { $0 }.joined(separator: " and ")
             let name = session.account.map { $0 == AccountName.defaultName ? "" : " (account \($0))" } ?? ""
             lines.append("\"\(session.group)\"\(name): not revoked at the identity provider: \(session.reason). Every app here is logged out, "
                          + (valid.isEmpty ? "and its tokens have expired." : "but a copy of its tokens taken earlier stays valid there: \(valid)."))

@@ -35,6 +35,10 @@ public actor Broker {
     /// The device or browser login of each session waiting for the user right now: one per
     /// session, joined by every further login of it (``SharedLogin``).
     var sharedLogins: [AccountName: SharedLogin] = [:]
+    /// The sessions a login of any flow is under way for.
+    var loggingIn: Set<AccountName> = []
+    /// The sessions a login is storing now, counted against ``AccountName/maximumPerGroup``.
+    var storing: Set<AccountName> = []
     /// At most this many groups have a device or browser login waiting at once (each holds an
     /// IdP poll or a loopback listener).
     public static let maximumInteractiveLogins = 4
@@ -166,6 +170,11 @@ public actor Broker {
                               prompt: @escaping @Sendable (LoginPrompt) -> Void) async throws -> SessionStatus {
         if sessions[key] == nil { sessions[key] = SessionState() }
         let logoutsBefore = sessions[key]!.logouts
+        let first = loggingIn.insert(key).inserted
+        defer {
+            if first { loggingIn.remove(key) }
+            forgetIfUnused(key)
+        }
         let dpop = config.signing.token == .dpop ? try await signingKey(config) : nil
         let tokens: TokenSet
         switch args.flow {
@@ -202,6 +211,9 @@ public actor Broker {
             }
             let previous = try? await loadedCredentialLocked(key)
             let account = try await checkAccount(config, key, args, tokens, previous: previous, now: t)
+            // Counted with the logins storing now (found by an outside test: four at once made 19).
+            try reserveRoom(for: key, config)
+            defer { storing.remove(key) }
             if key.account != AccountName.defaultName {
                 // Listed before it is stored: a session msso does not know of would outlive `logout --all`.
                 try await remember(account, config, key, required: true)
@@ -255,6 +267,7 @@ public actor Broker {
         let config = try group(name)
         try requireUnlocked(for: .extend)
         let key = try await session(config, account)
+        defer { forgetIfUnused(key) }
         let (credential, moved) = try await exclusively(key) { () async throws -> (Credential, Bool) in
             var credential = try requireValid(try await loadedCredentialLocked(key), key)
             let end = min(now() + config.sessionTimeout, credential.sessionMaxAt)
@@ -276,33 +289,50 @@ public actor Broker {
     }
 
     /// Ends sessions: deletes the stored credential, revokes the tokens at the identity provider
-    /// (bounded), announces it. One account of a group (nil: its default), or with `all` every
-    /// account of every group. Says which sessions ended, and whose tokens stay valid at the provider.
+    /// (bounded), announces it. One account of a group, or (nil) every account of the group ("log
+    /// out once, and every app is logged out": none is left for the default to fall to), or with
+    /// `all` every account of every group. Says which sessions ended, and whose tokens stay valid
+    /// at the provider.
     public func logout(_ name: String?, account: String? = nil, all: Bool) async throws -> Methods.Logout.Result {
         if all { return try await logout(everyAccountOf: nil) }
-        return try await end([try await session(try group(name), account)])
+        let config = try group(name)
+        guard let account else { return try await logout(everyAccountOf: [config.name]) }
+        return try await end([try await session(config, account)])
     }
 
-    /// Ends every session of the named groups (nil: of every group): `logout --all`.
-    public func logout(everyAccountOf names: [String]?) async throws -> Methods.Logout.Result {
+    /// Ends every session of the named groups (nil: of every group): `logout --all`; `only`: that
+    /// account's of each (a caller pinned to one).
+    public func logout(everyAccountOf names: [String]?, only account: String? = nil) async throws -> Methods.Logout.Result {
         var keys: [AccountName] = []
         for config in configuration.groups.values.sorted(by: { $0.name < $1.name }) where names?.contains(config.name) ?? true {
-            keys += await knownSessions(config)
+            if let account { keys.append(AccountName(group: config.name, account: account)); continue }
+            keys += try await knownSessions(config, stored: true)
         }
         return try await end(keys)
     }
 
+    /// Ends each session of `keys`, every one it can: one the store refuses to delete stops no
+    /// other (found by an outside test: `--all` stopped at the first), and the error then names
+    /// what ended and what did not.
     private func end(_ keys: [AccountName]) async throws -> Methods.Logout.Result {
         let configuration = self.configuration
-        var ended: [AccountName] = [], notRevoked: [Methods.Logout.NotRevoked] = []
+        var ended: [AccountName] = [], notRevoked: [Methods.Logout.NotRevoked] = [], failed: [(AccountName, BrokerError)] = []
         for key in keys {
             if sessions[key] == nil { sessions[key] = SessionState() }
             sessions[key]!.logouts += 1
-            guard let outcome = try await endSession(configuration.groups[key.group]!, key) else { continue }
-            ended.append(key)
-            if let outcome = outcome { notRevoked.append(outcome) }
+            defer { forgetIfUnused(key) }
+            do {
+                guard let outcome = try await endSession(configuration.groups[key.group]!, key) else { continue }
+                ended.append(key)
+                if let outcome = outcome { notRevoked.append(outcome) }
+            } catch let error as BrokerError {
+                failed.append((key, error))
+            }
         }
-        return Methods.Logout.Result(sessions: ended, notRevoked: notRevoked)
+        guard let (first, error) = failed.first else { return Methods.Logout.Result(sessions: ended, notRevoked: notRevoked) }
+        if ended.isEmpty, failed.count == 1 { throw error }
+        let others = failed.dropFirst().map(\.0.description)
+        throw BrokerError(error.name, "\(ended.isEmpty ? "no session was ended" : "logged out of \(ended.map(\.description).joined(separator: ", "))"), but not of \(first)\(others.isEmpty ? "" : " (nor \(others.joined(separator: ", ")))"): \(error.message)")
     }
 
     /// The state of every account of every configured group, or of one group's, or of one
@@ -311,7 +341,7 @@ public actor Broker {
         let configs = name == nil ? configuration.groups.values.sorted { $0.name < $1.name } : [try group(name)]
         var out: [SessionStatus] = []
         for config in configs {
-            var keys = account == nil ? await knownSessions(config) : [try await session(config, account)]
+            var keys = account == nil ? try await knownSessions(config, stored: true) : [try await session(config, account)]
             if account == nil {
                 // Every account with a session, and the default's always; not each one logged out long ago.
                 try await loadSessions(of: config)
@@ -320,6 +350,7 @@ public actor Broker {
                     || sessions[$0]?.credential != nil || sessions[$0]?.corrupt == true }
             }
             for key in keys {
+                defer { forgetIfUnused(key) }
                 var status = markingLock(try await status(of: config, key))
                 if status.state == .valid, let credential = sessions[key]?.credential, !credential.minted.isEmpty {
                     let now = clock.moment()
@@ -337,7 +368,9 @@ public actor Broker {
     /// account's when `account` is nil).
     public func check(_ name: String?, account: String? = nil) async throws -> SessionStatus {
         let config = try group(name)
-        return markingLock(try await status(of: config, try await session(config, account)))
+        let key = try await session(config, account)
+        defer { forgetIfUnused(key) }
+        return markingLock(try await status(of: config, key))
     }
 
     /// The headers that authenticate `request` (its URL checked by the gate: `url`), refreshing
@@ -347,6 +380,7 @@ public actor Broker {
         let decision = try SignDecision(request, url: url, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
         try requireUnlocked(for: .sign)
         let key = try await session(config, request.account)
+        defer { forgetIfUnused(key) }
         let credential = try requireValid(try await credential(key), key)
         let token = try await accessToken(config, key, credential, for: target, renew: false).token
         try requireUnlocked(for: .sign) // locked while a refresh ran
@@ -376,6 +410,7 @@ public actor Broker {
         }
         try requireUnlocked(for: .token)
         let key = try await session(config, account)
+        defer { forgetIfUnused(key) }
         let credential = try requireValid(try await credential(key), key)
         let renewing = renew && now() - (sessions[key]?.renewedAt ?? 0) >= 10
         if renewing { sessions[key]?.renewedAt = now() }
@@ -403,7 +438,7 @@ public actor Broker {
                 publishGroup(config.name)
             }
             if config.signing.token == .dpop {
-                for key in await knownSessions(config) { _ = try await endSession(config, key) }
+                for key in try await knownSessions(config, stored: true) { _ = try await endSession(config, key) }
             }
         }
         let key = try await signingKey(config)
@@ -431,7 +466,7 @@ public actor Broker {
     /// absent keyring, or a corrupt item, is logged; the group is read again on the next request.
     public func preload() async {
         for config in configuration.groups.values.sorted(by: { $0.name < $1.name }) {
-            for key in await knownSessions(config) {
+            for key in (try? await knownSessions(config, stored: true)) ?? [AccountName(group: config.name, account: AccountName.defaultName)] {
                 do { _ = try await credential(key) } catch {
                     logger.warning("could not load credential at start", metadata: ["group": "\(key.group)", "account": "\(key.account)", "error": "\(error)"])
                 }
@@ -637,6 +672,7 @@ public actor Broker {
             // The keyring first: if it refuses (locked), nothing has changed, in memory or at the
             // IdP, and the error says so. Holding the lock, no refresh can write back meanwhile.
             try await store.delete(group: key.storeName)
+            await forgetAccount(key)
             identity.forgetRescuedRefresh(config.session(key.account)) // loaded above, so any the session had was taken
             update(key) {
                 $0.credential = nil
@@ -693,10 +729,24 @@ public actor Broker {
                 accessKept = note(await identity.revoke(config, token: credential.accessToken, hint: .accessToken))
             }
         }
-        guard refreshKept || accessKept, let reason = reasons.first else { return nil }
-        return Methods.Logout.NotRevoked(group: config.name, account: key.account, reason: reason,
-                                         accessTokenExpiresAt: accessKept ? credential.accessTokenExpiresAt : nil,
-                                         refreshToken: refreshKept)
+        // The tokens minted for one server or app go too, all at once (each revocation is bounded
+        // in time): found by an outside test, they stayed usable for an hour after "revoked".
+        var mintedKept: [MintedToken] = []
+        let alive = credential.minted.filter { mintedLife($0, key).remaining(at: clock.moment()) > 0 }
+        if !alive.isEmpty {
+            let identity = self.identity
+            let outcomes = await withTaskGroup(of: (MintedToken, Revocation).self) { tasks in
+                for token in alive { tasks.addTask { (token, await identity.revoke(config, token: token.accessToken, hint: .accessToken)) } }
+                var all: [(MintedToken, Revocation)] = []
+                for await outcome in tasks { all.append(outcome) }
+                return all
+            }
+            for (token, outcome) in outcomes where note(outcome) { mintedKept.append(token) }
+        }
+        guard refreshKept || accessKept || !mintedKept.isEmpty, let reason = reasons.first else { return nil }
+        let lastAccess = ([accessKept ? credential.accessTokenExpiresAt : nil] + mintedKept.map { Optional($0.expiresAt) }).compactMap { $0 }.max()
+        return Methods.Logout.NotRevoked(group: config.name, account: key.account, reason: reason, accessTokenExpiresAt: lastAccess,
+                                         refreshToken: refreshKept, mintedTokens: mintedKept.isEmpty ? nil : mintedKept.count)
     }
 
     func emit(_ signal: SignalName, _ status: SessionStatus) {

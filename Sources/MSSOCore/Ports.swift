@@ -19,6 +19,10 @@ public protocol CredentialStore: Sendable {
     /// quota short of room for it and the answer kept beside it), nil when it could: asked before
     /// a one-use refresh token is spent. Bounded in time like every store call.
     func cannotSave(_ credential: Credential, group: String) async -> BrokerError?
+    /// The accounts of `group` besides its default one that have a credential stored (the part of
+    /// each ``AccountName/storeName`` after the group's): what `logout` ends whatever the
+    /// accounts file says. At most a few thousand are read.
+    func storedAccounts(group: String) async throws -> [String]
 }
 
 extension CredentialStore {

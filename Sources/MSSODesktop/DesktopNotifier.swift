@@ -174,10 +174,11 @@ public final class DesktopNotifier: SignalSink, ConfirmationAsker, @unchecked Se
         let session = AccountName(group: status.group, account: status.account ?? AccountName.defaultName)
         let group = Self.named(session)
         let account = status.username.map(Self.shown) ?? "an account the identity provider does not name"
+        let who = status.isDefault == true ? "Every app of \(group)" : "Every app that names the account \(Self.shown(session.account)) of \(Self.shown(session.group))"
         let body = if let previous = status.previousAccount.map(Self.shown) {
-            "Every app of \(group) now acts as \(account), no longer as \(previous). If you did not log in as \(account), run msso logout \(session.options)."
+            "\(who) now acts as \(account), no longer as \(previous). If you did not log in as \(account), run msso logout \(session.options)."
         } else {
-            "Every app of \(group) acts as \(account) from now on (the group's first account). If you did not log in as \(account), run msso logout \(session.options)."
+            "\(who) acts as \(account) from now on (\(session.account == AccountName.defaultName ? "the group's first account" : "the account's first login")). If you did not log in as \(account), run msso logout \(session.options)."
         }
         let summary = "SSO for \(group): now logged in as \(account)"
         lane.async { [self] in

@@ -117,6 +117,7 @@ public final class ChosenStore: CredentialStore, KeyStore, KeyringProbe, StoreDe
     public func save(_ credential: Credential, group: String) async throws { try await store().save(credential, group: group) }
     @discardableResult
     public func delete(group: String) async throws -> Bool { try await store().delete(group: group) }
+    public func storedAccounts(group: String) async throws -> [String] { try await store().storedAccounts(group: group) }
     public func loadKey(group: String) async throws -> StoredKey? { try await store().loadKey(group: group) }
     public func saveKey(_ key: StoredKey, group: String) async throws { try await store().saveKey(key, group: group) }
     public func probe() async -> BrokerError? { await store().probe() }

@@ -29,13 +29,34 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
 
     @discardableResult
     public func delete(group: String) async throws(BrokerError) -> Bool {
-        let home = try self.home(doing: "delete the credential of \"\(group)\"")
-        guard let key = try find(.credential, group: group, in: home, doing: "delete the credential of \"\(group)\"") else { return false }
+        let home = try self.home(doing: "delete the credential of \(StoredItem.shown(group))")
+        guard let key = try find(.credential, group: group, in: home, doing: "delete the credential of \(StoredItem.shown(group))") else { return false }
         let result = cmsso_keys_delete(home, key)
         guard result == 0 || result == -ENOKEY || result == -EKEYREVOKED else {
-            throw failure(result, doing: "delete the credential of \"\(group)\"")
+            throw failure(result, doing: "delete the credential of \(StoredItem.shown(group))")
         }
         return true
+    }
+
+    public func storedAccounts(group: String) async throws(BrokerError) -> [String] {
+        let doing = "list the accounts of \(StoredItem.shown(group))"
+        let home = try self.home(doing: doing)
+        var serials = [Int32](repeating: 0, count: 4096)
+        let count = serials.withUnsafeMutableBufferPointer { cmsso_keys_list(home, $0.baseAddress, $0.count) }
+        guard count >= 0 else { throw failure(Int32(count), doing: doing) }
+        let prefix = Self.name(.credential, group: group) + "\u{1F}"
+        var names: [String] = []
+        var buffer = [CChar](repeating: 0, count: 4096)
+        for serial in serials.prefix(min(Int(count), serials.count)) {
+            let length = buffer.withUnsafeMutableBufferPointer { cmsso_keys_describe(serial, $0.baseAddress, $0.count) }
+            guard length > 0 else { continue } // gone meanwhile, or not ours to see
+            // "user;UID;GID;PERM;DESCRIPTION": the description is after the fourth ';'.
+            let text = String(decoding: buffer.prefix(Int(length) - 1).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            let fields = text.split(separator: ";", maxSplits: 4, omittingEmptySubsequences: false)
+            guard fields.count == 5, fields[0] == "user", fields[4].hasPrefix(prefix) else { continue }
+            names.append(String(fields[4].dropFirst(prefix.count)))
+        }
+        return StoredItem.accounts(in: names)
     }
 
     public func loadKey(group: String) async throws(BrokerError) -> StoredKey? {
@@ -60,7 +81,7 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
     /// before it frees the old) and for the answer kept beside it until then (about as large).
     public func cannotSave(_ credential: Credential, group: String) async -> BrokerError? {
         guard let room = Self.quotaLeft(), let payload = try? StoredItem.encode(credential, .credential, group: group) else { return nil }
-        return room < 2 * payload.count + 1024 ? failure(-EDQUOT, doing: "store a refreshed access token of \"\(group)\" (so the refresh token was not spent)") : nil
+        return room < 2 * payload.count + 1024 ? failure(-EDQUOT, doing: "store a refreshed access token of \(StoredItem.shown(group)) (so the refresh token was not spent)") : nil
     }
 
     /// Bytes left of this uid's key quota (/proc/key-users), nil when it cannot be read.
@@ -123,7 +144,7 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
     }
 
     private func read<T: Decodable>(_ type: T.Type, _ item: StoredItem, group: String) throws(BrokerError) -> T? {
-        let doing = "read the \(item.what) of \"\(group)\""
+        let doing = "read the \(item.what) of \(StoredItem.shown(group))"
         let home = try self.home(doing: doing)
         guard let key = try find(item, group: group, in: home, doing: doing) else { return nil }
         var buffer = [UInt8](repeating: 0, count: 4096)
@@ -142,11 +163,11 @@ public final class KernelKeyringStore: CredentialStore, KeyStore, KeyringProbe, 
     }
 
     private func write<T: Encodable>(_ value: T, _ item: StoredItem, group: String) throws(BrokerError) {
-        let doing = "store the \(item.what) of \"\(group)\""
+        let doing = "store the \(item.what) of \(StoredItem.shown(group))"
         try StoredItem.requireCText(group)
         let payload = try StoredItem.encode(value, item, group: group)
         guard payload.count <= Self.maximumPayload else {
-            throw BrokerError(.keyringUnavailable, "the \(item.what) of \"\(group)\" is \(payload.count) bytes, more than a kernel key holds (\(Self.maximumPayload)), so msso could not store it; use the Secret Service (`store = \"secret-service\"`)")
+            throw BrokerError(.keyringUnavailable, "the \(item.what) of \(StoredItem.shown(group)) is \(payload.count) bytes, more than a kernel key holds (\(Self.maximumPayload)), so msso could not store it; use the Secret Service (`store = \"secret-service\"`)")
         }
         let home = try self.home(doing: doing)
         let result = payload.withUnsafeBytes { cmsso_keys_write(home, Self.name(item, group: group), $0.baseAddress, $0.count) }

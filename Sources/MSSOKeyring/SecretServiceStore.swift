@@ -39,8 +39,21 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         let (result, _, message) = await call { cancellable, message in
             (msso_secret_delete(ItemSchema.credential.pointer, group, cancellable, &message), nil)
         }
-        try check(result, message, doing: "delete the credential of \"\(group)\"")
+        try check(result, message, doing: "delete the credential of \(StoredItem.shown(group))")
         return result == MSSO_SECRET_OK
+    }
+
+    public func storedAccounts(group: String) async throws(BrokerError) -> [String] {
+        try StoredItem.requireCText(group)
+        let prefix = group + "\u{1F}"
+        let (result, list, message) = await call { cancellable, message in
+            var out: UnsafeMutablePointer<CChar>?
+            let result = msso_secret_accounts(ItemSchema.credential.pointer, prefix, &out, cancellable, &message)
+            defer { msso_secret_free(out) }
+            return (result, out.map { String(cString: $0) })
+        }
+        try check(result, message, doing: "list the accounts of \(StoredItem.shown(group))")
+        return StoredItem.accounts(in: (list ?? "").split(separator: "\n").map(String.init))
     }
 
     // MARK: Items as JSON
@@ -54,7 +67,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
             defer { msso_secret_free(secret) }
             return (result, secret.map { String(cString: $0) })
         }
-        try check(result, message, doing: "read the \(what) of \"\(group)\"")
+        try check(result, message, doing: "read the \(what) of \(StoredItem.shown(group))")
         guard result == MSSO_SECRET_OK, let secret else { return nil }
         return try StoredItem.decode(T.self, from: Data(secret.utf8), schema.item, group: group, store: "keyring")
     }
@@ -67,7 +80,7 @@ public final class SecretServiceStore: CredentialStore, KeyStore, @unchecked Sen
         let (result, _, message) = await call { cancellable, message in
             (msso_secret_store(schema.pointer, group, attribute.0, attribute.1, "msso \(what) for \(group)", payload, cancellable, &message), nil)
         }
-        try check(result, message, doing: "store the \(what) of \"\(group)\"")
+        try check(result, message, doing: "store the \(what) of \(StoredItem.shown(group))")
     }
 
     /// Runs one shim call on the keyring's lane with a cancellable that fires after `timeout`.

@@ -13,7 +13,7 @@ enum StoredItem: Sendable {
         do {
             return try JSONEncoder().encode(value)
         } catch {
-            throw BrokerError(.internal, "could not encode the \(item.what) of \"\(group)\"")
+            throw BrokerError(.internal, "could not encode the \(item.what) of \(StoredItem.shown(group))")
         }
     }
 
@@ -29,7 +29,19 @@ enum StoredItem: Sendable {
     }
 
     static func corrupt(_ item: StoredItem, group: String, store: String) -> BrokerError {
-        BrokerError(.corrupt, "the \(store)'s \(item.what) item of \"\(group)\" is damaged or not msso's; `msso logout --group \(group)` clears it")
+        BrokerError(.corrupt, "the \(store)'s \(item.what) item of \(StoredItem.shown(group)) is damaged or not msso's; `msso logout \(AccountName(storeName: group).options)` clears it")
+    }
+
+    /// A store name in sentences: "\"g\"", or "\"g\" (account admin)" (``AccountName/storeName``).
+    static func shown(_ storeName: String) -> String {
+        let parts = storeName.split(separator: "\u{1F}", maxSplits: 1, omittingEmptySubsequences: false)
+        return parts.count == 2 ? "\"\(parts[0])\" (account \(parts[1]))" : "\"\(storeName)\""
+    }
+
+    /// The account names among `names` (what follows a group's name in item names), each once;
+    /// anything else an item could be named is left out.
+    static func accounts(in names: [String]) -> [String] {
+        Array(Set(names.filter(AccountName.isValid))).sorted()
     }
 
     /// Item names reach C as strings, which end at a NUL: "adm\u{0}x" would name the item of

@@ -39,6 +39,12 @@ public struct AccountName: Codable, Sendable, Hashable, CustomStringConvertible 
         isValid(name) ? nil : "\"\(TerminalText.safe(String(name.prefix(80))))\" cannot name an account: use 1 to 64 letters, digits, `.`, `_`, `-`, `@` or `+`, beginning with a letter or digit"
     }
 
+    /// The session a ``storeName`` names.
+    public init(storeName: String) {
+        let parts = storeName.split(separator: "\u{1F}", maxSplits: 1, omittingEmptySubsequences: false)
+        self.init(group: String(parts[0]), account: parts.count == 2 ? String(parts[1]) : Self.defaultName)
+    }
+
     /// The group's default account is stored where a group's only session was stored before
     /// accounts (so an upgrade loses nothing); another account beside it, under the group's name
     /// and its own, joined by a character no group name may hold.

@@ -67,10 +67,15 @@ extension Methods {
             public var accessTokenExpiresAt: Double?
             /// Whether a refresh token stays valid too (until the provider expires it).
             public var refreshToken: Bool
+            /// How many tokens minted for one server or one app stay valid too (until
+            /// ``accessTokenExpiresAt`` at the latest); absent when none.
+            public var mintedTokens: Int?
 
-            public init(group: String, account: String? = nil, reason: String, accessTokenExpiresAt: Double?, refreshToken: Bool) {
+            public init(group: String, account: String? = nil, reason: String, accessTokenExpiresAt: Double?, refreshToken: Bool,
+                        mintedTokens: Int? = nil) {
                 self.group = group
                 self.account = account
+                self.mintedTokens = mintedTokens
                 self.reason = reason
                 self.accessTokenExpiresAt = accessTokenExpiresAt
                 self.refreshToken = refreshToken

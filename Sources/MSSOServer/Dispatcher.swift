@@ -148,7 +148,9 @@ final class Dispatcher: Sendable {
                 }
                 if status.newAccount == true {
                     // Who put the group into a new account, in the row that names the caller.
-                    detail = "new account: \(status.username ?? "unnamed")" + (status.previousAccount.map { ", was \($0)" } ?? ", the group's first")
+                    let named = status.account.flatMap { $0 == AccountName.defaultName ? nil : $0 }
+                    detail = "new account\(named.map { " \($0)" } ?? ""): \(status.username ?? "unnamed")"
+                        + (status.previousAccount.map { ", was \($0)" } ?? (named == nil ? ", the group's first" : ", the account's first"))
                 }
                 return reply(status)
             }
@@ -158,7 +160,7 @@ final class Dispatcher: Sendable {
             if let config = decision.group {
                 return later { _ in reply(try await broker.logout(config.name, account: decision.account, all: false)) }
             }
-            return later { _ in reply(try await broker.logout(everyAccountOf: decision.groups)) }
+            return later { _ in reply(try await broker.logout(everyAccountOf: decision.groups, only: decision.account)) }
         case .status:
             return later { _ in
                 var all = try await broker.status(decision.group?.name, account: decision.account)

@@ -95,6 +95,7 @@ struct Gate: Sendable {
             decision.account = try account(args.account, of: nil, caller)
         case .logout(let args) where args.all == true:
             decision.groups = mine()
+            decision.account = try account(nil, of: nil, caller) // a pinned app's `--all` ends its account alone
         case .check(let args): decision.group = try resolve(args.group)
         case .login(let args): decision.group = try resolve(args.group)
         case .extend(let args): decision.group = try resolve(args.group)
@@ -114,7 +115,10 @@ struct Gate: Sendable {
         case .hello, .ping, .apps, .audit, .diagnose, .lock, .unlock, .forward:
             break
         }
-        if let config = decision.group { decision.account = try account(arguments.accountNamed, of: config, caller) }
+        if let config = decision.group {
+            decision.account = try account(arguments.accountNamed, of: config, caller)
+            if case .login(let args) = arguments, let named = args.account { try mayLogIn(named, of: config, caller) }
+        }
         if access == .adminGroups, let config = decision.group, !config.admin {
             throw BrokerError(.forbidden, "the login password is given only to groups the administrator defined; \"\(config.name)\" comes from the user's own configuration")
         }
@@ -177,6 +181,22 @@ struct Gate: Sendable {
             throw BrokerError(.forbidden, "\(caller.described) asked for the account \(named) of \(group), but its registration (app \"\(pin.name)\", \(pin.source)) pins it to the account \(pin.account!); ask for that one, or change its `account` there")
         }
         return pin.account
+    }
+
+    /// Adding an account to a group is the user's act, as `newAccount` is (found by an outside
+    /// test: an app, a Flatpak and a remote host each logged a new account in, which became what
+    /// every app acted as): a login naming an account comes from the user's own tools or root
+    /// (the session-start module), or from an app its registration pins to that account, or a
+    /// host whose table lists it.
+    private func mayLogIn(_ account: String, of config: GroupConfig, _ caller: Caller) throws(BrokerError) {
+        guard account != AccountName.defaultName else { return } // the group's own, under the account rules as ever
+        switch caller.role {
+        case .ownTool, .root: return
+        case .forwarded where caller.forward?.accounts?.contains(account) == true: return
+        case .app where caller.registrations.contains { $0.groups.contains(config.name) && $0.account == account }: return
+        case .app, .forwarded:
+            throw BrokerError(.forbidden, "\(caller.described) may not log \"\(config.name)\" in to the account \(account) by name: adding an account is yours to do, with `msso login --group \(config.name) --account \(account)`; an app may log in to the account its registration pins (`account`), a host to those its [forward] table lists (`accounts`)")
+        }
     }
 
     /// Throws unless the caller's role may ask for `action` at all: its row's cell, a host's

@@ -91,10 +91,13 @@ struct Login: ParsableCommand {
     /// What a login that made its account the group's says: which account every app now acts as.
     static func newAccountNote(_ status: SessionStatus) -> String {
         let account = status.username ?? "an account the identity provider does not name"
+        let session = AccountName(group: status.group, account: status.account ?? AccountName.defaultName)
+        let which = session.account == AccountName.defaultName ? "the account of \"\(status.group)\"" : "the account \(session.account) of \"\(status.group)\""
+        let apps = status.isDefault == true ? "every app of the group" : "every app that names the account \(session.account)"
         if let previous = status.previousAccount {
-            return "\(account) is now the account of \"\(status.group)\", in place of \(previous): every app of the group acts as \(account)."
+            return "\(account) is now \(which), in place of \(previous): \(apps) acts as \(account)."
         }
-        return "\(account) is now the account of \"\(status.group)\": a later login as another account is refused unless you run `msso login --group \(status.group) --new-account`."
+        return "\(account) is now \(which): a later login to it as another user is refused unless you run `msso login \(session.options) --new-account`."
     }
 
     /// The browser flow where this session can show a browser (a display, and xdg-open to open

@@ -81,6 +81,11 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
     }
 
     func item(_ group: String) -> Credential? { lock.withLock { items[group] } }
+
+    func storedAccounts(group: String) async throws -> [String] {
+        let prefix = group + "\u{1F}"
+        return lock.withLock { items.keys.filter { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) } }
+    }
     var counts: (loads: Int, saves: Int) { lock.withLock { (loads, saves) } }
 
     func load(group: String) async throws -> Credential? {
@@ -102,9 +107,13 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
         }
     }
 
+    /// Items whose delete is refused (as the kernel refuses a key whose permissions were taken away).
+    var undeletable: Set<String> = []
+
     func delete(group: String) async throws -> Bool {
         try lock.withLock {
             if locked { throw BrokerError(.keyringLocked, "locked") }
+            if undeletable.contains(group) { throw BrokerError(.keyringUnavailable, "refused") }
             return items.removeValue(forKey: group) != nil || corrupt.remove(group) != nil
         }
     }

@@ -56,6 +56,19 @@ final class MintingTests: XCTestCase {
         XCTAssertTrue(signed.allSatisfy { $0.hasPrefix("Bearer minted-") })
     }
 
+    /// Found by an outside test: a logout revoked the session's tokens and left those minted for
+    /// each server usable until they expired, while it answered "revoked".
+    func testLogoutRevokesTheTokensMintedForEachServerToo() async throws {
+        let broker = try makeBroker()
+        try await login(broker)
+        let forGit = try await Self.sign(broker, git).replacingOccurrences(of: "Bearer ", with: "")
+        let forKube = try await Self.sign(broker, kube, url: "https://k8s.example.com/x").replacingOccurrences(of: "Bearer ", with: "")
+        let ended = try await broker.logout(nil, all: false)
+        XCTAssertEqual(ended.revoked, true)
+        let revoked = Set(idp.counts.revoked)
+        XCTAssertTrue(revoked.isSuperset(of: [forGit, forKube]), "\(revoked)")
+    }
+
     func testAHeldTokenIsServedWithoutTheIdPAndRenewedWithinTheLead() async throws {
         let broker = try makeBroker()
         try await login(broker)

@@ -176,8 +176,95 @@ final class SeveralAccountsTests: XCTestCase {
         _ = try await broker.subscribe(mine, groups: nil, account: "admin")
         try await login(broker, nil)
         try await login(broker, "admin", as: "bob")
-        _ = try await broker.logout(group, account: nil, all: false)
+        _ = try await broker.logout(group, account: "default", all: false)
         XCTAssertEqual(mine.signals.compactMap(\.status?.account), ["admin"])
     }
-}
 
+    /// Found by an outside test: `msso logout` said "Logged out" and the group went on signing
+    /// as the other account, which the default had fallen to.
+    func testALogoutNamingNoAccountEndsEveryAccountOfTheGroupAndTheDefaultNeverFallsToAnother() async throws {
+        let broker = await makeBroker()
+        try await login(broker, nil)
+        try await login(broker, "admin", as: "bob")
+        let ended = try await broker.logout(group, all: false)
+        XCTAssertEqual(Set(ended.sessions ?? []), [home, admin], "every account of the group")
+        try await login(broker, nil)
+        try await login(broker, "admin", as: "bob")
+        _ = try await broker.logout(group, account: "default", all: false)
+        let after = try await broker.check(group)
+        XCTAssertEqual(after.account, "default", "the default stays the default, logged out")
+        XCTAssertEqual(after.state, .notLoggedIn)
+        let refused = await refusal { try await self.token(broker, nil) }
+        XCTAssertEqual(refused?.name, .notLoggedIn, "no sign as bob")
+    }
+
+    // MARK: Found by an outside test (blind attack, this round)
+
+    func testLogoutAllEndsEveryStoredAccountWhateverTheAccountsFileSays() async throws {
+        let broker = await makeBroker()
+        try await login(broker, nil)
+        try await login(broker, "admin", as: "bob")
+        let lost = await makeBroker(MemoryAccounts()) // the file deleted, mssod started again
+        let ended = try await lost.logout(nil, all: true)
+        XCTAssertEqual(Set(ended.sessions ?? []), [home, admin])
+        XCTAssertNil(store.item(admin.storeName), "no session outlives logout --all")
+    }
+
+    func testALoggedOutAccountIsForgottenSoTheFileHoldsOnlyAccountsWithASession() async throws {
+        let accounts = MemoryAccounts()
+        let broker = await makeBroker(accounts)
+        for n in 0..<40 {
+            try await login(broker, "a\(n)", as: "user\(n)")
+            _ = try await broker.logout(group, account: "a\(n)", all: false)
+        }
+        XCTAssertEqual(accounts.accounts.keys.filter { $0.contains("\u{1F}") }, [], "each named account went with its session")
+    }
+
+    func testMadeUpAccountNamesLeaveNothingBehind() async throws {
+        let broker = await makeBroker()
+        try await login(broker, nil)
+        for n in 0..<500 {
+            _ = try await broker.check(group, account: "made-up-\(n)")
+            _ = try? await broker.logout(group, account: "gone-\(n)", all: false)
+            _ = try? await broker.token(group, account: "nobody-\(n)", renew: false)
+        }
+        let held = await broker.sessions.count
+        XCTAssertEqual(held, 1, "only the real session is held in memory")
+        let listed = try await broker.status(nil)
+        XCTAssertEqual(listed.map(\.account), ["default"])
+    }
+
+    func testConcurrentLoginsOfNewAccountsStopAtSixteen() async throws {
+        let broker = await makeBroker()
+        for n in 0..<(AccountName.maximumPerGroup - 2) { try await login(broker, "a\(n)", as: "user\(n)") }
+        store.saveDelay = 20_000_000 // the logins overlap while they store
+        let idp = self.idp
+        let outcomes = await withTaskGroup(of: Bool.self) { tasks in
+            for n in 0..<6 {
+                tasks.addTask {
+                    idp.logInAs("new\(n)", subject: "new\(n)-sub")
+                    return (try? await broker.login(LoginArguments(account: "n\(n)", flow: .password, username: "new\(n)", password: "right")) { _, _ in }) != nil
+                }
+            }
+            var all: [Bool] = []
+            for await outcome in tasks { all.append(outcome) }
+            return all
+        }
+        XCTAssertEqual(outcomes.filter { $0 }.count, 2, "two places were left")
+        let held = try await broker.status(nil).filter { $0.state == .valid }.count
+        XCTAssertEqual(held, AccountName.maximumPerGroup)
+    }
+
+    func testLogoutAllGoesPastASessionTheStoreWillNotDeleteAndSaysWhich() async throws {
+        let broker = await makeBroker()
+        try await login(broker, nil)
+        try await login(broker, "admin", as: "bob")
+        try await login(broker, "ops", as: "carol")
+        store.undeletable = [admin.storeName]
+        let error = await refusal { try await broker.logout(nil, all: true) }
+        XCTAssertEqual(error?.name, .keyringUnavailable)
+        XCTAssertTrue(error?.message.contains("but not of \"\(group)\" (account admin)") == true, error?.message ?? "")
+        XCTAssertNil(store.item(group))
+        XCTAssertNil(store.item(AccountName(group: group, account: "ops").storeName), "the one after it ended too")
+    }
+}

@@ -318,7 +318,16 @@ final class GateTests: XCTestCase {
                      { .logout(.init(group: "corp", account: $0)) }] as [(String?) -> CallArguments] {
             XCTAssertEqual(account("sandbox", [registration("admin")], call: verb).error?.name, .forbidden, "every verb about a group")
         }
+        XCTAssertEqual(try account(nil, [registration("admin")], call: { _ in .logout(.init(all: true)) }).get(), "admin",
+                       "a pinned app's logout --all ends its account alone (found by an outside test)")
+        XCTAssertEqual(try account(nil, [registration(nil)], call: { _ in .logout(.init(all: true)) }).get(), nil)
+        // Adding an account is the user's: an app logs in only to its pinned account by name.
+        let login = { (name: String?) -> CallArguments in .login(LoginArguments(group: "corp", account: name, flow: .device)) }
+        XCTAssertEqual(account("zzz", [registration(nil)], call: login).error?.name, .forbidden, "an unpinned app names a new account")
+        XCTAssertEqual(try account("admin", [registration("admin")], call: login).get(), "admin", "its pinned one")
+        XCTAssertEqual(try account("default", [registration(nil)], call: login).get(), "default")
         var table = ForwardRule(host: "build01", groups: [mine], confirm: false)
+        XCTAssertEqual(account("zzz", [], forward: table, call: login).error?.name, .forbidden, "a host without accounts names one")
         XCTAssertEqual(try account("sandbox", [], forward: table).get(), "sandbox", "a table without accounts: any")
         table.accounts = ["admin", "ops"]
         XCTAssertEqual(try account(nil, [], forward: table).get(), "admin", "the first the table lists")

@@ -115,8 +115,13 @@ def test_minted_tokens_outlive_a_restart_and_end_with_the_session(per_resource):
     daemon.restart()
     assert bearer(daemon.msso("sign", "--url", f"{git}x.git")) == for_git, "stored with the session, not minted again"
     assert daemon.logged("minted an access token") == 1
-    assert daemon.msso("logout").returncode == 0
+    for_api = bearer(daemon.msso("sign", "--url", f"{api}api"))
+    assert idp.introspect(for_git)["active"] and idp.introspect(for_api)["active"]
+    done = daemon.msso("logout", "--json")
+    assert done.returncode == 0 and json.loads(done.stdout).get("revoked") is True, done.stdout
     assert daemon.msso("sign", "--url", f"{git}x.git").returncode == 2
+    # Each minted token revoked at the provider too (found by an outside test: usable an hour on).
+    assert not idp.introspect(for_git)["active"] and not idp.introspect(for_api)["active"]
 
 
 @pytest.mark.skipif(not KUBECTL.exists(), reason="Debian's kubectl is unpacked by scripts/setup")

@@ -237,4 +237,12 @@ int32_t cmsso_keys_write(int32_t keyring, const char *description, const void *p
 /// it was linked). 0 or -errno.
 int cmsso_keys_delete(int32_t keyring, int32_t key);
 
+/// The serials of the keys linked in `keyring`, at most `capacity`: how many it holds (more than
+/// `capacity` when they did not all fit), or -errno.
+long cmsso_keys_list(int32_t keyring, int32_t *serials, size_t capacity);
+
+/// A key's "type;uid;gid;perm;description", NUL-terminated, in `buffer`: its length with the
+/// NUL, or -errno.
+long cmsso_keys_describe(int32_t key, char *buffer, size_t capacity);
+
 #endif
