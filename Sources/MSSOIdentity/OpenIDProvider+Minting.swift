@@ -149,6 +149,12 @@ extension OpenIDProvider {
             if !named.contains(wanted) {
                 return BrokerError(.resourceRefused, "\(idp) answered a request for \(what) with one for \(named.map { "\"\(TerminalText.safe(String($0.prefix(200))))\"" }.joined(separator: ", ")), so msso does not send it there; if the provider knows the server by another name, give it in [groups.\"\(group.name)\".audiences], else try `token_request = \"\(mechanism == .resource ? "exchange" : "resource")\"` or `tokens = \"shared\"`")
             }
+            // A token for this server alone: one that another entry's server would take too is
+            // not (found by an outside test: ["git", "kubernetes"] was handed out as git's).
+            let others = (group.resources?.entries ?? []).filter { $0 != resource }.map { Self.serverNames(group, $0).expected }
+            if let shared = named.first(where: { $0 != wanted && others.contains($0) }) {
+                return BrokerError(.resourceRefused, "\(idp) answered a request for \(what) with one that \"\(TerminalText.safe(String(shared.prefix(200))))\", another entry of the group's `resources`, takes too, so msso does not hand it out (a token for one server must open no other); ask the provider for one audience per token, or use `tokens = \"shared\"`")
+            }
         }
         return nil
     }
