@@ -213,6 +213,51 @@ with open_dbus_connection(bus=sys.argv[1]) as bus:
 """
 
 
+# The Secret Service items whose attributes include those of the JSON object argv[2] (argv[1]: the
+# bus), as JSON on standard output: each item's label, attributes, secret (text) and content type.
+READ_ITEMS = """
+import json, sys
+from jeepney import DBusAddress, Properties, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+with open_dbus_connection(bus=sys.argv[1]) as bus:
+    service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                          interface="org.freedesktop.Secret.Service")
+    session = bus.send_and_get_reply(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))), timeout=10).body[1]
+    unlocked, locked = bus.send_and_get_reply(new_method_call(service, "SearchItems", "a{ss}", (json.loads(sys.argv[2]),)),
+                                              timeout=10).body
+    items = []
+    for path in unlocked:
+        item = DBusAddress(path, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item")
+        label = bus.send_and_get_reply(Properties(item).get("Label"), timeout=10).body[0][1]
+        attributes = bus.send_and_get_reply(Properties(item).get("Attributes"), timeout=10).body[0][1]
+        _, _, value, content_type = bus.send_and_get_reply(new_method_call(item, "GetSecret", "o", (session,)), timeout=10).body[0]
+        items.append({"label": label, "attributes": attributes, "secret": bytes(value).decode(), "contentType": content_type})
+    print(json.dumps({"items": items, "locked": len(locked)}))
+"""
+
+# Writes one item into the default collection, replacing one with the same attributes (argv[1]:
+# the bus; standard input: {"label", "attributes", "secret", "contentType"}), as libsecret's
+# secret_service_store_sync does.
+WRITE_ITEM = """
+import json, sys
+from jeepney import DBusAddress, new_method_call
+from jeepney.io.blocking import open_dbus_connection
+item = json.load(sys.stdin)
+with open_dbus_connection(bus=sys.argv[1]) as bus:
+    service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets",
+                          interface="org.freedesktop.Secret.Service")
+    session = bus.send_and_get_reply(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))), timeout=10).body[1]
+    collection = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets",
+                             interface="org.freedesktop.Secret.Collection")
+    properties = {"org.freedesktop.Secret.Item.Label": ("s", item["label"]),
+                  "org.freedesktop.Secret.Item.Attributes": ("a{ss}", item["attributes"])}
+    secret = (session, b"", item["secret"].encode(), item["contentType"])
+    reply = bus.send_and_get_reply(new_method_call(collection, "CreateItem", "a{sv}(oayays)b", (properties, secret, True)),
+                                   timeout=10)
+    assert reply.body[1] == "/", "no prompt: the collection is unlocked"
+"""
+
+
 class Desktop:
     """A user session: throwaway HOME and runtime dir, a private session bus, a real keyring.
 
@@ -339,6 +384,18 @@ class Desktop:
         secret = self.run(["secret-tool", "lookup", "xdg:schema", schema, "group", group]).stdout
         return attributes, (json.loads(secret) if secret else None)
 
+    def secret_items(self, **attributes):
+        """Every unlocked item of the Secret Service whose attributes include `attributes`, read over
+        D-Bus as the desktop's user: [{"label", "attributes", "secret", "contentType"}]."""
+        done = self.run([sys.executable, "-c", READ_ITEMS, self.bus_address, json.dumps(attributes)], check=True)
+        return json.loads(done.stdout)["items"]
+
+    def store_secret_item(self, label, attributes, secret, content_type):
+        """Writes an item as any program of the user can (the form another msso, say an earlier
+        release, wrote its items in), replacing the one with the same attributes."""
+        self.run([sys.executable, "-c", WRITE_ITEM, self.bus_address], check=True, input=json.dumps(
+            {"label": label, "attributes": attributes, "secret": secret, "contentType": content_type}))
+
     def cleanup(self):
         self.stop_keyring()
         try:
@@ -392,9 +449,10 @@ class Broker:
         if start:
             self.start()
 
-    def register(self, name, executables, groups, admin=None, sha256=None, scopes=None):
+    def register(self, name, executables, groups, admin=None, sha256=None, scopes=None, account=None):
         """An apps.d file registering executables for groups, in the admin's or the user's directory
-        (by default, where the broker's configuration is)."""
+        (by default, where the broker's configuration is); `account` pins the apps to one account
+        of their groups."""
         admin = self.admin_files if admin is None else admin
         directory = (self.admin_dir if admin else self.user_dir) / "apps.d"
         directory.mkdir(parents=True, exist_ok=True)
@@ -406,6 +464,8 @@ class Broker:
                 lines.append(f"sha256 = {json.dumps(sha256)}")
             if scopes is not None:
                 lines.append(f"scopes = {json.dumps(scopes)}")
+            if account is not None:
+                lines.append(f"account = {json.dumps(account)}")
         (directory / f"{name}.toml").write_text("\n".join(lines) + "\n")
         if not admin:
             self.desktop.chown(directory.parent.parent, recursive=True)  # the user's ~/.config
