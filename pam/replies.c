@@ -27,11 +27,31 @@ static int get_time(const json_doc *doc, uint32_t object, const char *key, time_
     return 1;
 }
 
-/* `admin` is optional (a broker from before it existed): absent means not the admin's. */
-static int get_admin(const json_doc *doc, uint32_t object, int *admin) {
-    long at = json_get_unique(doc, object, "admin");
-    *admin = json_is(doc, at, JSON_TRUE);
+/* An optional flag (`admin`, `isDefault`: a broker from before it existed sends none): absent
+ * means false; anything but true or false is malformed. */
+static int get_flag(const json_doc *doc, uint32_t object, const char *key, int *flag) {
+    long at = json_get_unique(doc, object, key);
+    *flag = json_is(doc, at, JSON_TRUE);
     return at == -1 || json_is(doc, at, JSON_TRUE) || json_is(doc, at, JSON_FALSE) ? 0 : -1;
+}
+
+int msso_account_valid(const char *name) {
+    size_t length = strlen(name);
+    if (length < 1 || length > MSSO_MAX_ACCOUNT) return 0;
+    for (size_t i = 0; i < length; i++) {
+        unsigned char c = (unsigned char)name[i];
+        int alphanumeric = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alphanumeric && (i == 0 || !strchr(".-_@+", c))) return 0; /* strchr: c is never NUL here */
+    }
+    return 1;
+}
+
+/* `account` is optional (a broker from before accounts: its one session is the group's default
+ * account's, and "" says so); when given, a name the broker's rule allows. */
+static int get_account(const json_doc *doc, uint32_t object, char *account) {
+    int found = msso_get_string(doc, object, "account", MSSO_MAX_ACCOUNT, account);
+    if (found == 0) account[0] = '\0';
+    return found == 0 || (found == 1 && msso_account_valid(account)) ? 0 : -1;
 }
 
 static int read_state(const json_doc *doc, uint32_t object, msso_state *state) {
@@ -63,7 +83,8 @@ static int unused_fields_valid(const json_doc *doc, uint32_t object) {
 static int read_session(const json_doc *doc, uint32_t object, msso_session *session) {
     if (!json_is(doc, object, JSON_OBJECT)) return -1;
     if (msso_get_string(doc, object, "group", MSSO_MAX_NAME, session->group) != 1 || !session->group[0]) return -1;
-    if (read_state(doc, object, &session->state) != 0 || get_admin(doc, object, &session->admin) != 0) return -1;
+    if (read_state(doc, object, &session->state) != 0 || get_flag(doc, object, "admin", &session->admin) != 0) return -1;
+    if (get_account(doc, object, session->account) != 0 || get_flag(doc, object, "isDefault", &session->is_default) != 0) return -1;
     int has_end = get_time(doc, object, "sessionExpiresAt", &session->end);
     if (has_end < 0 || !unused_fields_valid(doc, object)) return -1;
     session->has_end = has_end;

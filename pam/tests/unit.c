@@ -102,8 +102,10 @@ static char *with_session(const char *session, const char *value) {
 /* Tests/e2e/fake_broker.py's hostile replies, at the level of the frame, and the keys given twice
  * that json-c used to read as their last value: each is no broker. */
 static void hostile_replies_are_refused(void) {
-    static char long_group[400], long_message[1200], many[8192], deep[MSSO_MAX_FRAME];
+    static char long_group[400], long_message[1200], many[8192], deep[MSSO_MAX_FRAME], long_account[100], longest_account[100];
     snprintf(long_group, sizeof long_group, "\"%0256d\"", 0);
+    snprintf(long_account, sizeof long_account, "\"account\":\"a%064d\"", 0);
+    snprintf(longest_account, sizeof longest_account, "\"account\":\"a%063d\"", 0);
     snprintf(long_message, sizeof long_message, "{\"type\":\"error\",\"serial\":%d,\"error\":\"Internal\",\"message\":\"%01025d\"}", SERIAL, 0);
     size_t at = (size_t)snprintf(many, sizeof many, "{\"groups\":[");
     for (int i = 0; i < 65; i++) at += (size_t)snprintf(many + at, sizeof many - at, "%s{\"group\":\"g%d\",\"state\":\"valid\"}", i ? "," : "", i);
@@ -152,6 +154,13 @@ static void hostile_replies_are_refused(void) {
         { other, "\"group\":\"h\"" }, { other, "\"gr\\u006fup\":\"g\"" }, { other, "\"state\":\"expired\"" },
         { other, "\"admin\":true,\"admin\":false" }, { other, "\"sessionExpiresAt\":1795001800,\"sessionExpiresAt\":1795001801" },
         { other, "\"username\":\"a\",\"username\":\"b\"" },
+        /* Accounts: a name outside the broker's rule (AccountName.swift), a flag that is no flag. */
+        { other, "\"account\":5" }, { other, "\"account\":null" }, { other, "\"account\":\"\"" }, { other, long_account },
+        { other, "\"account\":\"a b\"" }, { other, "\"account\":\"-rf\"" }, { other, "\"account\":\".x\"" },
+        { other, "\"account\":\"a/b\"" }, { other, "\"account\":\"a\\u001b[2J\"" }, { other, "\"account\":\"\\u00e9\"" },
+        { other, "\"account\":\"a\\u001fb\"" }, { other, "\"account\":[\"admin\"]" }, { other, "\"isDefault\":\"yes\"" },
+        { other, "\"isDefault\":null" }, { other, "\"isDefault\":1" }, { other, "\"account\":\"a\",\"account\":\"b\"" },
+        { other, "\"isDefault\":true,\"isDefault\":false" },
     };
     for (size_t i = 0; i < sizeof sessions / sizeof *sessions; i++) {
         char *reply = with_session(sessions[i].session, sessions[i].value);
@@ -160,7 +169,8 @@ static void hostile_replies_are_refused(void) {
     /* The same sessions with a value they may hold are read (the cases above fail for their value). */
     const struct { const char *session, *value; } fine[] = {
         { group, "\"g\"" }, { state, "\"expired\"" }, { other, "\"admin\":false" }, { other, "\"sessionExpiresAt\":253402300799" },
-        { other, "\"username\":\"\\u00e9\"" },
+        { other, "\"username\":\"\\u00e9\"" }, { other, "\"account\":\"admin\"" }, { other, longest_account },
+        { other, "\"account\":\"A.b_c-d@e+f9\"" }, { other, "\"account\":\"7\"" }, { other, "\"isDefault\":false" },
     };
     for (size_t i = 0; i < sizeof fine / sizeof *fine; i++) {
         char *reply = with_session(fine[i].session, fine[i].value);
@@ -196,15 +206,20 @@ static void honest_replies_are_read(void) {
         " {\"serial\":7, \"type\":\"reply\", \"result\":{\"groups\":[{\"group\":\"com.example.\\u00e9\\\"\",\"state\":\"expired\","
         "\"issuer\":\"https:\\/\\/idp.example\",\"username\":\"alice\",\"loggedInAt\":1795000000.25,\"sessionExpiresAt\":1795001800.5,"
         "\"sessionMaxAt\":1795043200,\"accessTokenExpiresAt\":1795000300,\"admin\":true,\"fieldOfTomorrow\":[{}]},"
-        "{\"group\":\"g\",\"state\":\"notLoggedIn\"}]}} \n",
+        "{\"group\":\"g\",\"state\":\"notLoggedIn\"},"
+        "{\"group\":\"g\",\"account\":\"admin\",\"isDefault\":true,\"state\":\"valid\"}]}} \n",
     };
     CHECK(status_answered_by(answer, 2, &sessions) == MSSO_OK);
-    CHECK(sessions.count == 2);
+    CHECK(sessions.count == 3);
     CHECK(strcmp(sessions.items[0].group, "com.example.\xc3\xa9\"") == 0);
     CHECK(sessions.items[0].state == MSSO_EXPIRED && sessions.items[0].admin == 1);
     CHECK(sessions.items[0].has_end && sessions.items[0].end == 1795001800);
     CHECK(strcmp(sessions.items[1].group, "g") == 0 && sessions.items[1].state == MSSO_NOT_LOGGED_IN);
     CHECK(!sessions.items[1].admin && !sessions.items[1].has_end);
+    /* A broker without accounts names none: its session is the group's one, "" and not marked. */
+    CHECK(sessions.items[0].account[0] == '\0' && !sessions.items[0].is_default && sessions.items[1].account[0] == '\0');
+    CHECK(strcmp(sessions.items[2].account, "admin") == 0 && sessions.items[2].is_default);
+    CHECK(msso_account_valid("a") && msso_account_valid("9.x_y-z@e+f") && !msso_account_valid("") && !msso_account_valid("+a"));
 
     /* An error's message, unescaped (shown through msso_printable, which replaces the newline). */
     int peer;
