@@ -2,12 +2,14 @@
  * and talks to the user; all logic stays in the broker.
  *
  *   auth      with `login`: keeps the password the stack read, for the session's SSO login
- *   account   with `enforce`: fails unless every group's SSO session is valid, as said by the
- *             installed mssod (peer.c): any other answer fails closed
- *   session   open: SSO login with the kept password (with `login`; only to the installed mssod),
- *             then one line per group saying whether the SSO session is valid, marked as the
- *             broker's word only when it is not the installed mssod; close: logout (with
- *             `logout_on_close`)
+ *   account   with `enforce`: fails unless every group's default account's SSO session is
+ *             valid, as said by the installed mssod (peer.c): any other answer fails closed
+ *   session   open: SSO login with the kept password (with `login`; only to the installed mssod;
+ *             into the account named like the login user where the group has one, else the
+ *             group's default account), then one line per account of each group saying whether
+ *             its SSO session is valid, marked as the broker's word only when it is not the
+ *             installed mssod; close: logout (with `logout_on_close`) of every account of the
+ *             named groups (or of every group)
  *
  * Arguments: group=NAME (repeatable; none means every configured group), timeout=MS (default
  * 1000), socket=PATH (default /run/user/%u/msso/broker.sock, %u = the user's uid), mssod=PATH
@@ -146,23 +148,38 @@ static void clock_time(char *out, size_t size, const msso_session *s) {
     if (s->has_end && localtime_r(&s->end, &tm)) strftime(out, size, "%H:%M", &tm);
 }
 
-/* One line for a group's SSO session, in the user's words. */
+/* Whether the session is of the account named "default" (or of a broker without accounts): it is
+ * named by its group alone, as `msso status` names it. */
+static int unnamed_account(const msso_session *s) {
+    return !s->account[0] || strcmp(s->account, MSSO_DEFAULT_ACCOUNT) == 0;
+}
+
+/* One line for one account of a group, in the user's words: the group's name, and the account's
+ * unless it is the unnamed one ("G (account admin)", "G (account work, the default)"), with the
+ * command's arguments that name it ("--group G --account admin"). */
 static void tell(pam_handle_t *pamh, const options *o, const msso_session *s) {
-    char until[32];
+    char until[32], name[MSSO_MAX_NAME + MSSO_MAX_ACCOUNT + 32], which[MSSO_MAX_NAME + MSSO_MAX_ACCOUNT + 32];
     clock_time(until, sizeof until, s);
     const char *g = s->group;
+    if (unnamed_account(s)) {
+        snprintf(name, sizeof name, "%s", g);
+        snprintf(which, sizeof which, "--group %s", g);
+    } else {
+        snprintf(name, sizeof name, "%s (account %s%s)", g, s->account, s->is_default ? ", the default" : "");
+        snprintf(which, sizeof which, "--group %s --account %s", g, s->account);
+    }
     switch (s->state) {
     case MSSO_VALID:
-        if (!o->quiet) say(pamh, PAM_TEXT_INFO, "SSO %s: valid until %s.", g, until);
+        if (!o->quiet) say(pamh, PAM_TEXT_INFO, "SSO %s: valid until %s.", name, until);
         break;
     case MSSO_EXPIRED:
-        say(pamh, PAM_TEXT_INFO, "SSO %s: expired at %s; run `msso login --group %s`.", g, until, g);
+        say(pamh, PAM_TEXT_INFO, "SSO %s: expired at %s; run `msso login %s`.", name, until, which);
         break;
     case MSSO_CORRUPT:
-        say(pamh, PAM_TEXT_INFO, "SSO %s: the stored SSO credential is damaged; run `msso logout --group %s`.", g, g);
+        say(pamh, PAM_TEXT_INFO, "SSO %s: the stored SSO credential is damaged; run `msso logout %s`.", name, which);
         break;
     case MSSO_NOT_LOGGED_IN:
-        say(pamh, PAM_TEXT_INFO, "SSO %s: not logged in; run `msso login --group %s`.", g, g);
+        say(pamh, PAM_TEXT_INFO, "SSO %s: not logged in; run `msso login %s`.", name, which);
         break;
     }
 }
@@ -177,23 +194,43 @@ static void cleanup_password(pam_handle_t *pamh, void *data, int error_status) {
 }
 
 /* Logs `user` in to `group` with the password (password grant), written straight into the call's
- * frame, which is wiped once sent (broker.c). */
-static void login_one(pam_handle_t *pamh, msso_broker *b, const char *group, const char *user, const char *password) {
+ * frame, which is wiped once sent (broker.c): into `account` when one is given, else into the
+ * group's default account (the call names none). */
+static void login_one(pam_handle_t *pamh, msso_broker *b, const char *group, const char *account, const char *user,
+                      const char *password) {
+    char name[MSSO_MAX_NAME + MSSO_MAX_ACCOUNT + 16];
+    if (account) snprintf(name, sizeof name, "%s (account %s)", group, account);
+    else snprintf(name, sizeof name, "%s", group);
     json_call *call = begin_for_group(b, MSSO_METHOD_LOGIN, group);
+    if (account) json_call_string(call, "account", account);
     json_call_string(call, "flow", "password");
     json_call_string(call, "username", user);
     json_call_string(call, "password", password);
     msso_reply reply = { 0 };
     msso_status status = msso_broker_call(b, &reply);
-    if (status == MSSO_ERROR_REPLY) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: %s", group, reply.message);
-    else if (status == MSSO_UNSENDABLE) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the user name or password is not UTF-8 text.", group);
-    else if (status != MSSO_OK) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the broker did not answer in time.", group);
+    if (status == MSSO_ERROR_REPLY) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: %s", name, reply.message);
+    else if (status == MSSO_UNSENDABLE) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the user name or password is not UTF-8 text.", name);
+    else if (status != MSSO_OK) say(pamh, PAM_ERROR_MSG, "SSO %s: login failed: the broker did not answer in time.", name);
     msso_reply_free(&reply);
 }
 
 static int any_admin_group(const msso_sessions *sessions) {
     for (size_t i = 0; i < sessions->count; i++)
         if (sessions->items[i].admin) return 1;
+    return 0;
+}
+
+/* Whether an entry before the `i`th is of the same group (a group is logged in to once). */
+static int group_seen_before(const msso_sessions *sessions, size_t i) {
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(sessions->items[j].group, sessions->items[i].group) == 0) return 1;
+    return 0;
+}
+
+/* Whether the group has an account named `name` (one the broker listed, so a valid name). */
+static int group_has_account(const msso_sessions *sessions, const char *group, const char *name) {
+    for (size_t i = 0; i < sessions->count; i++)
+        if (strcmp(sessions->items[i].group, group) == 0 && strcmp(sessions->items[i].account, name) == 0) return 1;
     return 0;
 }
 
@@ -245,18 +282,36 @@ static int login_with_kept_password(pam_handle_t *pamh, const options *o, msso_b
         any_admin_group(&sessions)) {
         refused = !broker_trusted(pamh, o, b, why, sizeof why);
         if (refused) say(pamh, PAM_ERROR_MSG, "SSO: not sending your password: %s", why);
-        for (size_t i = 0; i < sessions.count && !refused; i++)
-            if (sessions.items[i].admin) login_one(pamh, b, sessions.items[i].group, user, data);
+        /* Once per group: into the account named like the login user when the group has one (a
+         * user name that is no account name matches none), else into its default account. */
+        for (size_t i = 0; i < sessions.count && !refused; i++) {
+            const msso_session *s = &sessions.items[i];
+            if (!s->admin || group_seen_before(&sessions, i)) continue;
+            login_one(pamh, b, s->group, user[0] && group_has_account(&sessions, s->group, user) ? user : NULL, user, data);
+        }
     }
     msso_reply_free(&error);
     pam_set_data(pamh, PASSWORD_KEY, NULL, NULL); /* replacing runs the cleanup: wiped and freed */
     return refused;
 }
 
-/* PAM's answer for the account phase, from the sessions: all valid, or the worst of them. */
+/* Whether the account phase judges the `i`th session: each group's default account (the session
+ * every app gets that names no account), or every session of a group the broker named no default
+ * for (a broker without accounts, whose one session is the default's; or one that named none,
+ * which then fails closed). The group's other accounts are shown at session start, never judged. */
+static int judged(const msso_sessions *sessions, size_t i) {
+    const msso_session *s = &sessions->items[i];
+    if (s->is_default) return 1;
+    for (size_t j = 0; j < sessions->count; j++)
+        if (sessions->items[j].is_default && strcmp(sessions->items[j].group, s->group) == 0) return 0;
+    return 1;
+}
+
+/* PAM's answer for the account phase, from the sessions judged: all valid, or the worst of them. */
 static int account_code(const msso_sessions *sessions) {
     int code = PAM_SUCCESS;
     for (size_t i = 0; i < sessions->count; i++) {
+        if (!judged(sessions, i)) continue;
         msso_state state = sessions->items[i].state;
         if (state == MSSO_EXPIRED && code == PAM_SUCCESS) code = PAM_ACCT_EXPIRED;
         else if (state != MSSO_VALID && state != MSSO_EXPIRED) code = PAM_PERM_DENIED;
@@ -357,6 +412,28 @@ PUBLIC int pam_sm_open_session(pam_handle_t *pamh, int flags, int argc, const ch
     return PAM_SUCCESS; /* telling, never blocking: `enforce` in the account phase blocks */
 }
 
+/* Logs out every account of `group` that the broker lists (a logout names one account, and `all`
+ * would end every group's, not only this one's); the group's default account alone when the list
+ * cannot be read. How many logouts were answered. */
+static int logout_group(msso_broker *b, const char *group, msso_reply *reply) {
+    msso_sessions sessions;
+    sessions.count = 0;
+    begin_for_group(b, MSSO_METHOD_STATUS, group);
+    if (msso_broker_call(b, reply) != MSSO_OK || msso_read_status(&reply->doc, reply->result, &sessions) != 0) sessions.count = 0;
+    int done = 0;
+    for (size_t i = 0; i < sessions.count; i++) {
+        if (strcmp(sessions.items[i].group, group) != 0) continue; /* (a status of one group lists that group's alone) */
+        json_call *call = begin_for_group(b, MSSO_METHOD_LOGOUT, group);
+        if (sessions.items[i].account[0]) json_call_string(call, "account", sessions.items[i].account);
+        done += msso_broker_call(b, reply) == MSSO_OK;
+    }
+    if (done == 0) { /* nothing listed, or nothing answered: the group's default account, as a logout naming none */
+        begin_for_group(b, MSSO_METHOD_LOGOUT, group);
+        done += msso_broker_call(b, reply) == MSSO_OK;
+    }
+    return done;
+}
+
 PUBLIC int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, const char **argv) {
     (void)flags;
     options o;
@@ -366,11 +443,11 @@ PUBLIC int pam_sm_close_session(pam_handle_t *pamh, int flags, int argc, const c
     if (open_broker(pamh, &o, &b) != MSSO_OK) return PAM_SUCCESS;
     int done = 0;
     msso_reply reply = { 0 };
-    for (int i = 0; i < (o.group_count ? o.group_count : 1); i++) {
-        json_call *call = begin_for_group(&b, MSSO_METHOD_LOGOUT, o.group_count ? o.groups[i] : NULL);
-        if (o.group_count == 0) json_call_true(call, "all");
+    if (o.group_count == 0) {
+        json_call_true(begin_for_group(&b, MSSO_METHOD_LOGOUT, NULL), "all"); /* every account of every group */
         done += msso_broker_call(&b, &reply) == MSSO_OK;
     }
+    for (int i = 0; i < o.group_count; i++) done += logout_group(&b, o.groups[i], &reply);
     msso_reply_free(&reply);
     char why[512];
     if (done && !broker_trusted(pamh, &o, &b, why, sizeof why))

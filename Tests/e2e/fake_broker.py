@@ -117,6 +117,33 @@ SCENARIOS = {
     "honest": (status(session(state="notLoggedIn")), f"info: SSO {GROUP}: not logged in"),
 }
 
+# Several accounts per group, for pam_msso alone (hostile_replies.py holds the libraries to the list
+# above): each account shown, the login password sent to the account named like the login user
+# (the PAM driver's is alice) or to the default, and a name outside the broker's rule (1 to 64
+# letters, digits, . _ - @ +, beginning with a letter or digit) refused as no broker.
+ACCOUNTS = (session(account="default", state="notLoggedIn"), session(account="admin", isDefault=True),
+            session(account="work", state="expired"))
+ACCOUNT_SCENARIOS = {
+    "account-escapes": (status(session(account=ESCAPES)), UNREACHABLE),
+    "account-too-long": (status(session(account="a" * 65)), UNREACHABLE),
+    "account-number": (status(session(account=7)), UNREACHABLE),
+    "account-null": (status(session(account=None)), UNREACHABLE),
+    "account-empty": (status(session(account="")), UNREACHABLE),
+    "account-an-option": (status(session(account="-rf")), UNREACHABLE),
+    "account-a-path": (status(session(account="../x")), UNREACHABLE),
+    "is-default-string": (status(session(isDefault="yes")), UNREACHABLE),
+    "accounts": (status(*ACCOUNTS), [
+        f"info: SSO {GROUP}: not logged in; run `msso login --group {GROUP}`.",
+        f"info: SSO {GROUP} (account admin, the default): valid until ",
+        f"info: SSO {GROUP} (account work): expired at "]),
+    "accounts-none-the-default": (status(session(account="admin"), session(account="work", state="notLoggedIn")),
+                                  [f"info: SSO {GROUP} (account work): not logged in; run `msso login --group {GROUP} --account work`."]),
+    "account-like-the-user": (status(session(account="default", isDefault=True), session(account="alice", state="notLoggedIn")),
+                              [f"info: SSO {GROUP} (account alice): not logged in"]),
+    "no-account-like-the-user": (status(session(account="default", isDefault=True, state="notLoggedIn"), session(account="alice2"),
+                                        session(account="admin")), [f"info: SSO {GROUP}: not logged in"]),
+}
+
 
 def read_exactly(conn, n, record):
     data = b""
@@ -151,7 +178,7 @@ def serve(conn, record, responder):
 
 def main():
     path, record, name, *then_exec = sys.argv[1:]
-    responder = SCENARIOS[name][0]
+    responder = {**SCENARIOS, **ACCOUNT_SCENARIOS}[name][0]
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(path)
     listener.listen()

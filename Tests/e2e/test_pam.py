@@ -20,7 +20,7 @@ import pytest
 
 import fake_broker
 from faults import copy_secret
-from harness import BIN, GROUP, PYTHON, ROOT, Broker, Desktop, answers, as_uid, free_port, wait_for
+from harness import BIN, GROUP, PASSWORDS, PYTHON, ROOT, SECRETS, Broker, Desktop, answers, as_uid, free_port, wait_for
 
 DRIVER = ROOT / "pam" / "tests" / "pam_driver"
 MODULE = ROOT / "pam" / "pam_msso.so"
@@ -253,6 +253,98 @@ def test_close_session_can_log_out(stack, broker):
     assert broker.msso("check").returncode == 2
 
 
+def msso_login(broker, user, account=None):
+    argv = ["login", "--username", user, "--password-stdin", *(["--account", account] if account else [])]
+    done = broker.msso(*argv, input=PASSWORDS[user] + "\n")
+    assert done.returncode == 0, done.stderr
+    return json.loads(broker.msso("check", "--json", *(["--account", account] if account else [])).stdout)
+
+
+def until(status):
+    return time.strftime("%H:%M", time.localtime(status["sessionExpiresAt"]))
+
+
+def test_open_session_shows_every_account_of_the_group(stack, broker):
+    alices = msso_login(broker, "alice")
+    bobs = msso_login(broker, "bob", account="admin")
+    stack.service(["session optional MODULE"])
+    out = stack.run("open_session")
+    assert f"info: SSO {GROUP}: valid until {until(alices)}." in out, out
+    assert f"info: SSO {GROUP} (account admin): valid until {until(bobs)}." in out, out
+    assert broker.msso("logout", "--account", "admin").returncode == 0
+    out = stack.run("open_session")
+    assert f"info: SSO {GROUP}: valid until {until(alices)}." in out, out
+    assert f"info: SSO {GROUP} (account admin): not logged in; run `msso login --group {GROUP} --account admin`." in out, out
+
+
+def test_the_login_password_logs_in_to_the_account_named_like_the_login_user(stack, broker, desktop):
+    """bob is the group's default account; alice (the PAM user) has an account of her own name, logged
+    out: her password goes there, not to bob's, which would refuse it."""
+    msso_login(broker, "bob")
+    msso_login(broker, "alice", account="alice")
+    assert broker.msso("logout", "--account", "alice").returncode == 0
+    bobs = desktop.keyring_item()
+    stack.service(LOGIN_STACK)
+    out = stack.run("authenticate", "open_session")
+    assert "login failed" not in out, out
+    assert f"info: SSO {GROUP} (account alice): valid until" in out, out
+    mine = json.loads(broker.msso("check", "--json", "--account", "alice").stdout)
+    assert (mine["state"], mine["username"]) == ("valid", "alice")
+    assert desktop.keyring_item() == bobs, "the default account, bob's, untouched"
+
+
+def pam_logins(broker):
+    return [row for row in json.loads(broker.msso("audit", "--json").stdout)
+            if row["verb"] == "login" and row["executable"] == str(DRIVER.resolve())]
+
+
+def test_without_an_account_of_its_name_the_password_logs_in_to_the_default_account_once(stack, broker):
+    """alice's group has her default account and bob's admin, none named alice: her password logs in
+    to the default account, once (not once per account listed), and leaves admin alone."""
+    alices = msso_login(broker, "alice")
+    bobs = msso_login(broker, "bob", account="admin")
+    wait_for(lambda: time.time() > alices["loggedInAt"] + 0.01, what="a later login time")
+    stack.service(LOGIN_STACK)
+    out = stack.run("authenticate", "open_session")
+    assert "login failed" not in out, out
+    assert f"info: SSO {GROUP}: valid until" in out and f"info: SSO {GROUP} (account admin): valid until {until(bobs)}." in out, out
+    again = broker.status_json()
+    assert again["username"] == "alice" and again["loggedInAt"] > alices["loggedInAt"], "logged in again by the module"
+    assert len(pam_logins(broker)) == 1, "one login per group, however many accounts it has"
+    assert json.loads(broker.msso("check", "--json", "--account", "admin").stdout)["loggedInAt"] == bobs["loggedInAt"]
+
+
+def test_enforce_judges_each_groups_default_account(stack, broker):
+    """A logged-out account beside a valid default one does not fail the account phase; the default
+    account does."""
+    msso_login(broker, "alice")
+    msso_login(broker, "bob", account="admin")
+    assert broker.msso("logout", "--account", "admin").returncode == 0
+    stack.service(["account required MODULE enforce"])
+    out = stack.run("acct_mgmt")
+    assert result(out, "acct_mgmt")[:2] == ("Success", 0), out
+    assert broker.msso("logout").returncode == 0
+    out = stack.run("acct_mgmt")
+    assert result(out, "acct_mgmt")[:2] == ("Permission denied", 6), out
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["group=", "every-group"])
+def test_close_session_logs_out_every_account(stack, broker, desktop, idp, named):
+    """On a shared machine the session's close ends each account, not only the default one: with
+    group= (a logout names one account) as without (`all`). Every token ends at glewlwyd too."""
+    msso_login(broker, "alice")
+    msso_login(broker, "bob", account="admin")
+    tokens = [desktop.keyring_item(group)[1][kind] for group in (GROUP, f"{GROUP}\x1fadmin")
+              for kind in ("accessToken", "refreshToken")]
+    SECRETS.update(tokens)
+    stack.service(["session optional MODULE logout_on_close" + (f" group={GROUP}" if named else "")])
+    out = stack.run("close_session")
+    assert "info: SSO: logged out." in out, out
+    states = [(s["account"], s["state"]) for s in json.loads(broker.msso("status", "--json").stdout)["groups"]]
+    assert states == [("default", "notLoggedIn"), ("admin", "notLoggedIn")], states
+    assert not any(idp.introspect(token)["active"] for token in tokens)
+
+
 class Listener:
     """A Unix socket that records whether anyone sent it a byte."""
 
@@ -366,9 +458,10 @@ class FakeBroker:
         self.record.unlink()
 
 
-@pytest.mark.parametrize("scenario", [name for name in fake_broker.SCENARIOS if name != "honest"])
-def test_nothing_a_hostile_broker_sends_crashes_the_module_or_reaches_the_terminal(tmp_path, scenario):
-    _, expected = fake_broker.SCENARIOS[scenario]
+def against_fake(tmp_path, scenario):
+    """The driver's authenticate, acct_mgmt (enforce) and open_session (login) against
+    fake_broker.py's `scenario`: what it printed (checked to hold no control character), and every
+    byte the fake was sent."""
     path = tmp_path / "broker.sock"
     fake = FakeBroker(path, scenario)
     try:
@@ -378,16 +471,59 @@ def test_nothing_a_hostile_broker_sends_crashes_the_module_or_reaches_the_termin
         stack.service([*LOGIN_STACK[:2], "account required MODULE enforce timeout=500",
                        "session optional MODULE login timeout=500"])
         out = stack.run("authenticate", "acct_mgmt", "open_session", raw=True)  # exited normally
+        received = fake.received()
     finally:
         fake.stop()
     assert b"\x1b" not in out
     text = out.decode("utf-8")  # valid UTF-8 throughout
     assert not CONTROL.search(text), text
     assert result(text, "open_session")[:2] == ("Success", 0), text
+    return text, received
+
+
+@pytest.mark.parametrize("scenario", [name for name in fake_broker.SCENARIOS if name != "honest"])
+def test_nothing_a_hostile_broker_sends_crashes_the_module_or_reaches_the_terminal(tmp_path, scenario):
+    _, expected = fake_broker.SCENARIOS[scenario]
+    text, _ = against_fake(tmp_path, scenario)
     assert expected in text, text
     if expected in (fake_broker.UNREACHABLE, fake_broker.NO_ANSWER):
         assert result(text, "acct_mgmt")[1] == 9, "enforce fails closed: PAM_AUTHINFO_UNAVAIL"
         assert "SSO com.example" not in text, "nothing of a malformed reply is shown"
+
+
+def login_calls(received: bytes) -> list[dict]:
+    """The arguments of every `login` call in what a fake broker was sent."""
+    calls, at = [], 0
+    while at + 4 <= len(received):
+        length = int.from_bytes(received[at:at + 4], "big")
+        call = json.loads(received[at + 4:at + 4 + length])
+        at += 4 + length
+        if call.get("method") == "login":
+            calls.append(call["args"])
+    return calls
+
+
+@pytest.mark.parametrize("scenario", list(fake_broker.ACCOUNT_SCENARIOS))
+def test_each_account_a_broker_lists_is_shown_and_a_name_outside_the_rule_is_no_broker(tmp_path, scenario):
+    _, expected = fake_broker.ACCOUNT_SCENARIOS[scenario]
+    text, received = against_fake(tmp_path, scenario)
+    if expected == fake_broker.UNREACHABLE:
+        assert expected in text and result(text, "acct_mgmt")[1] == 9, text
+        assert "SSO com.example" not in text and not login_calls(received), "nothing of a malformed reply is shown or sent"
+        return
+    for line in expected:
+        assert line in text, text
+    opened = text.split("\nacct_mgmt: ", 1)[1]  # what the session's start showed: a line per account
+    shown = [line for line in opened.splitlines() if line.startswith("info: SSO com.example")]
+    assert len(shown) == {"accounts": 3, "accounts-none-the-default": 2}.get(scenario, len(shown)), text
+    calls = login_calls(received)
+    # The password once per group: into the account named like the login user (alice) where the
+    # group has one, else into the default account, the call naming none.
+    assert [call.get("account") for call in calls] == (["alice"] if scenario == "account-like-the-user" else [None]), calls
+    assert all(call["username"] == "alice" and call["group"] == fake_broker.GROUP for call in calls), calls
+    # enforce judges each group's default account alone; a group whose accounts name no default, all of them.
+    assert result(text, "acct_mgmt")[1] == {"accounts": 0, "accounts-none-the-default": 6, "account-like-the-user": 0,
+                                            "no-account-like-the-user": 6}[scenario], text
 
 
 # --- Who gets the login password -----------------------------------------------------------------
