@@ -130,13 +130,16 @@ public actor Broker {
     ///
     /// The login must come back as the group's account (``AccountRules``), else it is refused and
     /// nothing is stored.
-    public func login(_ args: LoginArguments, requester: String? = nil,
+    public func login(_ args: LoginArguments, requester: String? = nil, mayAddAccount: Bool = true,
                       prompt: @escaping @Sendable (LoginPrompt, _ joined: Bool) -> Void) async throws -> SessionStatus {
         let config = try group(args.group)
         try requireUnlocked(for: .login(args))
         await loadAccounts()
         try requireUnlocked(for: .login(args))
         let key = try await session(config, args.account)
+        if !mayAddAccount, key.account != AccountName.defaultName, try await !knownSessions(config, stored: true).contains(key) {
+            throw BrokerError(.forbidden, "\(requester ?? "this program") may not add the account \(key.account) to \"\(config.name)\": adding an account is yours to do, with `msso login \(key.options)`; an app may add the account its registration pins (`account`), a host those its [forward] table lists (`accounts`)")
+        }
         try await requireRoom(for: key, config)
         let setsAccount = AccountRules.maySetAccount(config, newAccount: args.newAccount == true, remembered: accountBook.account(of: config, key))
         if let running = sharedLogins[key], !running.abandoned {

@@ -136,7 +136,7 @@ final class Dispatcher: Sendable {
             let requester = caller.host == nil ? "\(caller.described) (pid \(caller.pid))" : caller.described
             return later { [args] detail in
                 let name = args.group!
-                let status = try await broker.login(args, requester: requester) { prompt, joined in
+                let status = try await broker.login(args, requester: requester, mayAddAccount: decision.mayAddAccount) { prompt, joined in
                     switch prompt {
                     case .device(let device):
                         connection.post(WireCodec.frame(Signal(signal: .devicePrompt, group: name, serial: serial, prompt: device,

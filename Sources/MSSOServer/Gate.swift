@@ -47,6 +47,8 @@ struct Decision: Sendable {
     /// The account of the group the call is about: the one it names, or its registration's
     /// (`account`); nil: the group's default, which the broker knows.
     var account: String?
+    /// For a `login` naming an account: whether it may be one the group does not have yet.
+    var mayAddAccount = true
     /// For `status` about several groups: the only accounts the caller may see (its registrations'
     /// pins, its host's `accounts`); nil: every account.
     var visibleAccounts: Set<String>?
@@ -117,7 +119,7 @@ struct Gate: Sendable {
         }
         if let config = decision.group {
             decision.account = try account(arguments.accountNamed, of: config, caller)
-            if case .login(let args) = arguments, let named = args.account { try mayLogIn(named, of: config, caller) }
+            if case .login(let args) = arguments, let named = args.account { decision.mayAddAccount = mayAdd(named, of: config, caller) }
         }
         if access == .adminGroups, let config = decision.group, !config.admin {
             throw BrokerError(.forbidden, "the login password is given only to groups the administrator defined; \"\(config.name)\" comes from the user's own configuration")
@@ -183,19 +185,17 @@ struct Gate: Sendable {
         return pin.account
     }
 
-    /// Adding an account to a group is the user's act, as `newAccount` is (found by an outside
-    /// test: an app, a Flatpak and a remote host each logged a new account in, which became what
-    /// every app acted as): a login naming an account comes from the user's own tools or root
-    /// (the session-start module), or from an app its registration pins to that account, or a
-    /// host whose table lists it.
-    private func mayLogIn(_ account: String, of config: GroupConfig, _ caller: Caller) throws(BrokerError) {
-        guard account != AccountName.defaultName else { return } // the group's own, under the account rules as ever
+    /// Whether the caller may add `account` to the group by logging in to it (the broker refuses
+    /// the login of a new account otherwise; an account the group has is logged in to under the
+    /// account rules, whoever asks). Adding an account is the user's act, as `newAccount` is
+    /// (found by an outside test: an app, a Flatpak and a remote host each logged a new account
+    /// in, which became what every app acted as): the user's own tools or root (the session-start
+    /// module), an app its registration pins to that account, a host whose table lists it.
+    private func mayAdd(_ account: String, of config: GroupConfig, _ caller: Caller) -> Bool {
         switch caller.role {
-        case .ownTool, .root: return
-        case .forwarded where caller.forward?.accounts?.contains(account) == true: return
-        case .app where caller.registrations.contains { $0.groups.contains(config.name) && $0.account == account }: return
-        case .app, .forwarded:
-            throw BrokerError(.forbidden, "\(caller.described) may not log \"\(config.name)\" in to the account \(account) by name: adding an account is yours to do, with `msso login --group \(config.name) --account \(account)`; an app may log in to the account its registration pins (`account`), a host to those its [forward] table lists (`accounts`)")
+        case .ownTool, .root: true
+        case .forwarded: caller.forward?.accounts?.contains(account) == true
+        case .app: caller.registrations.contains { $0.groups.contains(config.name) && $0.account == account }
         }
     }
 

@@ -267,4 +267,24 @@ final class SeveralAccountsTests: XCTestCase {
         XCTAssertNil(store.item(group))
         XCTAssertNil(store.item(AccountName(group: group, account: "ops").storeName), "the one after it ended too")
     }
+
+    /// Found by an outside test: an app, a Flatpak and a remote host each added an account, which
+    /// then became what every app acted as. One that may not add accounts (the gate says which)
+    /// logs in to those the group has, under the account rules, and is refused a new one.
+    func testACallerThatMayNotAddAccountsLogsInOnlyToThoseTheGroupHas() async throws {
+        let broker = await makeBroker()
+        try await login(broker, "admin", as: "bob")
+        idp.logInAs("bob", subject: "bob-sub")
+        let again = try await broker.login(LoginArguments(account: "admin", flow: .password, username: "bob", password: "right"),
+                                           mayAddAccount: false) { _, _ in }
+        XCTAssertEqual(again.account, "admin")
+        let refused = await refusal {
+            try await broker.login(LoginArguments(account: "zzz", flow: .password, username: "bob", password: "right"),
+                                   requester: "app1 (pid 7)", mayAddAccount: false) { _, _ in }
+        }
+        XCTAssertEqual(refused?.name, .forbidden)
+        XCTAssertTrue(refused?.message.contains("app1 (pid 7) may not add the account zzz") == true, refused?.message ?? "")
+        XCTAssertNil(store.item(AccountName(group: group, account: "zzz").storeName))
+        XCTAssertEqual(idp.counts.refreshes, 0)
+    }
 }

@@ -250,6 +250,8 @@ def test_kubectls_exec_plugin_takes_an_account_in_the_kubeconfig(broker, idp, tm
 # -- a login and a logout of one account, through the library --------------------------------------
 
 def test_the_python_library_logs_an_account_in_and_out_naming_it(broker, idp):
+    # Adding the account is the user's (msso login); an app then logs in to it by name.
+    assert broker.login("bob", account="sandbox").returncode == 0
     with msso.Client(broker.socket, account="sandbox") as client:
         logged_in = client.login("bob", PASSWORDS["bob"])
         assert (logged_in["account"], logged_in["username"]) == ("sandbox", "bob")

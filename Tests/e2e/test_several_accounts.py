@@ -147,7 +147,7 @@ def test_logout_of_one_account_leaves_the_other_signing_and_all_ends_both_at_the
             assert user_of(idp, ended[kind]) is None, f"{ended['username']}'s {kind} is still active at glewlwyd"
     assert item(desktop) is None and item(desktop, ADMIN_ITEM) is None
     states = {(s["account"], s["state"]) for s in json.loads(two.msso("status", "--json").stdout)["groups"]}
-    assert states == {("default", "notLoggedIn"), ("admin", "notLoggedIn")}, states
+    assert states == {("default", "notLoggedIn")}, states  # an account logged out is no longer listed
 
 
 # ---- A session stored by the previous release ------------------------------------------------
