@@ -133,6 +133,49 @@ public struct Resources: Equatable, Sendable {
         }
     }
 
+    /// Where the URL's origin has more than one entry, the first segment of its path (decoded as
+    /// ``resolvedPath(_:)`` decodes) that is not plain: a segment of letters, digits and
+    /// `-._~!$&'()*+,=@` that is neither `.` nor `..`. Nil when every one is, or when one entry
+    /// alone covers the origin. Servers read other segments in ways past counting (found by an
+    /// outside test: IIS drops trailing spaces and `::$INDEX_ALLOCATION`, others full-width dots),
+    /// so where two entries meet msso hands out neither token for such a path.
+    public func unplainSegment(_ url: String) -> String? {
+        guard prefixes.count > 1 else { return nil }
+        return Array(url.utf8).withUnsafeBufferPointer { b -> String? in
+            guard let parts = Self.parts(b) else { return nil }
+            let host = b[parts.host].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+            guard prefixes.filter({ $0.https == parts.https && $0.port == parts.port && $0.host == host }).count > 1 else { return nil }
+            let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,=@".utf8)
+            for raw in b[parts.path].split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true) {
+                let decoded = Self.decoded(Array(raw))
+                if decoded == [UInt8(ascii: ".")] || decoded == [UInt8(ascii: "."), UInt8(ascii: ".")] || !decoded.allSatisfy(allowed.contains) {
+                    return String(decoding: raw.prefix(200), as: UTF8.self)
+                }
+            }
+            return nil
+        }
+    }
+
+    /// A segment percent-decoded until nothing more decodes (``resolvedPath(_:)``'s rule).
+    static func decoded(_ segment: [UInt8]) -> [UInt8] {
+        var bytes = segment
+        while bytes.contains(UInt8(ascii: "%")) {
+            var out: [UInt8] = [], k = 0
+            while k < bytes.count {
+                if bytes[k] == UInt8(ascii: "%"), k + 2 < bytes.count, isHex(bytes[k + 1]), isHex(bytes[k + 2]) {
+                    out.append(hexValue(bytes[k + 1]) << 4 | hexValue(bytes[k + 2]))
+                    k += 3
+                } else {
+                    out.append(bytes[k])
+                    k += 1
+                }
+            }
+            if out == bytes { break }
+            bytes = out
+        }
+        return bytes
+    }
+
     /// A path as the most lenient server reads it: each segment percent-decoded until nothing more
     /// decodes (`%uXXXX` too, as IIS does; an encoded slash or backslash then splits it), cut at
     /// its first `;` (Java servers drop a segment's parameters), `?`, `#` (a server that decodes

@@ -144,6 +144,9 @@ struct Gate: Sendable {
                 // Never a token of one server for a request another would take: found by an outside test.
                 throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is under \(entry) as msso reads it, but a server that reads it by its bytes, or resolves its path (dot segments, `;` parameters, `//`, percent-encoding, case, trailing dots), reads it as under \(other), and the access group \"\(config.name)\" mints a token for each; send the request to its path resolved")
             }
+            if let segment = resources.unplainSegment(url) {
+                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" has the path segment \"\(segment)\", and where two entries of \"\(config.name)\" share a server msso mints neither's token for a segment that servers may read as another (a space, a tab, a colon, a percent sign once decoded, a character beyond ASCII, `.` or `..`); send the request to its plain path (letters, digits and -._~!$&'()*+,=@ in each segment)")
+            }
             resource = entry
         }
         guard caller.registrations.contains(where: { $0.scopes != nil }) else { return TokenTarget(resource: resource) }

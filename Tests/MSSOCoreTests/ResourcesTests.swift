@@ -173,4 +173,23 @@ final class ResourcesTests: XCTestCase {
             XCTAssertTrue("\(error)".hasPrefix("/c.toml:4: `resources`: expected an array of strings"), "\(error)")
         }
     }
+
+    /// Found by an outside test: paths a lenient server reads under `/team/` (IIS drops trailing
+    /// spaces and NTFS stream names; others read full-width dots) got the root entry's token.
+    /// Where two entries share a server, only plain segments get either.
+    func testWhereTwoEntriesShareAServerOnlyPlainSegmentsGetAToken() throws {
+        let resources = try Resources(["https://x.example.com/", "https://x.example.com/team/", "https://other.example.com/"])
+        for url in ["https://x.example.com/team%20/a", "https://x.example.com/team.%20/a", "https://x.example.com/team%20./a",
+                    "https://x.example.com/TEAM%20/a", "https://x.example.com/team::$INDEX_ALLOCATION/a",
+                    "https://x.example.com/team:$i30:$INDEX_ALLOCATION/a", "https://x.example.com/team%09/a",
+                    "https://x.example.com/x/..%20/team/a", "https://x.example.com/team/..%20/a",
+                    "https://x.example.com/team/%ef%bc%8e%ef%bc%8e/a", "https://x.example.com/team/..%u2215a",
+                    "https://x.example.com/team/%252e%252e/a", "https://x.example.com/a/./b", "https://x.example.com/a%2fb"] {
+            XCTAssertNotNil(resources.unplainSegment(url), url)
+        }
+        for url in ["https://x.example.com/team/repo.git/info/refs?service=git-upload-pack", "https://x.example.com/api/v1/pods",
+                    "https://x.example.com/team/a-b_c~d.e@f", "https://other.example.com/a%20b/c:d", "https://x.example.com/"] {
+            XCTAssertNil(resources.unplainSegment(url), url)
+        }
+    }
 }

@@ -94,6 +94,13 @@ def test_a_path_a_server_resolves_into_the_other_servers_entry_gets_neither_toke
         assert refused.returncode == 7, (path, refused.stdout, refused.stderr)
         assert "reads it as under" in refused.stderr, refused.stderr
         assert daemon.msso("token", "--resource", f"{api}{path}").returncode == 7
+    # And a third's (blind): trailing spaces and tabs, NTFS stream names, full-width dots, `..%u2215`:
+    # where two entries share a server, a segment that is not plain gets neither token.
+    for path in ["git%20/suite.git", "git.%20/suite.git", "git::$INDEX_ALLOCATION/suite.git", "git%09/suite.git",
+                 "git/%ef%bc%8e%ef%bc%8e/api", "git/..%u2215api", "x/..%20/git/suite.git"]:
+        refused = daemon.msso("sign", "--url", f"{api}{path}")
+        assert refused.returncode == 7, (path, refused.stdout, refused.stderr)
+        assert "plain path" in refused.stderr or "reads it as under" in refused.stderr, refused.stderr
     assert daemon.logged("minted an access token") == 0
 
 
