@@ -92,8 +92,14 @@ struct Apps: ParsableCommand {
                 let existing = (apps.registrations + apps.ignored).first { $0.name == app.name && !$0.admin }
                 app.groups = Array(Set((existing?.groups ?? []) + [options.group!])).sorted()
                 app.confirm = confirm || existing?.confirm == true ? true : nil
+                app.scopes = existing?.scopes
+                // `--account` pins the app to that account of its groups (never MSSO_ACCOUNT: a shell's context is no pin).
+                app.account = options.account ?? existing?.account
+                if let account = app.account, let problem = AccountName.problem(account) { throw BrokerError(.badRequest, problem) }
                 try Apps.write(app, to: apps.userDirectory)
-                if options.json { Output.json(app) } else { Output.print("\(app.name) may now use \(app.groups.joined(separator: ", ")).") }
+                if options.json { Output.json(app) } else {
+                    Output.print("\(app.name) may now use \(app.groups.joined(separator: ", "))\(app.account.map { " as the account \($0)" } ?? "").")
+                }
             }
         }
     }
@@ -126,7 +132,9 @@ struct Apps: ParsableCommand {
 
     static func line(_ app: AppRegistration) -> String {
         let who = app.flatpak.map { "flatpak \($0)" } ?? (app.executable ?? "-") + (app.sha256 == nil ? "" : " (pinned)")
-        return "\(app.name)  \(who)  groups: \(app.groups.joined(separator: ", "))\(app.confirm == true ? "  (confirms)" : "")  [\(app.admin ? "admin" : "user")]"
+        let account = app.account.map { "  account: \($0)" } ?? ""
+        let scopes = app.scopes.map { "  scopes: \($0.joined(separator: " "))" } ?? ""
+        return "\(app.name)  \(who)  groups: \(app.groups.joined(separator: ", "))\(account)\(scopes)\(app.confirm == true ? "  (confirms)" : "")  [\(app.admin ? "admin" : "user")]"
     }
 
     static func fileName(_ name: String) -> String {
@@ -168,6 +176,8 @@ struct Apps: ParsableCommand {
         if let sha256 = app.sha256 { lines.append("sha256 = \(quoted(sha256))") }
         if let flatpak = app.flatpak { lines.append("flatpak = \(quoted(flatpak))") }
         if app.confirm == true { lines.append("confirm = true") }
+        if let account = app.account { lines.append("account = \(quoted(account))") }
+        if let scopes = app.scopes { lines.append("scopes = [\(scopes.map(quoted).joined(separator: ", "))]") }
         lines.append("groups = [\(app.groups.map(quoted).joined(separator: ", "))]")
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: URL(fileURLWithPath: directory + "/" + fileName(app.name)),
                                                                    options: .atomic)

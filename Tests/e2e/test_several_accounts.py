@@ -333,3 +333,22 @@ def test_a_registration_pins_its_app_to_an_account(two, idp, tmp_path):
         assert asked.returncode == 7 and not asked.stdout, asked.stderr
         assert f'asked for the account default of "{GROUP}", but its registration (app "pinned-0"' in asked.stderr, asked.stderr
         assert "pins it to the account admin; ask for that one, or change its `account` there" in asked.stderr, asked.stderr
+
+
+def test_msso_apps_allow_with_an_account_pins_the_app_to_it(two, idp, tmp_path):
+    """`msso apps allow PATH --group G --account admin` writes the pin (the blind attack found the
+    flag taken and dropped): the app then signs as bob naming no account, and is refused alice's."""
+    app = tmp_path / "pinned-tool"
+    shutil.copy(BIN / "msso", app)
+    app.chmod(0o755)
+    two.desktop.chown(tmp_path, recursive=True)
+    allowed = two.msso("apps", "allow", str(app), "--group", GROUP, "--account", "admin")
+    assert allowed.returncode == 0 and "as the account admin" in allowed.stdout, allowed.stdout + allowed.stderr
+    shown = two.msso("apps")
+    assert "account: admin" in shown.stdout, shown.stdout
+    done = subprocess.run([*two.desktop.prefix, app, "token", "--resource", URL], env=two.env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert user_of(idp, done.stdout.strip()) == "bob"
+    other = subprocess.run([*two.desktop.prefix, app, "token", "--account", "default", "--resource", URL], env=two.env,
+                           capture_output=True, text=True, timeout=60)
+    assert other.returncode == 7 and "pins it to the account admin" in other.stderr, other.stderr
