@@ -87,6 +87,7 @@ extension Broker {
             } catch is CancellationError {
                 throw BrokerError(.notLoggedIn, "not logged in to \(name); the session ended while it was being refreshed")
             }
+            retire(name, credential.accessToken, until: credential.accessTokenExpiresAt)
             credential.accessToken = tokens.accessToken
             credential.refreshToken = tokens.refreshToken ?? credential.refreshToken
             credential.accessTokenExpiresAt = now() + tokens.expiresIn
@@ -211,6 +212,15 @@ extension Broker {
         sessions[name]!.mintOutcomes[target] = MintOutcome(target: target.description, ok: failure == nil, at: now(), message: failure)
     }
 
+    /// Keeps a token a renewal replaced while it still works, to revoke with the session (the
+    /// callers that hold it may still be using it: it is not revoked now).
+    func retire(_ key: AccountName, _ token: String, until end: Double) {
+        guard end > now(), sessions[key] != nil else { return }
+        sessions[key]!.retired.removeAll { $0.expiresAt <= now() || $0.token == token }
+        sessions[key]!.retired.append((token, end))
+        if sessions[key]!.retired.count > Self.maximumRetired { sessions[key]!.retired.removeFirst() }
+    }
+
     /// A minted token's life on both clocks (``tokenLife(of:_:)``'s rule).
     func mintedLife(_ token: MintedToken, _ name: AccountName) -> SessionWindow {
         if let life = sessions[name]?.mintedLives[token.target], life.end.wall == token.expiresAt { return life }
@@ -308,6 +318,9 @@ extension Broker {
                 throw ended
             }
             current.refreshToken = rotated ?? current.refreshToken
+            for old in current.minted where dropped.contains(old.target) || old.target == minted?.target {
+                retire(name, old.accessToken, until: old.expiresAt)
+            }
             current.minted.removeAll { dropped.contains($0.target) }
             if let minted { current.keep(minted) }
             update(name) {

@@ -39,6 +39,8 @@ public actor Broker {
     var loggingIn: Set<AccountName> = []
     /// The sessions a login is storing now, counted against ``AccountName/maximumPerGroup``.
     var storing: Set<AccountName> = []
+    /// At most this many replaced tokens are kept per session to be revoked at its logout.
+    static let maximumRetired = 64
     /// At most this many groups have a device or browser login waiting at once (each holds an
     /// IdP poll or a loopback listener).
     public static let maximumInteractiveLogins = 4
@@ -89,6 +91,9 @@ public actor Broker {
         var backoff = RefreshBackoff()
         /// When a caller last asked for a renewed token (``Broker/token(_:renew:)``).
         var renewedAt: Double = 0
+        /// Access tokens a renewal replaced while they still worked, revoked with the session
+        /// (at most ``Broker/maximumRetired``, in memory only).
+        var retired: [(token: String, expiresAt: Double)] = []
         var locked = false
         var waiting: [CheckedContinuation<Void, Never>] = []
     }
@@ -565,7 +570,7 @@ public actor Broker {
     /// credential (see ``Credential/init(from:)``) marks the session corrupt and reads as none.
     func loadedCredentialLocked(_ key: AccountName) async throws -> Credential? {
         if let state = sessions[key], state.loaded { return state.credential }
-        let credential: Credential?
+        var credential: Credential?
         do {
             credential = try await store.load(group: key.storeName)
         } catch let error as BrokerError where error.name == .corrupt {
@@ -576,6 +581,17 @@ public actor Broker {
                 $0.loaded = true
             }
             return nil
+        }
+        if let ended = credential, ended.loggedOutAt != nil {
+            // A logout that a stopped mssod began: finished here, never read as a session.
+            credential = nil
+            if let config = configuration.groups[key.group] {
+                logger.notice("finishing a logout an earlier mssod began", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
+                _ = await revokeTokens(of: ended, config, key)
+            }
+            do { try await store.delete(group: key.storeName) } catch {
+                logger.warning("the ended session's item could not be deleted yet", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
+            }
         }
         update(key) {
             $0.credential = credential
@@ -672,9 +688,23 @@ public actor Broker {
         let ended = try await exclusively(key) { () async throws -> Methods.Logout.NotRevoked?? in
             let credential = try await loadedCredentialLocked(key)
             guard credential != nil || sessions[key]?.corrupt == true else { return .none }
+            let retired = sessions[key]?.retired ?? []
             // The keyring first: if it refuses (locked), nothing has changed, in memory or at the
             // IdP, and the error says so. Holding the lock, no refresh can write back meanwhile.
-            try await store.delete(group: key.storeName)
+            // The item is marked ended, then the tokens revoked, then it is deleted: a mssod
+            // stopped at any point leaves no session, and no token the next one cannot revoke.
+            var marked = false
+            if var ending = credential {
+                ending.loggedOutAt = now()
+                do {
+                    try await store.save(ending, group: key.storeName)
+                    marked = true
+                } catch let error as BrokerError where error.name == .keyringUnavailable {
+                    // No room to mark it (a full kernel quota): deleted first, as before.
+                    logger.warning("could not mark the session ended before revoking its tokens", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
+                }
+            }
+            if !marked { try await store.delete(group: key.storeName) }
             await forgetAccount(key)
             identity.forgetRescuedRefresh(config.session(key.account)) // loaded above, so any the session had was taken
             update(key) {
@@ -687,9 +717,17 @@ public actor Broker {
                 $0.expiryTimer?.cancel()
                 $0.expiringTimer?.cancel()
                 $0.backoff = RefreshBackoff()
+                $0.retired = []
             }
             guard let credential else { return .some(nil) } // a corrupt item: no token to revoke
-            return .some(await revokeTokens(of: credential, config, key))
+            let outcome = await revokeTokens(of: credential, config, key, retired: retired)
+            if marked {
+                do { try await store.delete(group: key.storeName) } catch {
+                    // Marked ended: it never reads as a session; the next read finishes it.
+                    logger.warning("the ended session's item could not be deleted yet", metadata: ["group": "\(key.group)", "account": "\(key.account)", "error": "\(error)"])
+                }
+            }
+            return .some(outcome)
         }
         if ended != nil {
             logger.info("logged out", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
@@ -703,7 +741,8 @@ public actor Broker {
     /// Makes the identity provider forget an ended session: its refresh token, then its access
     /// token while it lives (revoking the one does not take the other along at every provider).
     /// Nil when both are forgotten, or there was nothing left to forget.
-    private func revokeTokens(of credential: Credential, _ config: GroupConfig, _ key: AccountName) async -> Methods.Logout.NotRevoked? {
+    func revokeTokens(of credential: Credential, _ config: GroupConfig, _ key: AccountName,
+                      retired: [(token: String, expiresAt: Double)] = []) async -> Methods.Logout.NotRevoked? {
         guard madeHere(credential, config.name) else {
             // Never to the provider the group names now: they are another's tokens.
             return Methods.Logout.NotRevoked(group: config.name, account: key.account, reason: "the session was made with another identity provider than \"\(config.name)\" names now, so its tokens were not sent to either",
@@ -735,7 +774,10 @@ public actor Broker {
         // The tokens minted for one server or app go too, all at once (each revocation is bounded
         // in time): found by an outside test, they stayed usable for an hour after "revoked".
         var mintedKept: [MintedToken] = []
+        // And those a renewal replaced while they still worked (kept in memory only: found by an
+        // outside test, a token renewed within `refresh_lead` outlived the logout).
         let alive = credential.minted.filter { mintedLife($0, key).remaining(at: clock.moment()) > 0 }
+            + retired.filter { $0.expiresAt > now() }.map { MintedToken(.session, accessToken: $0.token, expiresAt: $0.expiresAt) }
         if !alive.isEmpty {
             let identity = self.identity
             let outcomes = await withTaskGroup(of: (MintedToken, Revocation).self) { tasks in

@@ -22,6 +22,11 @@ public struct Credential: Codable, Sendable, Equatable {
     /// stored with it, in the same item, so a rotated refresh token and the token it minted are
     /// written in one step.
     public var minted: [MintedToken] = []
+    /// When a logout of this session began: it is over, and what is left is to revoke its tokens
+    /// and delete the item. A mssod stopped in between finishes it when it reads the item (found
+    /// by an outside test: a kill between the delete and the revocation left the refresh token
+    /// alive at the provider, out of reach of any later logout).
+    public var loggedOutAt: Double?
 
     public init(issuer: String, username: String?, accessToken: String, refreshToken: String?,
                 accessTokenExpiresAt: Double, loggedInAt: Double, sessionExpiresAt: Double, sessionMaxAt: Double,
@@ -39,6 +44,7 @@ public struct Credential: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case issuer, username, accessToken, refreshToken, accessTokenExpiresAt, loggedInAt, sessionExpiresAt, sessionMaxAt, subject, minted
+        case loggedOutAt
     }
 
     /// Reads a stored credential, refusing one whose times no real session could have (a keyring
@@ -56,6 +62,8 @@ public struct Credential: Codable, Sendable, Equatable {
         sessionMaxAt = try c.decode(Double.self, forKey: .sessionMaxAt)
         subject = try c.decodeIfPresent(String.self, forKey: .subject)
         minted = try c.decodeIfPresent([MintedToken].self, forKey: .minted) ?? []
+        // Any value, even one no clock gives, is a logout begun: an item never reads as a session again once marked.
+        loggedOutAt = (try? c.decodeIfPresent(Double.self, forKey: .loggedOutAt)) ?? (c.contains(.loggedOutAt) ? 0 : nil)
         guard minted.count <= MintedToken.maximum, Set(minted.map(\.target)).count == minted.count,
               minted.allSatisfy({ Self.plausible($0.expiresAt) }) else {
             throw DecodingError.dataCorruptedError(forKey: .minted, in: c, debugDescription: "not minted tokens msso keeps")
@@ -83,6 +91,7 @@ public struct Credential: Codable, Sendable, Equatable {
         try c.encode(sessionMaxAt, forKey: .sessionMaxAt)
         try c.encodeIfPresent(subject, forKey: .subject)
         if !minted.isEmpty { try c.encode(minted, forKey: .minted) } // a shared group's item stays as it was
+        try c.encodeIfPresent(loggedOutAt, forKey: .loggedOutAt)
     }
 
     /// A Unix time between 2000 and 2200: anything else is not a time this broker wrote.

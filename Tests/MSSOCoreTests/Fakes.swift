@@ -101,13 +101,14 @@ final class MemoryStore: CredentialStore, @unchecked Sendable {
         if saveDelay > 0 { try? await Task.sleep(nanoseconds: saveDelay) }
         try lock.withLock {
             if locked { throw BrokerError(.keyringLocked, "locked") }
+            if undeletable.contains(group) { throw BrokerError(.keyringUnavailable, "refused") }
             saves += 1
             corrupt.remove(group)
             items[group] = credential
         }
     }
 
-    /// Items whose delete is refused (as the kernel refuses a key whose permissions were taken away).
+    /// Items whose delete (and write) is refused (as the kernel refuses a key whose permissions were taken away).
     var undeletable: Set<String> = []
 
     func delete(group: String) async throws -> Bool {

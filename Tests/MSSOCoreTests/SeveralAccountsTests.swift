@@ -287,4 +287,34 @@ final class SeveralAccountsTests: XCTestCase {
         XCTAssertNil(store.item(AccountName(group: group, account: "zzz").storeName))
         XCTAssertEqual(idp.counts.refreshes, 0)
     }
+
+    /// Found by an outside test (the second): a mssod killed between deleting the item and
+    /// revoking its tokens left the refresh token alive at the provider, out of reach of any later
+    /// logout. Now the item is marked ended first; a later mssod that reads a marked item finishes
+    /// the logout (revokes, deletes) and never reads it as a session.
+    func testALogoutAStoppedMssodBeganIsFinishedByTheNext() async throws {
+        let broker = await makeBroker()
+        try await login(broker, "admin", as: "bob")
+        var marked = try XCTUnwrap(store.item(admin.storeName))
+        marked.loggedOutAt = clock.now() // as a killed logout left it
+        try await store.save(marked, group: admin.storeName)
+        let next = await makeBroker()
+        let status = try await next.check(group, account: "admin")
+        XCTAssertEqual(status.state, .notLoggedIn)
+        XCTAssertNil(store.item(admin.storeName), "deleted")
+        XCTAssertTrue(idp.counts.revoked.contains(marked.refreshToken!), "its refresh token revoked")
+    }
+
+    /// And its second finding: a token a renewal replaced while it still worked outlived the logout.
+    func testLogoutRevokesTheTokensARenewalReplacedToo() async throws {
+        let broker = await makeBroker()
+        idp.lifetime = 20 // less than refresh_lead: every call renews
+        try await login(broker, nil)
+        let first = try await token(broker, nil)
+        let second = try await token(broker, nil)
+        XCTAssertNotEqual(first, second)
+        _ = try await broker.logout(group, all: false)
+        let revoked = Set(idp.counts.revoked)
+        XCTAssertTrue(revoked.isSuperset(of: [first, second]), "\(revoked)")
+    }
 }

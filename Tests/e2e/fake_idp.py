@@ -41,6 +41,8 @@ rewriting glewlwyd's base URL to its own in the discovery document, so that its 
   or None to pass the request on: refresh-grant requests get this answer instead of glewlwyd's (a
   provider that echoes what it was sent in its `error_description`; one that mints as Entra ID
   does, for a scope naming a server);
+- `revoke_hold`: revocation requests get no answer until `release()` (a logout under way, held
+  between its steps);
 - `fail_refresh(kind, count, retry_after=None)`: the next `count` refresh-grant requests get
   `kind`: "429", "503", "408" (with `Retry-After` when given), "hang" (no answer until
   `release()` or the test ends; the connection is then closed without a response), or "drip"
@@ -223,6 +225,7 @@ class FakeIdP(_Recording):
         self.id_token_claims = None
         self.id_token_header = {}
         self.id_token_signer = "published"
+        self.revoke_hold = False
 
     def fail_refresh(self, kind, count, retry_after=None):
         assert kind in ("429", "503", "408", "hang", "drip"), kind
@@ -256,6 +259,10 @@ class FakeIdP(_Recording):
             if self.metadata is None:
                 return handler._json(404, {"error": "not_found"})
             return handler._json(200, dict(self.metadata, issuer=self.issuer))
+        if path.endswith("/revoke") and request.method == "POST" and self.revoke_hold:
+            self._released.wait(timeout=120) # held unanswered, as a slow provider would
+            handler.close_connection = True
+            return
         if path.endswith("/token") and request.method == "POST":
             if self.token_redirect:
                 return handler._answer(307, b"", [("Location", self.token_redirect)])

@@ -296,3 +296,37 @@ def test_a_second_mssod_of_the_user_does_not_start(broker, desktop, idp):
 
 def signs(broker) -> bool:
     return broker.msso("sign", "--url", URL).returncode == 0
+
+
+def test_a_crash_in_the_middle_of_a_logout_leaves_no_token_alive_at_the_provider(desktop):
+    """Found by an outside test: mssod killed after a logout deleted the item but before it revoked
+    the tokens left the refresh token alive at glewlwyd, out of reach of any later logout (no item
+    left to find). Here the provider holds the revocation unanswered, mssod is killed meanwhile
+    and started again. Expected: never logged in again, and the next mssod finishes the logout:
+    the refresh and access tokens are inactive at glewlwyd."""
+    from fake_idp import FakeIdP
+    upstream = IdP()
+    fake = FakeIdP(upstream)
+    daemon = Broker(desktop, fake)
+    try:
+        assert daemon.login().returncode == 0
+        tokens = desktop.keyring_item()[1]
+        SECRETS.update([tokens["refreshToken"], tokens["accessToken"]])
+        fake.revoke_hold = True
+        logout = subprocess.Popen([*desktop.prefix, BIN / "msso", "logout"], env=daemon.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: fake.recorded("POST", "/revoke"), timeout=20, what="the logout to ask for the revocation")
+        kill_hard(daemon)
+        logout.communicate(timeout=20)
+        fake.revoke_hold = False
+        fake.release()
+        daemon.start()
+        assert daemon.msso("check").returncode == 2, "never a session again"
+        wait_for(lambda: not upstream.introspect(tokens["refreshToken"]).get("active"), timeout=20,
+                 what="the next mssod to revoke the refresh token")
+        assert not upstream.introspect(tokens["accessToken"]).get("active")
+        wait_for(lambda: desktop.keyring_item() is None, timeout=10, what="the item deleted")
+    finally:
+        daemon.stop()
+        fake.stop()
+        upstream.cleanup()
