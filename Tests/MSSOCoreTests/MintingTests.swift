@@ -69,6 +69,25 @@ final class MintingTests: XCTestCase {
         XCTAssertTrue(revoked.isSuperset(of: [forGit, forKube]), "\(revoked)")
     }
 
+    /// Tokens per server are kept per account: each account's minted in its own item, from its own
+    /// refresh token, never handed to the other.
+    func testEachAccountMintsItsOwnTokensPerServer() async throws {
+        let broker = try makeBroker()
+        try await login(broker) // the default account: rt-1
+        idp.logInAs("bob", subject: "bob-sub")
+        _ = try await broker.login(LoginArguments(account: "admin", flow: .password, username: "bob", password: "right")) { _, _ in }
+        idp.logInAs("alice", subject: "alice-sub") // the provider answers each as the user its token is
+        let mine = try await Self.sign(broker, git)
+        idp.logInAs("bob", subject: "bob-sub")
+        let request = SignRequest(account: "admin", method: "GET", url: "https://git.example.com/x")
+        let bobs = try await broker.sign(request, url: request.validatedURL(), target: git).headers[0].value
+        XCTAssertNotEqual(mine, bobs)
+        let admin = AccountName(group: group, account: "admin").storeName
+        XCTAssertEqual(store.item(group)?.minted.map(\.accessToken), [mine.replacingOccurrences(of: "Bearer ", with: "")])
+        XCTAssertEqual(store.item(admin)?.minted.map(\.accessToken), [bobs.replacingOccurrences(of: "Bearer ", with: "")])
+        XCTAssertEqual(Set(idp.mintLog.mints.compactMap(\.spent)), ["rt-1", "rt-2"], "each spent its own account's refresh token")
+    }
+
     func testAHeldTokenIsServedWithoutTheIdPAndRenewedWithinTheLead() async throws {
         let broker = try makeBroker()
         try await login(broker)
