@@ -173,3 +173,26 @@ def test_without_a_notification_server_nothing_fails(desktop, idp):
         assert broker.login().returncode == 0
     finally:
         broker.stop()
+
+
+def test_an_accounts_notifications_name_it_and_their_extend_extends_that_account(desktop, idp, dunst):
+    """A session of the account admin: its notices say so ("SSO for G (account admin) …"), and
+    the Extend of its expiring notice slides admin's window, not the group's default's."""
+    import json
+    broker = Broker(desktop, idp, groups={GROUP: {"session_timeout": "8s", "session_max": "1h", "expiring_lead": "6s"}})
+    try:
+        assert broker.login("bob", account="admin").returncode == 0
+        wait_for_notification(dunst, f"SSO for {GROUP} (account admin): now logged in as bob")
+        wait_for(lambda: dunst.displayed() == 1, what="the notice shown")
+        assert dunst.ctl("close").returncode == 0
+        wait_for(lambda: dunst.displayed() == 0, what="the notice closed")
+
+        def admins_end():
+            return json.loads(broker.msso("check", "--json", "--account", "admin").stdout)["sessionExpiresAt"]
+        before = admins_end()
+        shown = wait_for_notification(dunst, f"SSO for {GROUP} (account admin) ends in 1 min", timeout=10)
+        assert "Extend" in shown["actions"]
+        assert dunst.ctl("action", "0").returncode == 0
+        wait_for(lambda: admins_end() > before + 0.5, timeout=10, what="the admin account's window slid")
+    finally:
+        broker.stop()
