@@ -702,6 +702,8 @@ public actor Broker {
                 } catch let error as BrokerError where error.name == .keyringUnavailable {
                     // No room to mark it (a full kernel quota): deleted first, as before.
                     logger.warning("could not mark the session ended before revoking its tokens", metadata: ["group": "\(key.group)", "account": "\(key.account)"])
+                } catch let error as BrokerError where error.name == .keyringLocked {
+                    throw BrokerError(.keyringLocked, "the keyring is locked, so msso could not log out of \(key): nothing was ended, here or at the identity provider; unlock it (log in to the desktop, or unlock it in your keyring manager) and try again")
                 }
             }
             if !marked { try await store.delete(group: key.storeName) }

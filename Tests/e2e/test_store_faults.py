@@ -26,7 +26,7 @@ def test_a_logout_on_a_keyring_started_again_locked_says_so_and_ends_nothing(bro
     relaunch_keyring_locked(desktop)
     done = broker.msso("logout")
     assert done.returncode == 4, done.stdout + done.stderr
-    assert "the keyring is locked, so msso could not delete the credential" in done.stderr and "unlock it" in done.stderr
+    assert "the keyring is locked, so msso could not log out" in done.stderr and "unlock it" in done.stderr
     assert "Logged out" not in done.stdout
     desktop.unlock_keyring()
     # Nothing was ended: the session is there and signs, its refresh token alive at the IdP.
