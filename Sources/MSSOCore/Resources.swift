@@ -133,8 +133,7 @@ public struct Resources: Equatable, Sendable {
         }
     }
 
-    /// Where the URL's origin has more than one entry, the first segment of its path (decoded as
-    /// ``resolvedPath(_:)`` decodes) that is not plain: a segment of letters, digits and
+    /// Where the URL's origin has more than one entry, the first segment of its path (``decoded(_:)``) that is not plain: a segment of letters, digits and
     /// `-._~!$&'()*+,=@` that is neither `.` nor `..`. Nil when every one is, or when one entry
     /// alone covers the origin. Servers read other segments in ways past counting (found by an
     /// outside test: IIS drops trailing spaces and `::$INDEX_ALLOCATION`, others full-width dots),
@@ -156,7 +155,7 @@ public struct Resources: Equatable, Sendable {
         }
     }
 
-    /// A segment percent-decoded until nothing more decodes (``resolvedPath(_:)``'s rule).
+    /// A segment percent-decoded until nothing more decodes, `%u00XX` too (as IIS does).
     static func decoded(_ segment: [UInt8]) -> [UInt8] {
         var bytes = segment
         while bytes.contains(UInt8(ascii: "%")) {
@@ -165,6 +164,10 @@ public struct Resources: Equatable, Sendable {
                 if bytes[k] == UInt8(ascii: "%"), k + 2 < bytes.count, isHex(bytes[k + 1]), isHex(bytes[k + 2]) {
                     out.append(hexValue(bytes[k + 1]) << 4 | hexValue(bytes[k + 2]))
                     k += 3
+                } else if bytes[k] == UInt8(ascii: "%"), k + 5 < bytes.count, bytes[k + 1] | 0x20 == UInt8(ascii: "u"),
+                          bytes[(k + 2)...(k + 5)].allSatisfy(isHex), bytes[k + 2] == UInt8(ascii: "0"), bytes[k + 3] == UInt8(ascii: "0") {
+                    out.append(hexValue(bytes[k + 4]) << 4 | hexValue(bytes[k + 5])) // %u00XX: IIS
+                    k += 6
                 } else {
                     out.append(bytes[k])
                     k += 1
@@ -184,25 +187,7 @@ public struct Resources: Equatable, Sendable {
     static func resolvedPath(_ path: UnsafeBufferPointer<UInt8>) -> [UInt8] {
         var segments: [[UInt8]] = []
         for raw in path.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false) {
-            var bytes = Array(raw)
-            while bytes.contains(UInt8(ascii: "%")) {
-                var out: [UInt8] = [], k = 0
-                while k < bytes.count {
-                    if bytes[k] == UInt8(ascii: "%"), k + 2 < bytes.count, isHex(bytes[k + 1]), isHex(bytes[k + 2]) {
-                        out.append(hexValue(bytes[k + 1]) << 4 | hexValue(bytes[k + 2]))
-                        k += 3
-                    } else if bytes[k] == UInt8(ascii: "%"), k + 5 < bytes.count, bytes[k + 1] | 0x20 == UInt8(ascii: "u"),
-                              bytes[(k + 2)...(k + 5)].allSatisfy(isHex), bytes[k + 2] == UInt8(ascii: "0"), bytes[k + 3] == UInt8(ascii: "0") {
-                        out.append(hexValue(bytes[k + 4]) << 4 | hexValue(bytes[k + 5])) // %u00XX: IIS
-                        k += 6
-                    } else {
-                        out.append(bytes[k])
-                        k += 1
-                    }
-                }
-                if out == bytes { break }
-                bytes = out
-            }
+            let bytes = decoded(Array(raw))
             let slash = UInt8(ascii: "/"), backslash = UInt8(ascii: "\\"), dot = UInt8(ascii: "."), semicolon = UInt8(ascii: ";")
             let pieces: [ArraySlice<UInt8>] = bytes.split(omittingEmptySubsequences: false) { $0 == slash || $0 == backslash }
             for piece in pieces {

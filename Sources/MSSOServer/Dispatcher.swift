@@ -71,8 +71,9 @@ final class Dispatcher: Sendable {
         let group = named
         // What a minted token was for, on its sign's or token's audit row (never the token).
         let resource = decision.target.isSession ? nil : decision.target
-        // Which account: the one the call named or its registration pins, else the group's default now.
-        let account = decision.group.map { decision.account ?? self.broker.defaultAccountNow($0) }
+        // Which account: the one the call named or its registration pins, else the group's default now
+        // (read only where an audit row is written).
+        let account: @Sendable () -> String? = { [broker] in decision.group.map { decision.account ?? broker.defaultAccountNow($0) } }
         @Sendable func reply<R: Codable & Sendable>(_ result: R) -> [UInt8] { WireCodec.frame(Reply(serial: serial, result: result), serial: serial) }
         func later(_ work: @escaping @Sendable (inout String?) async throws -> [UInt8]) -> Answer {
             let task = Task {
@@ -89,7 +90,7 @@ final class Dispatcher: Sendable {
                     }
                     reply = ReplyWriter.error(serial: serial, failure!)
                 }
-                record(method, caller, group: group, failure: failure, detail: detail, resource: resource, account: account)
+                record(method, caller, group: group, failure: failure, detail: detail, resource: resource, account: account())
                 connection.complete(reply, serial: serial)
             }
             if case .login = arguments { connection.cancelWhenClosed(serial, task) } // nobody left to approve it
@@ -118,11 +119,11 @@ final class Dispatcher: Sendable {
             if !decision.confirm {
                 do {
                     if let response = try broker.signWithoutWaiting(request, url: url, group: config, target: decision.target) {
-                        record(method, caller, group: group, failure: nil, resource: resource, account: account)
+                        record(method, caller, group: group, failure: nil, resource: resource, account: account())
                         return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
                     }
                 } catch {
-                    record(method, caller, group: group, failure: error, resource: resource, account: account)
+                    record(method, caller, group: group, failure: error, resource: resource, account: account())
                     return .now(ReplyWriter.error(serial: serial, error))
                 }
             }
@@ -234,7 +235,7 @@ final class Dispatcher: Sendable {
     /// (a `forward` call names the host it asked for).
     /// `detail`: what else the row says (a login's new account).
     func record(_ method: String, _ caller: Caller, group: String?, failure: BrokerError?, host: String? = nil, detail: String? = nil,
-                resource: TokenTarget? = nil, account: String? = nil) {
+                resource: TokenTarget? = nil, account: @autoclosure () -> String? = nil) {
         let verb = MethodName.loggable(method)
         let host = host ?? caller.host
         logger.debug("call", metadata: {
@@ -251,6 +252,6 @@ final class Dispatcher: Sendable {
         audit.record(AuditEntry(time: Date().timeIntervalSince1970, uid: caller.uid, pid: caller.pid, executable: caller.app.executable,
                                 app: caller.registrations.first?.name ?? caller.app.flatpak, group: group,
                                 verb: verb, outcome: failure == nil ? "ok" : "error", error: failure?.name.rawValue, detail: detail,
-                                host: host, resource: resource?.description, account: account))
+                                host: host, resource: resource?.description, account: account()))
     }
 }

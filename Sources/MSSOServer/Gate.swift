@@ -176,7 +176,8 @@ struct Gate: Sendable {
             }
             return named
         }
-        let pinned = caller.host == nil ? caller.registrations.filter { registration in registration.account != nil && (config.map { registration.groups.contains($0.name) } ?? true) } : []
+        guard caller.host == nil, caller.registrations.contains(where: { $0.account != nil }) else { return named }
+        let pinned = caller.registrations.filter { registration in registration.account != nil && (config.map { registration.groups.contains($0.name) } ?? true) }
         let group = config.map { "\"\($0.name)\"" } ?? "its groups"
         guard let pin = pinned.first else { return named }
         if let other = pinned.first(where: { $0.account != pin.account }) {
