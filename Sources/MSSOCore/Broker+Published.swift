@@ -29,7 +29,7 @@ extension Broker {
     /// checks again where it hands something out: ``requireUnlocked(for:)``).
     public nonisolated var isLocked: Bool { published.withLock { $0.locked } }
 
-    /// Publishes the group's state for ``signWithoutWaiting(_:url:group:)``. Called after every change
+    /// Publishes the group's state for ``signWithoutWaiting(_:checked:group:target:)``. Called after every change
     /// to its credential or key, before the verb that made the change replies: so once `logout`
     /// has replied, no sign can read the old token. While the broker is locked nothing is
     /// published (``lock(passphrase:)`` withdraws what was).
@@ -68,16 +68,15 @@ extension Broker {
 
     /// The headers for `request` when the group's session is valid and its token fresh, computed
     /// on the caller's thread without waiting for the actor; nil when the actor must decide
-    /// (a refresh, a first load, an expired window, a new DPoP nonce, no key yet). Throws only
-    /// for a malformed request.
-    public nonisolated func signWithoutWaiting(_ request: SignRequest, url: URL, group config: GroupConfig,
+    /// (a refresh, a first load, an expired window, a new DPoP nonce, no key yet). `decision`: the
+    /// request as the gate checked it, carried here and, if this returns nil, to the actor's path.
+    public nonisolated func signWithoutWaiting(_ request: SignRequest, checked decision: SignDecision, group config: GroupConfig,
                                                target: TokenTarget = .session) throws(BrokerError) -> SignResponse? {
         let dpop = config.signing.token == .dpop
         let (entry, nonces) = published.withLock { published in
             let account = request.account ?? config.defaultAccount ?? published.defaults[config.name] ?? AccountName.defaultName
             return (published.sessions[AccountName(group: config.name, account: account)], dpop ? published.nonces[config.name] : nil)
         }
-        let decision = try SignDecision(request, url: url, config: config) { nonces?.nonce(for: $0) }
         if dpop && request.dpopNonce != nil { return nil } // a nonce to remember: the actor's
         guard let entry else { return nil }
         let now = clock.moment()
@@ -92,7 +91,7 @@ extension Broker {
         }
         do {
             return SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: accessToken,
-                                                                    key: entry.key, dpopNonce: decision.nonce, now: now.wall))
+                                                                    key: entry.key, dpopNonce: decision.nonce(known: nonces), now: now.wall))
         } catch let error as BrokerError {
             throw error
         } catch {

@@ -11,7 +11,7 @@ import Synchronization
 /// changes state returns only after that write succeeded. Per group, state changes run one at a
 /// time (``exclusively(_:_:)``), so a logout cannot interleave with a refresh or a login's write.
 /// The actor is the only writer of sessions; after every change it publishes what a `sign` on a
-/// fresh token needs (``signWithoutWaiting(_:group:)``), so such a sign never waits for it.
+/// fresh token needs (``signWithoutWaiting(_:checked:group:target:)``), so such a sign never waits for it.
 public actor Broker {
     /// The configuration and registrations in force, shared with the server.
     public nonisolated let rules: Rules
@@ -381,11 +381,10 @@ public actor Broker {
         return markingLock(try await status(of: config, key))
     }
 
-    /// The headers that authenticate `request` (its URL checked by the gate: `url`), refreshing
+    /// The headers that authenticate `request` (as the gate checked it: `decision`), refreshing
     /// the access token first when it is about to expire. Never returns the refresh token.
-    public func sign(_ request: SignRequest, url: URL, target: TokenTarget = .session) async throws -> SignResponse {
+    public func sign(_ request: SignRequest, checked decision: SignDecision, target: TokenTarget = .session) async throws -> SignResponse {
         let config = try group(request.group)
-        let decision = try SignDecision(request, url: url, config: config) { dpopNonces[config.name]?.nonce(for: $0) }
         try requireUnlocked(for: .sign)
         let key = try await session(config, request.account)
         defer { forgetIfUnused(key) }
@@ -393,10 +392,11 @@ public actor Broker {
         let token = try await accessToken(config, key, credential, for: target, renew: false).token
         try requireUnlocked(for: .sign) // locked while a refresh ran
         let signingKey = config.signing.needsKey ? try await signingKey(config) : nil
+        let nonce = decision.nonce(known: dpopNonces[config.name])
         let response = SignResponse(headers: try config.signing.headers(for: request, url: decision.url, accessToken: token,
-                                                                         key: signingKey, dpopNonce: decision.nonce, now: now()))
+                                                                         key: signingKey, dpopNonce: nonce, now: now()))
         // Kept only once the proof that carries it is made: a sign that fails leaves nothing behind.
-        if let nonce = decision.nonce {
+        if let nonce {
             if request.dpopNonce != nil, nonce != dpopNonces[config.name]?.nonce(for: decision.origin) {
                 dpopNonces[config.name, default: DPoPNonces()].remember(nonce, for: decision.origin)
                 publishNonces(config.name)

@@ -1,10 +1,12 @@
 import FoundationEssentials
 import MSSOProtocol
 
-/// The one decision both sign paths make: the actor's ``Broker/sign(_:)`` and the reactor's
-/// ``Broker/signWithoutWaiting(_:group:)``, which signs only when this says ``Verdict/sign`` and
-/// leaves everything else (a refresh, a key to load, a nonce to remember, an error) to the actor.
-struct SignDecision {
+/// A `sign` as checked once and carried to both sign paths, the reactor's
+/// ``Broker/signWithoutWaiting(_:checked:group:target:)`` and the actor's
+/// ``Broker/sign(_:checked:target:)``; and the one rule both follow, ``verdict(for:window:token:unsaved:hasKey:config:now:)``:
+/// the reactor signs only when it says ``Verdict/sign`` and leaves everything else (a refresh, a
+/// key to load, a nonce to remember, an error) to the actor.
+public struct SignDecision: Sendable {
     /// What may be done with the credential at hand.
     enum Verdict: Equatable {
         case sign
@@ -16,28 +18,31 @@ struct SignDecision {
         case expired
     }
 
-    let url: URL
+    public let url: URL
     /// The URL's origin, where DPoP nonces are kept; "" for a profile without DPoP.
     let origin: String
-    /// The nonce for the proof: the request's own (checked), else the newest its origin asked for.
-    let nonce: String?
+    /// The nonce the request brought (checked, of a sane size), for a DPoP profile.
+    let givenNonce: String?
 
     /// Checks the request's DPoP nonce, of a sane size. `url`: the request's, as the gate checked
-    /// it (an absolute http(s) URL, within the group's `resources`). `knownNonce` gives the newest
-    /// nonce of an origin (asked only for a DPoP profile).
-    init(_ request: SignRequest, url: URL, config: GroupConfig, knownNonce: (String) -> String?) throws(BrokerError) {
+    /// it (an absolute http(s) URL, within the group's `resources`). Made once, by the gate, and
+    /// carried to whichever path signs.
+    public init(_ request: SignRequest, url: URL, config: GroupConfig) throws(BrokerError) {
         self.url = url
         guard config.signing.token == .dpop else { // nonces matter to DPoP only: keep bearer's path bare
-            (origin, nonce) = ("", nil)
+            (origin, givenNonce) = ("", nil)
             return
         }
         origin = url.origin
-        if let given = request.dpopNonce {
-            try DPoPNonces.check(given, origin: origin)
-            nonce = given
-        } else {
-            nonce = knownNonce(origin)
-        }
+        if let given = request.dpopNonce { try DPoPNonces.check(given, origin: origin) }
+        givenNonce = request.dpopNonce
+    }
+
+    /// The nonce for the proof: the request's own, else the newest its origin asked for (in
+    /// `known`, the group's, as the path that signs has them).
+    func nonce(known: DPoPNonces?) -> String? {
+        guard !origin.isEmpty else { return nil }
+        return givenNonce ?? known?.nonce(for: origin)
     }
 
     /// Whether `credential`, whose window is `window` and its access token's life `token`, signs

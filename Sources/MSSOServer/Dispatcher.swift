@@ -115,10 +115,10 @@ final class Dispatcher: Sendable {
         case .sign(var request):
             request.group = decision.group!.name
             request.account = decision.account
-            let (config, url) = (decision.group!, decision.url!)
+            let (config, checked) = (decision.group!, decision.sign!)
             if !decision.confirm {
                 do {
-                    if let response = try broker.signWithoutWaiting(request, url: url, group: config, target: decision.target) {
+                    if let response = try broker.signWithoutWaiting(request, checked: checked, group: config, target: decision.target) {
                         record(method, caller, group: group, failure: nil, resource: resource, account: account())
                         return .now(ReplyWriter.signReply(serial: serial, headers: response.headers))
                     }
@@ -127,7 +127,7 @@ final class Dispatcher: Sendable {
                     return .now(ReplyWriter.error(serial: serial, error))
                 }
             }
-            return later { [request] _ in reply(try await broker.sign(request, url: url, target: decision.target)) }
+            return later { [request] _ in reply(try await broker.sign(request, checked: checked, target: decision.target)) }
         case .token(let args):
             return later { _ in reply(try await broker.token(decision.group!.name, account: decision.account, renew: args.renew ?? false,
                                                              target: decision.target)) }

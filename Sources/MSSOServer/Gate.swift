@@ -39,8 +39,9 @@ struct Decision: Sendable {
     /// For `status`, `subscribe` and `logout --all` without a group: the groups they cover (nil:
     /// every configured group).
     var groups: [String]?
-    /// A `sign`'s URL: an absolute http(s) URL, within the group's `resources`.
-    var url: URL?
+    /// A `sign` as checked: its URL an absolute http(s) URL within the group's `resources`, its
+    /// DPoP nonce of a sane size (carried to the path that signs, which checks nothing again).
+    var sign: SignDecision?
     /// Which token a `sign` or `token` carries: the session's, or one minted for the server of
     /// `resources` its URL falls in (`tokens = "per-resource"`).
     var target = TokenTarget.session
@@ -110,8 +111,9 @@ struct Gate: Sendable {
             decision.target = try target(config, url: args.resource, caller)
         case .sign(let request):
             let config = try resolve(request.group)
-            decision.url = try request.validatedURL()
+            let url = try request.validatedURL()
             try config.resources?.authorize(request.url, group: config.name, verb: "signature")
+            decision.sign = try SignDecision(request, url: url, config: config)
             decision.group = config
             decision.target = try target(config, url: request.url, caller)
         case .hello, .ping, .apps, .audit, .diagnose, .lock, .unlock, .forward:

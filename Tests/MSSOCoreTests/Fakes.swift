@@ -314,11 +314,11 @@ final class MemoryAccounts: AccountMemory, @unchecked Sendable {
 
 extension Broker {
     /// A sign as the gate would pass it: its URL checked (``Gate`` checks it, and `resources`).
-    func sign(_ request: SignRequest) async throws -> SignResponse {
-        try await sign(request, url: request.validatedURL())
+    func sign(_ request: SignRequest, target: TokenTarget = .session) async throws -> SignResponse {
+        try await sign(request, checked: SignDecision(request, url: request.validatedURL(), config: group(request.group)), target: target)
     }
 
     nonisolated func signWithoutWaiting(_ request: SignRequest, group config: GroupConfig) throws -> SignResponse? {
-        try signWithoutWaiting(request, url: request.validatedURL(), group: config)
+        try signWithoutWaiting(request, checked: SignDecision(request, url: request.validatedURL(), config: config), group: config)
     }
 }

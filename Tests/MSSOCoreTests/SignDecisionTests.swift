@@ -60,15 +60,17 @@ final class SignDecisionTests: XCTestCase {
 
     func testTheNonceIsTheRequestsElseTheNewestOfItsOriginAndOnlyForDPoP() throws {
         let asked = SignRequest(method: "GET", url: "https://api.example.com:8443/x")
-        var looked: [String] = []
-        let known = try SignDecision(asked, url: asked.validatedURL(), config: config("dpop")) { looked.append($0); return "n-1" }
-        XCTAssertEqual(known.nonce, "n-1")
-        XCTAssertEqual(looked, ["https://api.example.com:8443"])
-        let given = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), url: asked.validatedURL(), config: config("dpop")) { _ in "n-1" }
-        XCTAssertEqual(given.nonce, "n-2")
-        let bearer = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), url: asked.validatedURL(), config: config()) { _ in XCTFail(); return nil }
-        XCTAssertNil(bearer.nonce)
+        var known = DPoPNonces()
+        known.remember("n-1", for: "https://api.example.com:8443")
+        known.remember("n-other", for: "https://other.example.com")
+        let checked = try SignDecision(asked, url: asked.validatedURL(), config: config("dpop"))
+        XCTAssertEqual(checked.nonce(known: known), "n-1", "the newest its origin asked for")
+        XCTAssertNil(checked.nonce(known: nil))
+        let given = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), url: asked.validatedURL(), config: config("dpop"))
+        XCTAssertEqual(given.nonce(known: known), "n-2")
+        let bearer = try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: "n-2"), url: asked.validatedURL(), config: config())
+        XCTAssertNil(bearer.nonce(known: known), "nonces are DPoP's alone")
         XCTAssertThrowsError(try SignDecision(SignRequest(method: "GET", url: asked.url, dpopNonce: String(repeating: "n", count: 513)),
-                                              url: asked.validatedURL(), config: config("dpop")) { _ in nil })
+                                              url: asked.validatedURL(), config: config("dpop")))
     }
 }
