@@ -4,8 +4,6 @@
 /// peer cannot make the daemon allocate by announcing a huge frame. The one reader of frames,
 /// shared by the daemon and the clients: ``parse(_:)``.
 public enum Framing {
-    /// Largest payload accepted in either direction (64 KiB): far above any real message.
-    public static let maximumPayload = 64 * 1024
     public static let headerSize = 4
 
     /// The outcome of looking at the front of some bytes.

@@ -1,6 +1,3 @@
-/// The protocol version this code speaks. A daemon refuses a `hello` naming a version it lacks.
-public let protocolVersion = 1
-
 /// The four kinds of message, as in D-Bus.
 public enum MessageType: String, Codable, Sendable {
     case call, reply, error, signal

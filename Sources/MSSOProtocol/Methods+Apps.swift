@@ -1,7 +1,6 @@
 extension Methods {
     /// The app registrations in force (and the caller as the broker sees it). The user's tools only.
     public enum Apps: BrokerMethod {
-        public static let name = "apps"
         public typealias Arguments = Empty
         public struct Result: Codable, Sendable, Equatable {
             public var caller: CallerDescription

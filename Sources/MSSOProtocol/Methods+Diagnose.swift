@@ -3,7 +3,6 @@ extension Methods {
     /// configuration files read again now, each group's IdP discovery, and the caller's
     /// registrations). The user's tools only.
     public enum Diagnose: BrokerMethod {
-        public static let name = "diagnose"
         public typealias Arguments = Empty
         public typealias Result = Diagnosis
     }

@@ -4,7 +4,6 @@ extension Methods {
     /// `[forward."HOST"]` table, never as the local process that carries it. The socket lives
     /// while the connection that asked for it stays open. The user's own tools only.
     public enum Forward: BrokerMethod {
-        public static let name = "forward"
         public struct Arguments: Codable, Sendable, Equatable {
             /// The host as the user names it to ssh (an alias of `~/.ssh/config` included),
             /// without a user name; compared without case.

@@ -1,7 +1,6 @@
 extension Methods {
     /// The public half of a group's signing key (made on first use); `rotate` replaces the key.
     public enum Keys: BrokerMethod {
-        public static let name = "keys"
         public struct Arguments: Codable, Sendable, Equatable {
             public var group: String?
             public var rotate: Bool?

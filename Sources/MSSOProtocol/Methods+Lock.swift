@@ -2,14 +2,12 @@ extension Methods {
     /// Locks the broker with a passphrase: until ``Unlock`` with the same passphrase, no group
     /// signs, hands out a token, logs in or extends (`Locked`). Held in the daemon's memory only.
     public enum Lock: BrokerMethod {
-        public static let name = "lock"
         public typealias Arguments = PassphraseArguments
         public typealias Result = LockState
     }
 
     /// Lifts ``Lock`` when given the same passphrase. Wrong passphrases are slowed down.
     public enum Unlock: BrokerMethod {
-        public static let name = "unlock"
         public typealias Arguments = PassphraseArguments
         public typealias Result = LockState
     }

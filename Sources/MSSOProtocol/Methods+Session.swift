@@ -1,21 +1,18 @@
 extension Methods {
     /// Starts a session with the group's identity provider.
     public enum Login: BrokerMethod {
-        public static let name = "login"
         public typealias Arguments = LoginArguments
         public typealias Result = SessionStatus
     }
 
     /// Slides the session window to now + timeout (never past the absolute cap).
     public enum Extend: BrokerMethod {
-        public static let name = "extend"
         public typealias Arguments = GroupArguments
         public typealias Result = SessionStatus
     }
 
     /// Ends a group's session (or every group's with `all`).
     public enum Logout: BrokerMethod {
-        public static let name = "logout"
         public struct Arguments: Codable, Sendable, Equatable {
             public var group: String?
             /// One account of the group (nil: its default account); with `all`, ignored.
@@ -85,7 +82,6 @@ extension Methods {
 
     /// Describes every configured group's session, or one group's.
     public enum Status: BrokerMethod {
-        public static let name = "status"
         public typealias Arguments = GroupArguments
         public struct Result: Codable, Sendable, Equatable {
             public var groups: [SessionStatus]
@@ -110,7 +106,6 @@ extension Methods {
 
     /// Answers "is this group's session valid?" for scripts and the PAM module.
     public enum Check: BrokerMethod {
-        public static let name = "check"
         public typealias Arguments = GroupArguments
         public typealias Result = SessionStatus
     }

@@ -1,7 +1,6 @@
 extension Methods {
     /// Returns the headers that authenticate an outbound HTTP request.
     public enum Sign: BrokerMethod {
-        public static let name = "sign"
         public typealias Arguments = SignRequest
         public typealias Result = SignResponse
     }
@@ -11,7 +10,6 @@ extension Methods {
     /// `header:NAME`): a DPoP-bound token is useless without the broker's key. Needs a
     /// registration, like `sign`.
     public enum Token: BrokerMethod {
-        public static let name = "token"
         public struct Arguments: Codable, Sendable, Equatable {
             public var group: String?
             /// One account of the group (nil: the caller's registration's, else the group's default).

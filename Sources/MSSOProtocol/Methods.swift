@@ -2,7 +2,8 @@
 ///
 /// `Methods` (here and in `Methods+*.swift`, a file per kind of verb with the values it carries)
 /// is the single definition used by the daemon's dispatch, the client library and the CLI;
-/// docs/PROTOCOL.md documents it for clients in other languages.
+/// docs/PROTOCOL.md documents it for clients in other languages. Each method's `name` is in
+/// WireNames.swift, generated from protocol/names.json with every other language's copy.
 public protocol BrokerMethod: Sendable {
     associatedtype Arguments: Codable & Sendable
     associatedtype Result: Codable & Sendable
@@ -28,7 +29,6 @@ public struct GroupArguments: Codable, Sendable, Equatable {
 public enum Methods {
     /// The first call on every connection: agrees on the protocol version.
     public enum Hello: BrokerMethod {
-        public static let name = "hello"
         public struct Arguments: Codable, Sendable {
             public var version: Int
             /// A label for logs; never trusted for identity.
@@ -53,14 +53,12 @@ public enum Methods {
 
     /// Echoes its data back. The floor for latency measurements; touches no state.
     public enum Ping: BrokerMethod {
-        public static let name = "ping"
         public typealias Arguments = PingData
         public typealias Result = PingData
     }
 
     /// Asks for the signals of some groups (when none are named, every group the caller may use).
     public enum Subscribe: BrokerMethod {
-        public static let name = "subscribe"
         public struct Arguments: Codable, Sendable, Equatable {
             public var groups: [String]?
             /// Only this account's signals (a registration's `account` sets it for its app).
@@ -79,7 +77,6 @@ public enum Methods {
 
     /// Rows of the audit log, oldest first. The user's tools only.
     public enum Audit: BrokerMethod {
-        public static let name = "audit"
         public struct Arguments: Codable, Sendable, Equatable {
             public var group: String?
             /// Only rows at or after this time (Unix seconds).

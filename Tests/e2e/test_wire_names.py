@@ -1,7 +1,7 @@
-"""The wire's names have one definition, protocol/names.json, and every language's copy of them is
-what scripts/generate-names makes of it: the check fails when the definition is edited without
-regenerating, or a copy is edited by hand. No daemon: each edit is made in a scratch copy of the
-files concerned (the script's --root)."""
+"""The wire's constants and names have one definition, protocol/names.json, and every language's
+copy of them is what scripts/generate-names makes of it: the check fails when the definition is
+edited without regenerating, or a copy is edited by hand. No daemon: each edit is made in a
+scratch copy of the files concerned (the script's --root)."""
 import json
 import re
 import shutil
@@ -63,6 +63,10 @@ def test_the_definition_reads_as_the_libraries_expect():
     assert [s["name"] for s in names["sessionStates"]] == ["valid", "expired", "notLoggedIn", "corrupt"]
     # libmsso's error codes follow the definition's order: these first ones are ABI.
     assert [e["name"] for e in names["errors"]][:3] == ["NotLoggedIn", "Expired", "Corrupt"]
+    assert names["protocolVersion"]["value"] == 1 and names["maxFrame"]["value"] == 65536
+    assert [m["name"] for m in names["methods"]] == [
+        "hello", "ping", "login", "extend", "logout", "status", "check", "sign", "token", "subscribe", "apps", "audit",
+        "keys", "lock", "unlock", "diagnose", "forward"]
 
 
 def test_an_edited_definition_fails_the_check_until_it_is_regenerated(scratch):
@@ -95,6 +99,31 @@ def test_an_edited_definition_fails_the_check_until_it_is_regenerated(scratch):
     assert re.search(r'\tEventRenamed += "Renamed" +// the group was renamed', (scratch / "clients/go/names.go").read_text())
 
 
+def test_a_new_method_or_frame_cap_goes_to_every_copy_that_has_them(scratch):
+    names = json.loads((scratch / DEFINITION).read_text())
+    names["methods"].append({"name": "rename", "swift": "Rename", "c": "RENAME", "go": "methodRename",
+                             "doc": "Renames a group."})
+    (scratch / DEFINITION).write_text(json.dumps(names, indent=2))
+    assert stale(generate(scratch, "--check")) == {
+        "Sources/MSSOProtocol/WireNames.swift", "clients/c/msso_protocol.h", "clients/go/names.go"}
+    assert generate(scratch).returncode == 0
+    assert 'extension Methods.Rename { public static let name = "rename" }' in \
+        (scratch / "Sources/MSSOProtocol/WireNames.swift").read_text()
+    assert '#define MSSO_METHOD_RENAME "rename"' in (scratch / "clients/c/msso_protocol.h").read_text()
+    assert '\t// Renames a group.\n\tmethodRename = "rename"\n' in (scratch / "clients/go/names.go").read_text()
+
+    names["maxFrame"]["value"] = 131072
+    (scratch / DEFINITION).write_text(json.dumps(names, indent=2))
+    assert stale(generate(scratch, "--check")) == {
+        "Sources/MSSOProtocol/WireNames.swift", "clients/c/msso_protocol.h", "clients/python/src/msso/_wire.py",
+        "clients/go/names.go"}
+    assert generate(scratch).returncode == 0
+    assert "public static let maximumPayload = 131072" in (scratch / "Sources/MSSOProtocol/WireNames.swift").read_text()
+    assert "#define MSSO_MAX_FRAME 131072" in (scratch / "clients/c/msso_protocol.h").read_text()
+    assert "\nMAX_FRAME = 131072\n" in (scratch / "clients/python/src/msso/_wire.py").read_text()
+    assert "\tmaxFrame = 131072\n" in (scratch / "clients/go/names.go").read_text()
+
+
 @pytest.mark.parametrize("path, old, new", [
     ("clients/go/names.go", '"Locked":             8,', '"Locked":             9,'),
     ("clients/c/msso_protocol.h", 'X(EXPIRED, "Expired", 1)', 'X(EXPIRED, "Expired", 2)'),
@@ -104,6 +133,16 @@ def test_an_edited_definition_fails_the_check_until_it_is_regenerated(scratch):
     ("Sources/MSSOClient/SSOClient.swift", 'case expiring = "Expiring"\n', ""),
     ("Sources/MSSOProtocol/WireNames.swift", '"BrowserPrompt"', '"BrowserLogin"'),
     ("docs/PROTOCOL.md", "| `UnknownMethod` | no such method | 64 |", "| `UnknownMethod` | no such method | 65 |"),
+    # The version, the frame cap and the method names.
+    ("Sources/MSSOProtocol/WireNames.swift", "public let protocolVersion = 1", "public let protocolVersion = 2"),
+    ("Sources/MSSOProtocol/WireNames.swift", "maximumPayload = 65536", "maximumPayload = 64 * 1024"),
+    ("Sources/MSSOProtocol/WireNames.swift", 'extension Methods.Ping { public static let name = "ping" }\n', ""),
+    ("clients/c/msso_protocol.h", "#define MSSO_MAX_FRAME 65536", "#define MSSO_MAX_FRAME 65535"),
+    ("clients/c/msso_protocol.h", '#define MSSO_METHOD_SIGN "sign"', '#define MSSO_METHOD_SIGN "Sign"'),
+    ("clients/python/src/msso/_wire.py", "PROTOCOL_VERSION = 1", "PROTOCOL_VERSION = 2"),
+    ("clients/python/src/msso/_wire.py", "MAX_FRAME = 65536", "MAX_FRAME = 1 << 16"),
+    ("clients/go/names.go", "\tProtocolVersion = 1", "\tProtocolVersion = 2"),
+    ("clients/go/names.go", '\tmethodUnlock = "unlock"', '\tmethodUnlock = "lock"'),
 ])
 def test_a_copy_edited_by_hand_fails_the_check(scratch, path, old, new):
     edit(scratch, path, old, new)
@@ -114,7 +153,8 @@ def test_a_copy_edited_by_hand_fails_the_check(scratch, path, old, new):
 
 
 def test_what_is_written_by_hand_around_a_region_is_the_files_own(scratch):
-    edit(scratch, "clients/c/msso_protocol.h", "#define MSSO_MAX_FRAME 65536", "#define MSSO_MAX_FRAME 65536 /* ! */")
+    edit(scratch, "clients/c/msso_protocol.h", '#define MSSO_SOCKET_NAME "msso/broker.sock"',
+         '#define MSSO_SOCKET_NAME "msso/broker.sock" /* ! */')
     edit(scratch, "docs/PROTOCOL.md", "## Errors\n", "## Errors\n\nA sentence of ours.\n")
     assert generate(scratch, "--check").returncode == 0
 
@@ -124,6 +164,10 @@ def test_what_is_written_by_hand_around_a_region_is_the_files_own(scratch):
     (lambda n: n["errors"].append(dict(n["errors"][0])), "name 'NotLoggedIn' twice"),
     (lambda n: n.update(errors=[e for e in n["errors"] if e["name"] != "Internal"]), "no Internal error"),
     (lambda n: n["exitStatuses"][1].update(status=0), "each status a different number"),
+    (lambda n: n["methods"].append(dict(n["methods"][0])), "name 'hello' twice"),
+    (lambda n: n["methods"][0].update(name="hello2"), "methods: hello2's name 'hello2'"),
+    (lambda n: n["maxFrame"].update(value=0), "maxFrame: a value from 1"),
+    (lambda n: n.pop("protocolVersion"), "protocolVersion: a value from 1"),
 ])
 def test_a_broken_definition_is_refused(scratch, change, message):
     names = json.loads((scratch / DEFINITION).read_text())

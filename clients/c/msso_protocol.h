@@ -1,8 +1,8 @@
 /* The constants of the msso wire protocol (docs/PROTOCOL.md), for C: the one C copy of them.
- * libmsso (msso.h) and the PAM module (pam/) both take them from here. The lists of names (session
- * states, signals, errors with their exit statuses) are generated from protocol/names.json by
- * scripts/generate-names; PAMProtocolTests (Tests/MSSOProtocolTests) holds the rest (the frame cap,
- * the version, the method names) to the Swift definition, Sources/MSSOProtocol.
+ * libmsso (msso.h) and the PAM module (pam/) both take them from here. The version, the frame cap,
+ * the method names and the lists of names (session states, signals, errors with their exit
+ * statuses) are generated from protocol/names.json by scripts/generate-names; the socket's address
+ * is written here by hand.
  *
  * The lists of names are X-macros: each user names its own identifiers, e.g.
  *     #define STATE_ENUM(id, name) MSSO_STATE_##id,
@@ -11,16 +11,15 @@
 #ifndef MSSO_PROTOCOL_H
 #define MSSO_PROTOCOL_H
 
-/* The protocol version a client names in `hello`. */
+/* BEGIN GENERATED constants: by scripts/generate-names from protocol/names.json; do not edit */
+/* The version of the protocol this code speaks: a client names it in `hello`, and a daemon
+ * refuses a version it does not speak (UnsupportedVersion). */
 #define MSSO_PROTOCOL_VERSION 1
 
-/* The largest payload of one frame, in both directions (the 4-byte length prefix not counted). */
+/* The largest payload of one frame, in bytes, in both directions (the 4-byte length prefix not
+ * counted): far above any real message. A frame announcing more ends the connection before any
+ * of it is read. */
 #define MSSO_MAX_FRAME 65536
-
-/* Where the broker listens: $MSSO_SOCKET, else $XDG_RUNTIME_DIR/MSSO_SOCKET_NAME, else
- * /run/user/UID/MSSO_SOCKET_NAME. */
-#define MSSO_SOCKET_ENV "MSSO_SOCKET"
-#define MSSO_SOCKET_NAME "msso/broker.sock"
 
 /* The methods, by name. */
 #define MSSO_METHOD_HELLO "hello"
@@ -40,6 +39,12 @@
 #define MSSO_METHOD_UNLOCK "unlock"
 #define MSSO_METHOD_DIAGNOSE "diagnose"
 #define MSSO_METHOD_FORWARD "forward"
+/* END GENERATED constants */
+
+/* Where the broker listens: $MSSO_SOCKET, else $XDG_RUNTIME_DIR/MSSO_SOCKET_NAME, else
+ * /run/user/UID/MSSO_SOCKET_NAME. */
+#define MSSO_SOCKET_ENV "MSSO_SOCKET"
+#define MSSO_SOCKET_NAME "msso/broker.sock"
 
 /* BEGIN GENERATED names: by scripts/generate-names from protocol/names.json; do not edit */
 /* A session's `state` (SessionStatus): X(ID, "name"). */

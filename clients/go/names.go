@@ -2,6 +2,58 @@
 
 package msso
 
+// The protocol's version, and the cap on a frame's payload (docs/PROTOCOL.md).
+const (
+	// The version of the protocol this code speaks: a client names it in `hello`, and a daemon refuses
+	// a version it does not speak (UnsupportedVersion).
+	ProtocolVersion = 1
+	// The largest payload of one frame, in bytes, in both directions (the 4-byte length prefix not
+	// counted): far above any real message. A frame announcing more ends the connection before any of
+	// it is read.
+	maxFrame = 65536
+)
+
+// The methods' names on the wire.
+const (
+	// The first call on every connection: agrees on the protocol version.
+	methodHello = "hello"
+	// Echoes its data back; touches no state.
+	methodPing = "ping"
+	// Starts a group's session with its identity provider (a password, device or browser flow).
+	methodLogin = "login"
+	// Slides a group's session window to now plus its timeout (never past the absolute cap).
+	methodExtend = "extend"
+	// Ends a group's session (or every group's, with `all`).
+	methodLogout = "logout"
+	// Describes the sessions of every configured group, or of one.
+	methodStatus = "status"
+	// Whether a group's session is valid (for scripts and the PAM module).
+	methodCheck = "check"
+	// The headers that authenticate an outbound HTTP request.
+	methodSign = "sign"
+	// The access token itself, for programs that cannot have each request signed (bearer groups only).
+	methodToken = "token"
+	// Asks for the signals of some groups (when none are named, every group the caller may use).
+	methodSubscribe = "subscribe"
+	// The app registrations in force, and the caller as the broker sees it. The user's tools only.
+	methodApps = "apps"
+	// Rows of the audit log, oldest first. The user's tools only.
+	methodAudit = "audit"
+	// The public half of a group's signing key (made on first use); `rotate` replaces it. The user's
+	// tools only.
+	methodKeys = "keys"
+	// Locks the broker with a passphrase: nothing signs, hands out a token, logs in or extends until
+	// `unlock`.
+	methodLock = "lock"
+	// Lifts `lock` when given the same passphrase; wrong ones are answered slowly.
+	methodUnlock = "unlock"
+	// The daemon's side of `msso doctor`: the checks only the daemon can make. The user's tools only.
+	methodDiagnose = "diagnose"
+	// A socket through which a host reached over SSH may use the broker within its `[forward."HOST"]`
+	// table, while this connection stays open. The user's tools only.
+	methodForward = "forward"
+)
+
 // The protocol's errors (docs/PROTOCOL.md), for errors.Is. A name not among them is ErrInternal.
 var (
 	// No credential is stored for the group: log in.

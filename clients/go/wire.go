@@ -14,12 +14,6 @@ import (
 	"unicode/utf8"
 )
 
-// ProtocolVersion is the version of docs/PROTOCOL.md this library speaks.
-const ProtocolVersion = 1
-
-// maxFrame caps a frame's payload, both ways; the daemon closes a connection that sends more.
-const maxFrame = 65536
-
 // What a broker can make a client hold, as libmsso (clients/c) bounds it: no reply of the
 // protocol nests deeper than a few levels; a subscription keeps at most maxEvents unread signals
 // and maxEventBytes of their frames (else 4,096 frames of 64 KiB: 256 MiB), past which the

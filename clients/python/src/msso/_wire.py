@@ -16,8 +16,15 @@ from typing import IO, Any, Iterable, Literal, Mapping, NotRequired, TypedDict
 
 from .errors import BrokerUnreachable, Internal, MSSOError, error_for
 
+# BEGIN GENERATED constants: by scripts/generate-names from protocol/names.json; do not edit
+# The version of the protocol this code speaks: a client names it in `hello`, and a daemon refuses a
+# version it does not speak (UnsupportedVersion).
 PROTOCOL_VERSION = 1
-MAX_FRAME = 65536           # payload cap, both directions
+# The largest payload of one frame, in bytes, in both directions (the 4-byte length prefix not
+# counted): far above any real message. A frame announcing more ends the connection before any of it
+# is read.
+MAX_FRAME = 65536
+# END GENERATED constants
 MAX_SERIAL = 0xFFFFFFFF     # serials are 1 ... 2^32 - 1; 0 means "not an answer to a call"
 # What a broker can make a client hold, as libmsso (clients/c) bounds it: no reply of the protocol
 # nests deeper than a few levels; signals are kept only for a client that subscribed, at most
