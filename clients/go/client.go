@@ -214,7 +214,7 @@ func dial(ctx context.Context, path, label string, timeout time.Duration) (*conn
 		done: make(chan struct{})}
 	go cn.read()
 	var hello Hello
-	err = cn.roundTrip(ctx, "hello", map[string]any{"version": ProtocolVersion, "client": label}, &hello, timeout, nil)
+	err = cn.roundTrip(ctx, methodHello, map[string]any{"version": ProtocolVersion, "client": label}, &hello, timeout, nil)
 	if err != nil {
 		cn.end(errClosed)
 		var lost *connectionEnded

@@ -70,7 +70,7 @@ func (c *Client) Subscribe(ctx context.Context, groups ...string) (*Subscription
 		// Attached before the call, on the same connection, so that no signal sent right after
 		// the reply is missed.
 		if err = cn.attach(s); err == nil {
-			err = cn.roundTrip(ctx, "subscribe", args, &result, c.timeout(), nil)
+			err = cn.roundTrip(ctx, methodSubscribe, args, &result, c.timeout(), nil)
 		}
 		if err != nil {
 			cn.detach(s)

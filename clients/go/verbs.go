@@ -24,7 +24,7 @@ type groupArgs struct {
 // Ping is a round trip that touches no state: data comes back.
 func (c *Client) Ping(ctx context.Context, data string) (string, error) {
 	var result pingResult
-	if err := c.Call(ctx, "ping", map[string]string{"data": data}, &result); err != nil {
+	if err := c.Call(ctx, methodPing, map[string]string{"data": data}, &result); err != nil {
 		return "", err
 	}
 	return *result.Data, nil
@@ -34,7 +34,7 @@ func (c *Client) Ping(ctx context.Context, data string) (string, error) {
 // program may use (each SessionStatus with its Account).
 func (c *Client) Status(ctx context.Context, group string) (*Status, error) {
 	var result Status
-	if err := c.Call(ctx, "status", groupArgs{Group: group}, &result); err != nil {
+	if err := c.Call(ctx, methodStatus, groupArgs{Group: group}, &result); err != nil {
 		return nil, err
 	}
 	return &result, nil
@@ -42,12 +42,12 @@ func (c *Client) Status(ctx context.Context, group string) (*Status, error) {
 
 // Check is the group's session. A missing or expired session is a State, not an error.
 func (c *Client) Check(ctx context.Context, group string) (*SessionStatus, error) {
-	return c.session(ctx, "check", groupArgs{group, c.account()}, c.timeout())
+	return c.session(ctx, methodCheck, groupArgs{group, c.account()}, c.timeout())
 }
 
 // Extend slides the group's session window (call it while the user is active).
 func (c *Client) Extend(ctx context.Context, group string) (*SessionStatus, error) {
-	return c.session(ctx, "extend", groupArgs{group, c.account()}, c.timeout())
+	return c.session(ctx, methodExtend, groupArgs{group, c.account()}, c.timeout())
 }
 
 func (c *Client) session(ctx context.Context, method string, args any, timeout time.Duration) (*SessionStatus, error) {
@@ -114,7 +114,7 @@ func (c *Client) Sign(ctx context.Context, r SignRequest) (Headers, error) {
 		args.BodySHA256 = base64.StdEncoding.EncodeToString(digest)
 	}
 	var result signResult
-	if err := c.Call(ctx, "sign", args, &result); err != nil {
+	if err := c.Call(ctx, methodSign, args, &result); err != nil {
 		return nil, err
 	}
 	headers := make(Headers, len(*result.Headers))
@@ -150,7 +150,7 @@ func (c *Client) Token(ctx context.Context, r TokenRequest) (*Token, error) {
 		Renew    bool   `json:"renew,omitempty"`
 	}{r.Group, account, r.Resource, r.Renew}
 	var result tokenResult
-	if err := c.Call(ctx, "token", args, &result); err != nil {
+	if err := c.Call(ctx, methodToken, args, &result); err != nil {
 		return nil, err
 	}
 	return &Token{AccessToken: *result.AccessToken, TokenType: *result.Header, Expiry: epoch(result.ExpiresAt)}, nil
@@ -166,7 +166,7 @@ func (c *Client) Login(ctx context.Context, group, username, password string) (*
 		Username string `json:"username"`
 		Password string `json:"password"`
 	}{group, c.account(), "password", username, password}
-	return c.session(ctx, "login", args, c.timeout())
+	return c.session(ctx, methodLogin, args, c.timeout())
 }
 
 // LoginDevice logs the user in with the device grant (RFC 8628): prompt (nil: PrintDevicePrompt)
@@ -182,7 +182,7 @@ func (c *Client) LoginDevice(ctx context.Context, group string, prompt func(Devi
 			UserCode: p.userCode, ExpiresAt: epoch(&p.expiresAt), Joined: p.joined})
 	}
 	var result SessionStatus
-	if err := c.call(ctx, "login", groupFlow{group, c.account(), "device"}, &result, -1, show); err != nil {
+	if err := c.call(ctx, methodLogin, groupFlow{group, c.account(), "device"}, &result, -1, show); err != nil {
 		return nil, err
 	}
 	return &result, nil
@@ -199,7 +199,7 @@ func (c *Client) LoginBrowser(ctx context.Context, group string, prompt func(Bro
 		prompt(BrowserPrompt{Group: p.group, URL: p.url, ExpiresAt: epoch(&p.expiresAt), Joined: p.joined})
 	}
 	var result SessionStatus
-	if err := c.call(ctx, "login", groupFlow{group, c.account(), "browser"}, &result, -1, show); err != nil {
+	if err := c.call(ctx, methodLogin, groupFlow{group, c.account(), "browser"}, &result, -1, show); err != nil {
 		return nil, err
 	}
 	return &result, nil
@@ -250,7 +250,7 @@ func (c *Client) LogoutAll(ctx context.Context) (*LogoutResult, error) {
 
 func (c *Client) logout(ctx context.Context, args any) (*LogoutResult, error) {
 	var result LogoutResult
-	if err := c.Call(ctx, "logout", args, &result); err != nil {
+	if err := c.Call(ctx, methodLogout, args, &result); err != nil {
 		return nil, err
 	}
 	return &result, nil
@@ -264,7 +264,7 @@ func (c *Client) Keys(ctx context.Context, group string, rotate bool) (*KeyDescr
 		Rotate bool   `json:"rotate,omitempty"`
 	}{group, rotate}
 	var result KeyDescription
-	if err := c.Call(ctx, "keys", args, &result); err != nil {
+	if err := c.Call(ctx, methodKeys, args, &result); err != nil {
 		return nil, err
 	}
 	return &result, nil
@@ -273,14 +273,14 @@ func (c *Client) Keys(ctx context.Context, group string, rotate bool) (*KeyDescr
 // Apps returns the registrations in force, as JSON. The user's own commands only (ErrForbidden).
 func (c *Client) Apps(ctx context.Context) (json.RawMessage, error) {
 	var result json.RawMessage
-	err := c.Call(ctx, "apps", nil, &result)
+	err := c.Call(ctx, methodApps, nil, &result)
 	return result, err
 }
 
 // Diagnose returns the daemon's side of `msso doctor`, as JSON. The user's own commands only.
 func (c *Client) Diagnose(ctx context.Context) (json.RawMessage, error) {
 	var result json.RawMessage
-	err := c.Call(ctx, "diagnose", nil, &result)
+	err := c.Call(ctx, methodDiagnose, nil, &result)
 	return result, err
 }
 
@@ -306,19 +306,19 @@ func (c *Client) Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) 
 	var result struct {
 		Entries []AuditEntry `json:"entries"`
 	}
-	err := c.Call(ctx, "audit", args, &result)
+	err := c.Call(ctx, methodAudit, args, &result)
 	return result.Entries, err
 }
 
 // Lock locks the broker: nothing signs or hands out a token, for any app, until Unlock with the
 // same passphrase.
 func (c *Client) Lock(ctx context.Context, passphrase string) (*LockState, error) {
-	return c.lock(ctx, "lock", passphrase)
+	return c.lock(ctx, methodLock, passphrase)
 }
 
 // Unlock lifts the lock. A wrong passphrase is answered late (up to a minute): ErrLocked.
 func (c *Client) Unlock(ctx context.Context, passphrase string) (*LockState, error) {
-	return c.lock(ctx, "unlock", passphrase)
+	return c.lock(ctx, methodUnlock, passphrase)
 }
 
 func (c *Client) lock(ctx context.Context, method, passphrase string) (*LockState, error) {
