@@ -55,7 +55,8 @@ import (
 	"msso"
 )
 
-// The protocol's version this provider speaks.
+// The version of cargo's credential provider protocol this provider speaks (not msso's: that is
+// msso.ProtocolVersion).
 const protocolVersion = 1
 
 // maxRequest bounds one request line (cargo's are a few hundred bytes, its 401's headers included).
