@@ -2,12 +2,12 @@ import Foundation
 @testable import MSSOProtocol
 import XCTest
 
-/// C cannot import the Swift definition of the protocol, so its one C copy, libmsso's
-/// clients/c/msso_protocol.h (which the PAM module and the C library both include), is held to
-/// that definition here: the frame cap, the protocol version and the method names. Its lists of
-/// names (session states, signals, errors) are generated from protocol/names.json, as the Swift
-/// ones are (scripts/generate-names; Tests/e2e/test_wire_names.py checks both are current), and
-/// are compared with the compiled Swift here too. And pam/ must take them from the header, never
+/// C cannot import the Swift definition of the protocol, so it has one C copy, libmsso's
+/// clients/c/msso_protocol.h (which the PAM module and the C library both include). Its constants
+/// (the frame cap, the protocol version, the method names) and lists of names (session states,
+/// signals, errors) are generated from protocol/names.json, as the Swift ones are
+/// (scripts/generate-names; Tests/e2e/test_wire_names.py checks both are current), and are
+/// compared with the compiled Swift here too. And pam/ must take them from the header, never
 /// retype them.
 final class PAMProtocolTests: XCTestCase {
     func file(_ path: String) throws -> String {

@@ -1,7 +1,8 @@
 """The wire's constants and names have one definition, protocol/names.json, and every language's
 copy of them is what scripts/generate-names makes of it: the check fails when the definition is
-edited without regenerating, or a copy is edited by hand. No daemon: each edit is made in a
-scratch copy of the files concerned (the script's --root)."""
+edited without regenerating, or a copy is edited by hand. What is written by hand around them
+(the libraries' calls, docs/PROTOCOL.md's prose) is held to the definition here too. No daemon:
+each edit is made in a scratch copy of the files concerned (the script's --root)."""
 import json
 import re
 import shutil
@@ -67,6 +68,40 @@ def test_the_definition_reads_as_the_libraries_expect():
     assert [m["name"] for m in names["methods"]] == [
         "hello", "ping", "login", "extend", "logout", "status", "check", "sign", "token", "subscribe", "apps", "audit",
         "keys", "lock", "unlock", "diagnose", "forward"]
+
+
+def test_the_libraries_call_only_the_definitions_methods():
+    methods = {m["name"] for m in definition()["methods"]}
+    # Python keeps the names as literals, for reading: each is one of the definition's.
+    python = ROOT / "clients/python/src/msso"
+    called = set()
+    for name in ("client.py", "aio.py"):
+        text = (python / name).read_text()
+        called |= set(re.findall(r'(?:_verb\(|_call\(writer, |frame\(serial, |method == )"(\w+)"', text))
+    assert called <= methods and {"hello", "sign", "subscribe", "diagnose"} <= called, called - methods
+    # Go and C name them by the generated constants: no call is begun with a string.
+    go = ROOT / "clients/go"
+    for path in go.glob("*.go"):
+        if not path.name.endswith("_test.go"):
+            assert not re.search(r'(?:\.Call|\.call|\.session|\.lock|\.roundTrip)\(ctx, "', path.read_text()), path
+    assert "cn.roundTrip(ctx, methodHello," in (go / "client.go").read_text()
+    client_c = (ROOT / "clients/c/src/client.c").read_text()
+    assert not re.search(r'(?:\bcall\(c|frame_begin\([^;]*), "', client_c)
+    assert "call(c, MSSO_METHOD_SIGN," in client_c
+
+
+def test_the_protocol_document_states_the_definitions_constants():
+    names = definition()
+    doc = (ROOT / "docs/PROTOCOL.md").read_text()
+    version, cap = names["protocolVersion"]["value"], names["maxFrame"]["value"]
+    assert doc.startswith(f"# The msso wire protocol, version {version}\n")
+    assert f"(this document: {version})" in doc
+    assert f'"method": "hello", "args": {{"version": {version},' in doc
+    assert f"must be at most **{cap}**" in doc
+    # The methods table (written by hand, for its arguments and results) has a row for each method.
+    table = doc[doc.index("| method | args | result |"):]
+    table = table[:table.index("\n\n")]
+    assert sorted(re.findall(r"^\| `(\w+)` \|", table, re.M)) == sorted(m["name"] for m in names["methods"])
 
 
 def test_an_edited_definition_fails_the_check_until_it_is_regenerated(scratch):
