@@ -14,10 +14,12 @@ import MSSOProtocol
 /// Under an entry with a path other than `/`, a path is refused too when a server could resolve
 /// one of its segments to somewhere outside the prefix (``escape(_:)``, the one rule): a segment
 /// that, percent-decoded until nothing more decodes (`%252e` is `.` to a server that decodes
-/// twice), holds a slash or backslash, or is `.` or `..` up to its first `;` (Java servers such as
-/// Tomcat drop a segment's `;params` before resolving: `/team/..;/admin` runs `/admin`), `?` or `#`
-/// (which end it for a server that decodes before it parses) or NUL (which ends a C string). The
-/// query and fragment are not looked at: no server resolves them.
+/// twice; IIS's `%uXXXX` too), holds a slash or backslash (or what lenient servers take for one:
+/// overlong UTF-8, full-width forms), or is dots alone (`.`, `..`, `...`; overlong and full-width
+/// dots too) up to its first `;` (Java servers such as Tomcat drop a segment's `;params` before
+/// resolving: `/team/..;/admin` runs `/admin`), `?` or `#` (which end it for a server that decodes
+/// before it parses) or NUL (which ends a C string), white space around them aside (Windows drops
+/// trailing spaces). The query and fragment are not looked at: no server resolves them.
 public struct Resources: Equatable, Sendable {
     struct Prefix: Equatable, Sendable {
         var https: Bool
@@ -155,7 +157,7 @@ public struct Resources: Equatable, Sendable {
         }
     }
 
-    /// A segment percent-decoded until nothing more decodes, `%u00XX` too (as IIS does).
+    /// A segment percent-decoded until nothing more decodes, `%uXXXX` too (as IIS does).
     static func decoded(_ segment: [UInt8]) -> [UInt8] {
         var bytes = segment
         while bytes.contains(UInt8(ascii: "%")) {
@@ -165,8 +167,9 @@ public struct Resources: Equatable, Sendable {
                     out.append(hexValue(bytes[k + 1]) << 4 | hexValue(bytes[k + 2]))
                     k += 3
                 } else if bytes[k] == UInt8(ascii: "%"), k + 5 < bytes.count, bytes[k + 1] | 0x20 == UInt8(ascii: "u"),
-                          bytes[(k + 2)...(k + 5)].allSatisfy(isHex), bytes[k + 2] == UInt8(ascii: "0"), bytes[k + 3] == UInt8(ascii: "0") {
-                    out.append(hexValue(bytes[k + 4]) << 4 | hexValue(bytes[k + 5])) // %u00XX: IIS
+                          bytes[(k + 2)...(k + 5)].allSatisfy(isHex),
+                          let scalar = Unicode.Scalar(bytes[(k + 2)...(k + 5)].reduce(UInt32(0)) { $0 << 4 | UInt32(hexValue($1)) }) {
+                    out.append(contentsOf: UTF8.encode(scalar)!) // %uXXXX: IIS
                     k += 6
                 } else {
                     out.append(bytes[k])
@@ -336,7 +339,7 @@ public struct Resources: Equatable, Sendable {
         func reason(_ segment: String) -> String {
             switch kind {
             case _ where segment == "." || segment == "..": "is a dot segment"
-            case .dot, .parent: "is read as `\(kind == .dot ? "." : "..")` by servers that drop a segment's `;` parameters or percent-decode more than once"
+            case .dot, .parent: "is read as `\(kind == .dot ? "." : "..")` by servers that drop a segment's `;` parameters, percent-decode more than once or IIS's `%u`, read overlong UTF-8 or full-width dots, or drop trailing dots and spaces"
             case .slash: "holds an encoded slash or backslash (`%2f`, `%5c`, or encoded again: `%252f`), which some servers decode"
             }
         }
@@ -358,39 +361,93 @@ public struct Resources: Equatable, Sendable {
         return nil
     }
 
-    /// Whether a segment's bytes (decoded, if it held a `%`) are `.` or `..` up to the first `;`,
-    /// `?`, `#` or NUL.
+    /// Whether a segment's bytes (as written: no `%` in them) are dots alone up to the first `;`,
+    /// `?`, `#` or NUL: `.`, or `..` (and `...`, which Windows servers read as `..` once they have
+    /// dropped its trailing dots).
     static func dotKind(_ segment: UnsafeBufferPointer<UInt8>) -> Escape.Kind? {
         guard segment.first == UInt8(ascii: ".") else { return nil } // most segments: one look
         var dots = 0
         for byte in segment {
             switch byte {
             case UInt8(ascii: "."): dots += 1
-            case UInt8(ascii: ";"), UInt8(ascii: "?"), UInt8(ascii: "#"), 0: return dots == 1 ? .dot : dots == 2 ? .parent : nil
+            case UInt8(ascii: ";"), UInt8(ascii: "?"), UInt8(ascii: "#"), 0: return dots == 1 ? .dot : .parent
             default: return nil
             }
         }
-        return dots == 1 ? .dot : dots == 2 ? .parent : nil
+        return dots == 1 ? .dot : .parent
     }
 
-    /// What a segment holding a `%` is to a server that decodes it until nothing more decodes.
-    /// Decoding `%XX` anywhere never undoes another (a `%` is no hex digit), so every order ends
-    /// in the same bytes: this one decodes at the end of what it has written, as soon as a `%XX`
-    /// is complete there, whether read or just decoded (`%%32e` is `%2e`, then `.`). Linear time.
+    /// What a segment holding a `%` is to a server that decodes it until nothing more decodes,
+    /// `%uXXXX` too (IIS). Decoding `%XX` or `%uXXXX` anywhere never undoes another (neither `%`
+    /// nor `u` is a hex digit), so every order ends in the same bytes: this one decodes at the
+    /// end of what it has written, as soon as an escape is complete there, whether read or just
+    /// decoded (`%%32e` is `%2e`, then `.`). Linear time. The bytes decoded are then read as the
+    /// most lenient server reads them (``lenientKind(_:)``).
     static func decodedKind(_ segment: UnsafeBufferPointer<UInt8>) -> Escape.Kind? {
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: segment.count) { out -> Escape.Kind? in
             var n = 0
             for byte in segment {
                 out[n] = byte
                 n += 1
-                while n >= 3, out[n - 3] == UInt8(ascii: "%"), isHex(out[n - 2]), isHex(out[n - 1]) {
-                    out[n - 3] = hexValue(out[n - 2]) << 4 | hexValue(out[n - 1])
-                    n -= 2
+                while true {
+                    if n >= 3, out[n - 3] == UInt8(ascii: "%"), isHex(out[n - 2]), isHex(out[n - 1]) {
+                        out[n - 3] = hexValue(out[n - 2]) << 4 | hexValue(out[n - 1])
+                        n -= 2
+                    } else if n >= 6, out[n - 6] == UInt8(ascii: "%"), out[n - 5] | 0x20 == UInt8(ascii: "u"), isHex(out[n - 4]), isHex(out[n - 3]),
+                              isHex(out[n - 2]), isHex(out[n - 1]) {
+                        let value = (0..<4).reduce(UInt32(0)) { $0 << 4 | UInt32(hexValue(out[n - 4 + $1])) }
+                        guard let scalar = Unicode.Scalar(value) else { break } // a lone surrogate: left as written
+                        n -= 6
+                        for unit in UTF8.encode(scalar)! {
+                            out[n] = unit
+                            n += 1
+                        }
+                    } else {
+                        break
+                    }
                     if out[n - 1] == UInt8(ascii: "/") || out[n - 1] == UInt8(ascii: "\\") { return .slash }
                 }
             }
-            return dotKind(UnsafeBufferPointer(rebasing: out[..<n]))
+            return lenientKind(UnsafeMutableBufferPointer(rebasing: out[..<n]))
         }
+    }
+
+    /// Characters that lenient servers take for a dot, a slash or a backslash: overlong UTF-8
+    /// (old Java and Tomcat decoders), the full-width and small forms that NFKC maps to them,
+    /// and the slashes some servers fold to `/` (found by an outside test: each reached outside a
+    /// path prefix).
+    static let lookalikes: [(bytes: [UInt8], meaning: UInt8)] = [
+        ([0xC0, 0xAE], 0x2E), ([0xE0, 0x80, 0xAE], 0x2E), ([0xF0, 0x80, 0x80, 0xAE], 0x2E),
+        ([0xEF, 0xBC, 0x8E], 0x2E), ([0xEF, 0xB9, 0x92], 0x2E), ([0xE2, 0x80, 0xA4], 0x2E), // U+FF0E, U+FE52, U+2024
+        ([0xC0, 0xAF], 0x2F), ([0xE0, 0x80, 0xAF], 0x2F), ([0xF0, 0x80, 0x80, 0xAF], 0x2F),
+        ([0xEF, 0xBC, 0x8F], 0x2F), ([0xE2, 0x88, 0x95], 0x2F), ([0xE2, 0x81, 0x84], 0x2F), // U+FF0F, U+2215, U+2044
+        ([0xC1, 0x9C], 0x5C), ([0xE0, 0x81, 0x9C], 0x5C), ([0xF0, 0x80, 0x81, 0x9C], 0x5C),
+        ([0xEF, 0xBC, 0xBC], 0x5C), ([0xEF, 0xB9, 0xA8], 0x5C), ([0xE2, 0xA7, 0xB5], 0x5C), // U+FF3C, U+FE68, U+29F5
+    ]
+
+    /// What decoded bytes of one segment are to the most lenient server: a slash or backslash in
+    /// them (``lookalikes`` too) escapes; so do dots alone, once cut at the first `;`, `?`, `#` or
+    /// NUL and stripped of white space around them (Windows servers drop trailing spaces and dots:
+    /// `..%20`, `..%2e`).
+    static func lenientKind(_ bytes: UnsafeMutableBufferPointer<UInt8>) -> Escape.Kind? {
+        var n = 0, i = 0
+        while i < bytes.count {
+            if bytes[i] >= 0xC0, let look = lookalikes.first(where: { look in
+                i + look.bytes.count <= bytes.count && look.bytes.indices.allSatisfy { bytes[i + $0] == look.bytes[$0] } }) {
+                bytes[n] = look.meaning
+                i += look.bytes.count
+            } else {
+                bytes[n] = bytes[i]
+                i += 1
+            }
+            if bytes[n] == UInt8(ascii: "/") || bytes[n] == UInt8(ascii: "\\") { return .slash }
+            n += 1
+        }
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (byte >= 0x09 && byte <= 0x0D) }
+        let head = bytes[..<n].prefix { $0 != UInt8(ascii: ";") && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") && $0 != 0 }
+        let body = head.drop(while: isSpace).reversed().drop(while: isSpace)
+        guard !body.isEmpty, body.allSatisfy({ $0 == UInt8(ascii: ".") }) else { return nil }
+        return body.count == 1 ? .dot : .parent
     }
 
     static func hexValue(_ byte: UInt8) -> UInt8 {

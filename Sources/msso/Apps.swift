@@ -41,6 +41,7 @@ struct Apps: ParsableCommand {
                 guard let app = (apps.registrations + apps.ignored).first(where: { $0.name == name }) else {
                     throw BrokerError(.badRequest, "no app named \"\(name)\" is registered; `msso apps` lists them")
                 }
+                try Apps.requireWritten(app, in: apps.userDirectory, to: "revoke")
                 if options.json { return Output.json(app) }
                 // A line each: a newline in a name or path (from a file) cannot fake a field.
                 Output.print("name:       \(app.name)")
@@ -90,6 +91,7 @@ struct Apps: ParsableCommand {
                     throw BrokerError(.badRequest, "the administrator already defines \"\(app.name)\" (\(admin.source)); choose another --name")
                 }
                 let existing = (apps.registrations + apps.ignored).first { $0.name == app.name && !$0.admin }
+                if let existing { try Apps.requireWritten(existing, in: apps.userDirectory, to: "change") }
                 app.groups = Array(Set((existing?.groups ?? []) + [options.group!])).sorted()
                 app.confirm = confirm || existing?.confirm == true ? true : nil
                 app.scopes = existing?.scopes
@@ -118,6 +120,7 @@ struct Apps: ParsableCommand {
                 guard var app = (apps.registrations + apps.ignored).first(where: { $0.name == name && !$0.admin }) else {
                     throw BrokerError(.badRequest, "no app named \"\(name)\" is registered; `msso apps` lists them")
                 }
+                try Apps.requireWritten(app, in: apps.userDirectory, to: "revoke")
                 app.groups.removeAll { options.group == nil || $0 == options.group }
                 if app.groups.isEmpty {
                     try FileManager.default.removeItem(atPath: apps.userDirectory + "/" + Apps.fileName(name))
@@ -135,6 +138,16 @@ struct Apps: ParsableCommand {
         let account = app.account.map { "  account: \($0)" } ?? ""
         let scopes = app.scopes.map { "  scopes: \($0.joined(separator: " "))" } ?? ""
         return "\(app.name)  \(who)  groups: \(app.groups.joined(separator: ", "))\(account)\(scopes)\(app.confirm == true ? "  (confirms)" : "")  [\(app.admin ? "admin" : "user")]"
+    }
+
+    /// Throws unless `app` is registered in the file `msso apps` writes for it: a registration the
+    /// user wrote in another file stays in force whatever this command writes (found by an outside
+    /// test: `revoke` failed with the file system's words, and a partial revoke would have said
+    /// "may now use" while that file still gave every group).
+    static func requireWritten(_ app: AppRegistration, in directory: String, to verb: String) throws {
+        let file = String(app.source[..<(app.source.lastIndex(of: ":") ?? app.source.endIndex)])
+        guard file != directory + "/" + fileName(app.name) else { return }
+        throw BrokerError(.badRequest, "\"\(app.name)\" is registered in \(app.source), a file `msso apps` did not write, so it cannot \(verb) it; edit its table there (its `groups`), or delete the table and use `msso apps allow`")
     }
 
     static func fileName(_ name: String) -> String {

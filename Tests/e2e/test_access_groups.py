@@ -139,6 +139,24 @@ def test_msso_apps_allow_show_and_revoke(bare):
     assert bare.msso("sign", "--group", GROUP, "--url", URL).returncode == 7
 
 
+def test_msso_apps_changes_only_the_registrations_it_wrote(bare):
+    """Found by an outside test: `msso apps revoke` of an app the user had registered in a file of
+    their own failed with the file system's words; a revoke of one group would have written a file
+    of its own beside it and said "may now use" while the user's file still gave every group."""
+    bare.register("suite", [BIN / "msso"], [GROUP, "com.example.other"], admin=False)
+    written = (bare.user_dir / "apps.d" / "suite.toml").read_text()
+    wait_for(lambda: "suite-0" in bare.msso("apps").stdout, what="the registration to be read")
+    for argv in (["apps", "revoke", "suite-0"], ["apps", "revoke", "suite-0", "--group", GROUP],
+                 ["apps", "allow", BIN / "msso", "--group", GROUP, "--name", "suite-0", "--confirm"]):
+        done = bare.msso(*argv)
+        assert done.returncode != 0 and done.stdout == "", (argv, done.stdout)
+        assert "a file `msso apps` did not write" in done.stderr and str(bare.user_dir / "apps.d" / "suite.toml") in done.stderr, done.stderr
+        assert "edit its table there" in done.stderr and "Error Domain" not in done.stderr, done.stderr
+    assert sorted((bare.user_dir / "apps.d").iterdir()) == [bare.user_dir / "apps.d" / "suite.toml"], "nothing written beside it"
+    assert (bare.user_dir / "apps.d" / "suite.toml").read_text() == written
+    assert bare.msso("sign", "--group", GROUP, "--url", URL).returncode == 0, "the registration stands, as the refusal says"
+
+
 def test_an_app_sees_only_its_groups(bare):
     bare.register("python", [PYTHON], [GROUP])
     client = RawClient(bare.socket)
