@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 from pathlib import Path
@@ -72,6 +73,19 @@ LAST = ["test_package", "test_no_secrets_in_logs"]
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: LAST.index(item.module.__name__) + 1 if item.module.__name__ in LAST else 0)
+
+
+def pytest_sessionfinish(session):
+    """`make e2e` runs the tests in several processes, then LAST alone (Makefile): each process
+    leaves the daemon logs it wrote and the secrets it handled in $MSSO_E2E_RECORDS (a directory
+    only root reads, removed after the run) for the log check."""
+    records = os.environ.get("MSSO_E2E_RECORDS")
+    if not records:
+        return
+    from harness import LOGS, SECRETS
+    path = Path(records) / f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-{os.getpid()}.json"
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        json.dump({"logs": [str(log) for log in LOGS], "secrets": sorted(SECRETS)}, out)
 
 
 @pytest.fixture(scope="module")
