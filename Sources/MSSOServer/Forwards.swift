@@ -75,9 +75,15 @@ final class Forwards {
         guard configuration.policy.forwarding else {
             throw BrokerError(.forbidden, "your administrator has turned SSH forwarding off ([policy] forwarding = false in \(configuration.systemDirectory)/config.toml), so msso forwards the broker to no host")
         }
-        guard configuration.forwards[host] != nil else {
+        guard let rule = configuration.forwards[host] else {
             let example = configuration.groups.keys.sorted().first ?? "GROUP"
             throw BrokerError(.forbidden, "no [forward.\"\(host)\"] table names host \(host), so msso does not forward the broker to it; add one to \(configuration.userDirectory)/config.toml, e.g. [forward.\"\(host)\"] with groups = [\"\(example)\"] (see msso.toml(5)), then reload mssod (`systemctl --user reload msso`)")
+        }
+        // A forward whose table gives no group would answer every call of the host with a refusal
+        // (found by an outside test: a user's table naming only the administrator's groups, which
+        // it may not, opened one).
+        guard rule.groups.contains(where: { configuration.groups[$0] != nil }) else {
+            throw BrokerError(.forbidden, "the [forward.\"\(host)\"] table (\(rule.source)) gives host \(host) no access group this broker has (a user's table may not name the administrator's groups: `msso doctor` says which it dropped), so msso does not forward the broker to it; name a group of yours in its `groups`, then reload mssod")
         }
         guard open.count < Self.maximumForwards else {
             throw BrokerError(.busy, "\(Self.maximumForwards) SSH forwards are open already, the limit; end an msso ssh session and try again")

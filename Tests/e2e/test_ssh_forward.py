@@ -220,6 +220,25 @@ def test_a_host_without_a_forward_table_is_refused_before_ssh_runs(desktop, idp,
         broker.stop()
 
 
+def test_a_hosts_table_that_gives_no_group_opens_no_forward(desktop, idp, tmp_path):
+    """Found by an outside test: a user's table naming only the administrator's group (which it may
+    not, so the group was dropped) still opened a forward that refused every call."""
+    broker = Broker(desktop, idp, start=False)
+    broker.user_dir.mkdir(parents=True, exist_ok=True)
+    (broker.user_dir / "config.toml").write_text(forward_table())  # names the administrator's group
+    broker.start()
+    try:
+        program, marker = marker_ssh(tmp_path)
+        done = broker.msso("ssh", "--ssh", program, f"{REMOTE_USER}@{HOST}", "true")
+        assert done.returncode == 7, done.stderr
+        assert f'the [forward."{HOST}"] table ({broker.user_dir}/config.toml' in done.stderr, done.stderr
+        assert "gives host" in done.stderr and "no access group this broker has" in done.stderr and "msso doctor" in done.stderr
+        assert not marker.exists(), "ssh never ran"
+        assert not list((desktop.runtime / "msso").glob("forwards/*")), "no socket was made"
+    finally:
+        broker.stop()
+
+
 def test_the_administrator_can_forbid_forwarding(desktop, idp, tmp_path):
     broker = Broker(desktop, idp, start=False)
     with open(broker.config, "a") as config:
