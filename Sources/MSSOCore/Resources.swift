@@ -416,13 +416,14 @@ public struct Resources: Equatable, Sendable {
     /// (old Java and Tomcat decoders), the full-width and small forms that NFKC maps to them,
     /// and the slashes some servers fold to `/` (found by an outside test: each reached outside a
     /// path prefix).
-    static let lookalikes: [(bytes: [UInt8], meaning: UInt8)] = [
-        ([0xC0, 0xAE], 0x2E), ([0xE0, 0x80, 0xAE], 0x2E), ([0xF0, 0x80, 0x80, 0xAE], 0x2E),
-        ([0xEF, 0xBC, 0x8E], 0x2E), ([0xEF, 0xB9, 0x92], 0x2E), ([0xE2, 0x80, 0xA4], 0x2E), // U+FF0E, U+FE52, U+2024
-        ([0xC0, 0xAF], 0x2F), ([0xE0, 0x80, 0xAF], 0x2F), ([0xF0, 0x80, 0x80, 0xAF], 0x2F),
-        ([0xEF, 0xBC, 0x8F], 0x2F), ([0xE2, 0x88, 0x95], 0x2F), ([0xE2, 0x81, 0x84], 0x2F), // U+FF0F, U+2215, U+2044
-        ([0xC1, 0x9C], 0x5C), ([0xE0, 0x81, 0x9C], 0x5C), ([0xF0, 0x80, 0x81, 0x9C], 0x5C),
-        ([0xEF, 0xBC, 0xBC], 0x5C), ([0xEF, 0xB9, 0xA8], 0x5C), ([0xE2, 0xA7, 0xB5], 0x5C), // U+FF3C, U+FE68, U+29F5
+    static let lookalikes: [(bytes: [UInt8], meaning: [UInt8])] = [
+        ([0xC0, 0xAE], [0x2E]), ([0xE0, 0x80, 0xAE], [0x2E]), ([0xF0, 0x80, 0x80, 0xAE], [0x2E]),
+        ([0xEF, 0xBC, 0x8E], [0x2E]), ([0xEF, 0xB9, 0x92], [0x2E]), ([0xE2, 0x80, 0xA4], [0x2E]), // U+FF0E, U+FE52, U+2024
+        ([0xE2, 0x80, 0xA5], [0x2E, 0x2E]), ([0xE2, 0x80, 0xA6], [0x2E, 0x2E, 0x2E]), // U+2025, U+2026 (NFKC: `..`, `...`)
+        ([0xC0, 0xAF], [0x2F]), ([0xE0, 0x80, 0xAF], [0x2F]), ([0xF0, 0x80, 0x80, 0xAF], [0x2F]),
+        ([0xEF, 0xBC, 0x8F], [0x2F]), ([0xE2, 0x88, 0x95], [0x2F]), ([0xE2, 0x81, 0x84], [0x2F]), // U+FF0F, U+2215, U+2044
+        ([0xC1, 0x9C], [0x5C]), ([0xE0, 0x81, 0x9C], [0x5C]), ([0xF0, 0x80, 0x81, 0x9C], [0x5C]),
+        ([0xEF, 0xBC, 0xBC], [0x5C]), ([0xEF, 0xB9, 0xA8], [0x5C]), ([0xE2, 0xA7, 0xB5], [0x5C]), // U+FF3C, U+FE68, U+29F5
     ]
 
     /// What decoded bytes of one segment are to the most lenient server: a slash or backslash in
@@ -430,18 +431,21 @@ public struct Resources: Equatable, Sendable {
     /// NUL and stripped of white space around them (Windows servers drop trailing spaces and dots:
     /// `..%20`, `..%2e`).
     static func lenientKind(_ bytes: UnsafeMutableBufferPointer<UInt8>) -> Escape.Kind? {
-        var n = 0, i = 0
+        var n = 0, i = 0 // (each meaning is no longer than what it stands for: written in place)
         while i < bytes.count {
             if bytes[i] >= 0xC0, let look = lookalikes.first(where: { look in
                 i + look.bytes.count <= bytes.count && look.bytes.indices.allSatisfy { bytes[i + $0] == look.bytes[$0] } }) {
-                bytes[n] = look.meaning
+                for byte in look.meaning {
+                    bytes[n] = byte
+                    n += 1
+                }
                 i += look.bytes.count
             } else {
                 bytes[n] = bytes[i]
+                n += 1
                 i += 1
             }
-            if bytes[n] == UInt8(ascii: "/") || bytes[n] == UInt8(ascii: "\\") { return .slash }
-            n += 1
+            if bytes[n - 1] == UInt8(ascii: "/") || bytes[n - 1] == UInt8(ascii: "\\") { return .slash }
         }
         func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (byte >= 0x09 && byte <= 0x0D) }
         let head = bytes[..<n].prefix { $0 != UInt8(ascii: ";") && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") && $0 != 0 }
