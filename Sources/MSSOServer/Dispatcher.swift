@@ -102,6 +102,8 @@ final class Dispatcher: Sendable {
             connection.greet(serial, hello, caller)
             return .answered
         case .ping(let data):
+            // A connection echoes pings itself, before anyone is identified (CallChecks: the floor);
+            // a channel that hands one here gets the same echo.
             return .now(ReplyWriter.pingReply(serial: serial, data: data.data))
         case .forward(let asked):
             do {
