@@ -136,8 +136,8 @@ public struct Resources: Equatable, Sendable {
     }
 
     /// Where the URL's origin has more than one entry, the first segment of its path (``decoded(_:)``) that is not plain: a segment of letters, digits and
-    /// `-._~!$&'()*+,=@` that is neither `.` nor `..`. Nil when every one is, or when one entry
-    /// alone covers the origin. Servers read other segments in ways past counting (found by an
+    /// `-._!$&'()*+,=@` that is neither `.` nor `..`, nor an entry's segment at its depth with a
+    /// suffix (`admin.json`). Nil when every one is, or when one entry alone covers the origin. Servers read other segments in ways past counting (found by an
     /// outside test: IIS drops trailing spaces and `::$INDEX_ALLOCATION`, others full-width dots),
     /// so where two entries meet msso hands out neither token for such a path.
     public func unplainSegment(_ url: String) -> String? {
@@ -145,11 +145,22 @@ public struct Resources: Equatable, Sendable {
         return Array(url.utf8).withUnsafeBufferPointer { b -> String? in
             guard let parts = Self.parts(b) else { return nil }
             let host = b[parts.host].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
-            guard prefixes.filter({ $0.https == parts.https && $0.port == parts.port && $0.host == host }).count > 1 else { return nil }
-            let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,=@".utf8)
-            for raw in b[parts.path].split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true) {
+            let here = prefixes.filter { $0.https == parts.https && $0.port == parts.port && $0.host == host }
+            guard here.count > 1 else { return nil }
+            func lowered(_ bytes: some Sequence<UInt8>) -> [UInt8] { bytes.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 } }
+            let entrySegments = here.map { $0.path.split(separator: UInt8(ascii: "/")).map(lowered) }
+            // No `~`: IIS resolves a short name (`ADMINI~1`) to the long one it stands for.
+            let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._!$&'()*+,=@".utf8)
+            for (depth, raw) in b[parts.path].split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).enumerated() {
                 let decoded = Self.decoded(Array(raw))
                 if decoded == [UInt8(ascii: ".")] || decoded == [UInt8(ascii: "."), UInt8(ascii: ".")] || !decoded.allSatisfy(allowed.contains) {
+                    return String(decoding: raw.prefix(200), as: UTF8.self)
+                }
+                // An entry's segment with a suffix (`admin.json` beside `/admin/`): Spring MVC before
+                // 5.3 served it from that entry's handler (suffix patterns).
+                let segment = lowered(decoded)
+                if let dot = segment.firstIndex(of: UInt8(ascii: ".")), dot > 0,
+                   entrySegments.contains(where: { depth < $0.count && $0[depth] == Array(segment[..<dot]) }) {
                     return String(decoding: raw.prefix(200), as: UTF8.self)
                 }
             }
@@ -412,46 +423,81 @@ public struct Resources: Equatable, Sendable {
         }
     }
 
-    /// Characters that lenient servers take for a dot, a slash or a backslash: overlong UTF-8
-    /// (old Java and Tomcat decoders), the full-width and small forms that NFKC maps to them,
-    /// and the slashes some servers fold to `/` (found by an outside test: each reached outside a
-    /// path prefix).
-    static let lookalikes: [(bytes: [UInt8], meaning: [UInt8])] = [
-        ([0xC0, 0xAE], [0x2E]), ([0xE0, 0x80, 0xAE], [0x2E]), ([0xF0, 0x80, 0x80, 0xAE], [0x2E]),
-        ([0xEF, 0xBC, 0x8E], [0x2E]), ([0xEF, 0xB9, 0x92], [0x2E]), ([0xE2, 0x80, 0xA4], [0x2E]), // U+FF0E, U+FE52, U+2024
-        ([0xE2, 0x80, 0xA5], [0x2E, 0x2E]), ([0xE2, 0x80, 0xA6], [0x2E, 0x2E, 0x2E]), // U+2025, U+2026 (NFKC: `..`, `...`)
-        ([0xC0, 0xAF], [0x2F]), ([0xE0, 0x80, 0xAF], [0x2F]), ([0xF0, 0x80, 0x80, 0xAF], [0x2F]),
-        ([0xEF, 0xBC, 0x8F], [0x2F]), ([0xE2, 0x88, 0x95], [0x2F]), ([0xE2, 0x81, 0x84], [0x2F]), // U+FF0F, U+2215, U+2044
-        ([0xC1, 0x9C], [0x5C]), ([0xE0, 0x81, 0x9C], [0x5C]), ([0xF0, 0x80, 0x81, 0x9C], [0x5C]),
-        ([0xEF, 0xBC, 0xBC], [0x5C]), ([0xEF, 0xB9, 0xA8], [0x5C]), ([0xE2, 0xA7, 0xB5], [0x5C]), // U+FF3C, U+FE68, U+29F5
-    ]
+    /// What one character of a decoded segment is to the most lenient server.
+    enum Lenient: Equatable {
+        /// `/`, `\\`, or what some server takes for one: NFKC's full-width and small forms, the
+        /// slashes some fold to `/`, and what Windows' best-fit code pages turn into `\\` (¥ and ₩:
+        /// the "WorstFit" class).
+        case slash
+        /// `.`, or what NFKC reads as dots (full-width, small, ideographic, leaders): how many.
+        case dots(Int)
+        /// White space, a control character or an invisible one, which servers trim (Java's
+        /// `trim()` takes everything up to U+0020; .NET and Python Unicode white space).
+        case space
+        /// `;`, `?`, `#` or NUL: where a server that drops parameters, or decodes before it parses,
+        /// or reads a C string, ends the segment.
+        case end
+        case other
+    }
 
-    /// What decoded bytes of one segment are to the most lenient server: a slash or backslash in
-    /// them (``lookalikes`` too) escapes; so do dots alone, once cut at the first `;`, `?`, `#` or
-    /// NUL and stripped of white space around them (Windows servers drop trailing spaces and dots:
-    /// `..%20`, `..%2e`).
-    static func lenientKind(_ bytes: UnsafeMutableBufferPointer<UInt8>) -> Escape.Kind? {
-        var n = 0, i = 0 // (each meaning is no longer than what it stands for: written in place)
-        while i < bytes.count {
-            if bytes[i] >= 0xC0, let look = lookalikes.first(where: { look in
-                i + look.bytes.count <= bytes.count && look.bytes.indices.allSatisfy { bytes[i + $0] == look.bytes[$0] } }) {
-                for byte in look.meaning {
-                    bytes[n] = byte
-                    n += 1
-                }
-                i += look.bytes.count
-            } else {
-                bytes[n] = bytes[i]
-                n += 1
-                i += 1
-            }
-            if bytes[n - 1] == UInt8(ascii: "/") || bytes[n - 1] == UInt8(ascii: "\\") { return .slash }
+    static func lenient(_ scalar: UInt32) -> Lenient {
+        switch scalar {
+        case 0x2F, 0x5C, 0x2215, 0x2216, 0x2044, 0xFF0F, 0xFF3C, 0xFE68, 0x29F5, 0x29F8, 0x29F9, 0x2571, 0x2572, 0x27CB, 0x27CD, 0x0338,
+             0x1735, 0x00A5, 0x20A9, 0xFFE5, 0xFFE6: .slash
+        case 0x2E, 0xFF0E, 0xFE52, 0x2024, 0xFF61, 0x3002: .dots(1)
+        case 0x2025: .dots(2)
+        case 0x2026: .dots(3)
+        case 0x3B, 0x3F, 0x23, 0x00: .end
+        case 0x01...0x20, 0x7F...0xA0, 0x2000...0x200F, 0x2028...0x202F, 0x205F...0x2064, 0x1680, 0x180E, 0x3000, 0xFEFF: .space
+        default: .other
         }
-        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (byte >= 0x09 && byte <= 0x0D) }
-        let head = bytes[..<n].prefix { $0 != UInt8(ascii: ";") && $0 != UInt8(ascii: "?") && $0 != UInt8(ascii: "#") && $0 != 0 }
-        let body = head.drop(while: isSpace).reversed().drop(while: isSpace)
-        guard !body.isEmpty, body.allSatisfy({ $0 == UInt8(ascii: ".") }) else { return nil }
-        return body.count == 1 ? .dot : .parent
+    }
+
+    /// What decoded bytes of one segment are to the most lenient server, read as UTF-8 that
+    /// allows overlong forms (old Java and Tomcat decoders: `%c0%ae` is `.`, `%c0%80` NUL): a
+    /// slash anywhere in them escapes; so do dots alone, once cut at the segment's first end and
+    /// stripped of the white space around them (Windows drops trailing spaces and dots: `..%20`,
+    /// `..%2e`, `...`). Found by outside tests, each of these reached outside a path prefix.
+    static func lenientKind(_ bytes: UnsafeMutableBufferPointer<UInt8>) -> Escape.Kind? {
+        var dots = 0, other = false, ended = false, spaceAfterDots = false
+        var i = 0
+        while i < bytes.count {
+            let (scalar, length) = overlongUTF8(bytes, at: i)
+            i += length
+            let kind = lenient(scalar)
+            if kind == .slash { return .slash }
+            guard !ended else { continue } // (past the end only a slash still counts: a server may decode it first)
+            switch kind {
+            case .end: ended = true
+            case .space: if dots > 0 { spaceAfterDots = true }
+            case .dots(let count):
+                if spaceAfterDots { other = true }
+                dots += count
+            case .other, .slash: other = true
+            }
+        }
+        guard !other, dots > 0 else { return nil }
+        return dots == 1 ? .dot : .parent
+    }
+
+    /// The character at `i` and its length, as a decoder that takes overlong forms reads UTF-8;
+    /// a byte that begins none is U+FFFD alone.
+    static func overlongUTF8(_ b: UnsafeMutableBufferPointer<UInt8>, at i: Int) -> (UInt32, Int) {
+        let lead = b[i]
+        func continuation(_ k: Int) -> UInt32? { i + k < b.count && b[i + k] & 0xC0 == 0x80 ? UInt32(b[i + k] & 0x3F) : nil }
+        switch lead {
+        case 0..<0x80: return (UInt32(lead), 1)
+        case 0xC0..<0xE0:
+            if let c1 = continuation(1) { return (UInt32(lead & 0x1F) << 6 | c1, 2) }
+        case 0xE0..<0xF0:
+            if let c1 = continuation(1), let c2 = continuation(2) { return (UInt32(lead & 0x0F) << 12 | c1 << 6 | c2, 3) }
+        case 0xF0..<0xF8:
+            if let c1 = continuation(1), let c2 = continuation(2), let c3 = continuation(3) {
+                return (UInt32(lead & 0x07) << 18 | c1 << 12 | c2 << 6 | c3, 4)
+            }
+        default: break
+        }
+        return (0xFFFD, 1)
     }
 
     static func hexValue(_ byte: UInt8) -> UInt8 {

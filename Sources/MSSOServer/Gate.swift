@@ -147,7 +147,7 @@ struct Gate: Sendable {
                 throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is under \(entry) as msso reads it, but a server that reads it by its bytes, or resolves its path (dot segments, `;` parameters, `//`, percent-encoding, case, trailing dots), reads it as under \(other), and the access group \"\(config.name)\" mints a token for each; send the request to its path resolved")
             }
             if let segment = resources.unplainSegment(url) {
-                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" has the path segment \"\(segment)\", and where two entries of \"\(config.name)\" share a server msso mints neither's token for a segment that servers may read as another (a space, a tab, a colon, a percent sign once decoded, a character beyond ASCII, `.` or `..`); send the request to its plain path (letters, digits and -._~!$&'()*+,=@ in each segment)")
+                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" has the path segment \"\(segment)\", and where two entries of \"\(config.name)\" share a server msso mints neither's token for a segment that servers may read as another (a space, a tab, a colon, a `~`, a percent sign once decoded, a character beyond ASCII, `.` or `..`, an entry's segment with a suffix such as `admin.json`); send the request to its plain path (letters, digits and -._!$&'()*+,=@ in each segment)")
             }
             resource = entry
         }
