@@ -104,6 +104,19 @@ public struct Resources: Equatable, Sendable {
         return best.map { entries[$0] }
     }
 
+    /// Where `url` names no path at all (`https://h.example`: git's helper without
+    /// `credential.useHttpPath`) and more than one entry shares its origin, those entries: the
+    /// request could be for any of them. Nil otherwise.
+    public func entriesForUnknownPath(_ url: String) -> [String]? {
+        guard prefixes.count > 1 else { return nil }
+        return Array(url.utf8).withUnsafeBufferPointer { b -> [String]? in
+            guard let parts = Self.parts(b), parts.path.isEmpty else { return nil }
+            let host = b[parts.host].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
+            let here = prefixes.indices.filter { prefixes[$0].https == parts.https && prefixes[$0].port == parts.port && prefixes[$0].host == host }
+            return here.count > 1 ? here.map { entries[$0] } : nil
+        }
+    }
+
     /// The entry `url` falls in once its path is resolved as a lenient server resolves it
     /// (``resolvedPath(_:)``), when that is another than ``entry(for:)`` finds by its bytes: a
     /// request a server would route to another entry's server than the token is minted for.

@@ -139,6 +139,11 @@ struct Gate: Sendable {
     private func target(_ config: GroupConfig, url: String?, _ caller: Caller) throws(BrokerError) -> TokenTarget {
         var resource: String?
         if config.tokens == .perResource, let url, let resources = config.resources {
+            if let sharing = resources.entriesForUnknownPath(url) {
+                // Found by an outside test: git without `credential.useHttpPath` names no path, and
+                // got the `/` entry's token for a repository under the other.
+                throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" names no path, and the resources \(sharing.joined(separator: " and ")) of the access group \"\(config.name)\" share its server, each with a token of its own, so msso cannot tell which the request is for; name the path (git: `git config --global credential.useHttpPath true`, so that git names the repository's)")
+            }
             guard let entry = resources.entry(for: url) else {
                 throw BrokerError(.resourceForbidden, "\"\(url.prefix(200))\" is not one of the resources of the access group \"\(config.name)\"")
             }

@@ -80,16 +80,19 @@ struct CredentialHelper {
     }
 
     /// Where git will send the credential: `protocol://host/path` (the path when git sends one,
-    /// with `credential.useHttpPath`; else the origin), which the broker holds to the group's
-    /// `resources`. Nil when git names no host. git sends the path decoded: it is encoded again
+    /// with `credential.useHttpPath`; else the origin alone, `protocol://host`, which the broker
+    /// reads as "path unknown": where two entries of a group share the server, it cannot tell
+    /// whose token git wants), which the broker holds to the group's `resources`. Nil when git
+    /// names no host. git sends the path decoded: it is encoded again
     /// (all but unreserved characters, sub-delimiters, `:`, `@` and `/`), so that a space or a
     /// `%` in it is read as the server will read it.
     static func resource(of request: [String: String]) -> String? {
         guard let scheme = request["protocol"], let host = request["host"], !scheme.isEmpty, !host.isEmpty else { return nil }
         let kept = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,;=:@/".utf8)
         let digits = Array("0123456789ABCDEF".utf8)
+        guard let named = request["path"] else { return "\(scheme)://\(host)" }
         var path: [UInt8] = []
-        for byte in (request["path"] ?? "").utf8 {
+        for byte in named.utf8 {
             if kept.contains(byte) { path.append(byte) } else { path += [UInt8(ascii: "%"), digits[Int(byte >> 4)], digits[Int(byte & 15)]] }
         }
         return "\(scheme)://\(host)/" + String(decoding: path, as: UTF8.self)

@@ -34,7 +34,7 @@ struct Token: ParsableCommand {
 
     static func perform(_ options: Common, format: Format, resource given: String?) throws {
         // kubectl says where it sends the credential (provideClusterInfo): that is the resource.
-        let resource = format == .kubernetes ? Kubernetes.info?.spec?.cluster?.server ?? given : given
+        let resource = format == .kubernetes ? Kubernetes.info?.spec?.cluster?.server.map(Kubernetes.root) ?? given : given
         try options.run { broker in
             let token: Methods.Token.Result
             do {
@@ -68,6 +68,15 @@ enum Kubernetes {
         }
         var apiVersion: String?
         var spec: Spec?
+    }
+
+    /// A cluster's server as the resource: kubectl sends every request below its URL, so one
+    /// named without a path is its root (`https://k8s:6443/`), never "path unknown" (which a URL
+    /// without a path means to mssod: git's helper sends one where git names no path).
+    static func root(_ server: String) -> String {
+        let parts = server.split(separator: "://", maxSplits: 1)
+        guard parts.count == 2, !parts[1].contains(where: { "/?#".contains($0) }) else { return server }
+        return server + "/"
     }
 
     /// What kubectl says about this run (KUBERNETES_EXEC_INFO, set by kubectl ≥ 1.21).

@@ -260,6 +260,10 @@ final class GateTests: XCTestCase {
         XCTAssertEqual(try target("https://h.example/git/x.git", [registration(nil, admin: true)]).get(),
                        TokenTarget(resource: "https://h.example/git/"), "the most specific entry")
         XCTAssertEqual(try target("https://h.example/api", [registration(nil, admin: true)]).get(), TokenTarget(resource: "https://h.example/"))
+        // No path at all (git's helper without credential.useHttpPath): either entry's, so neither.
+        guard case .failure(let unknown) = target("https://h.example", [registration(nil, admin: true)]) else { return XCTFail("a token for no path") }
+        XCTAssertEqual(unknown.name, .resourceForbidden)
+        XCTAssertTrue(unknown.message.contains("names no path") && unknown.message.contains("credential.useHttpPath"), unknown.message)
         // The administrator's limit holds whatever the user's own registration adds.
         XCTAssertEqual(try target("https://h.example/api", [registration(["read"], admin: true), registration(["read", "write"], admin: false)]).get(),
                        TokenTarget(resource: "https://h.example/", scopes: ["read"]))

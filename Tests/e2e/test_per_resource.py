@@ -160,6 +160,20 @@ def test_git_gets_the_git_servers_token_through_its_credential_helper(per_resour
     assert idp.introspect(served.seen[-1])["aud"] == git_entry
 
 
+def test_git_naming_no_path_gets_neither_token_where_two_entries_share_its_server(per_resource, tmp_path):
+    """Found by an outside test: git without `credential.useHttpPath` names no path, and got the `/`
+    entry's token for a repository under the git entry. Refused now, naming the fix."""
+    daemon, served, idp, git_entry, api = per_resource
+    daemon.register("git-helper", [BIN / "git-credential-msso"], [GROUP])
+    env = dict(git_env(daemon, tmp_path / "home"), GIT_SSL_CAINFO=str(served.certificate))
+    wait_for(lambda: daemon.logged("app registrations reloaded") >= 2, what="mssod to read the helper's registration")
+    done = git(["ls-remote", f"{git_entry}suite.git"], env)
+    assert done.returncode != 0 and "credential.useHttpPath" in done.stderr, done.stderr
+    assert not served.seen, "no token reached the server"
+    asked = daemon.msso("token", f"--resource={api.rstrip('/')}")
+    assert asked.returncode == 7 and asked.stdout == "" and "names no path" in asked.stderr, asked.stderr
+
+
 def test_a_provider_that_narrows_the_session_is_named_and_the_session_kept(desktop, repos):  # noqa: F811
     """glewlwyd with one-use refresh tokens keeps in the rotated token only the resource just
     minted: the second server is refused (invalid_target). msso says so (exit 6, the resource,

@@ -38,7 +38,7 @@ def test_the_git_helper_answers_only_for_the_groups_resources(guarded, server, r
     refused = helper_get(guarded, "protocol=https\nhost=attacker.example\n\n")
     assert refused.returncode == 0, refused.stderr
     assert refused.stdout == "", "no credential (and no quit=1: git may ask its next helper)"
-    assert "https://attacker.example/" in refused.stderr and "is not one of the resources" in refused.stderr, refused.stderr
+    assert '"https://attacker.example"' in refused.stderr and "is not one of the resources" in refused.stderr, refused.stderr
     assert server.url in refused.stderr, "the sentence names the group's resources"
 
     host = server.url.split("://", 1)[1]
