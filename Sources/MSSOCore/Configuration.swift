@@ -397,6 +397,9 @@ public struct Configuration: Equatable, Sendable {
             if group.tokens == .perResource, group.resources == nil {
                 throw fail(table.values["tokens"]!.line, "tokens", "\"per-resource\" mints a token for each entry of `resources`, and the group names none; list the servers its tokens are for in `resources`")
             }
+            if group.tokens == .perResource, let problem = group.resources?.entryProblemWherePathsShareAServer() {
+                throw fail(table.values["resources"]?.line ?? table.line, "resources", problem)
+            }
             if let request = table.values["token_request"], group.tokens != .perResource {
                 throw fail(request.line, "token_request", "does nothing without `tokens = \"per-resource\"`")
             }

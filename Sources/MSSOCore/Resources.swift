@@ -1,3 +1,4 @@
+import Glibc
 import MSSOProtocol
 
 /// The servers a group's tokens are for: `resources = ["https://git.example.com/", …]` in its
@@ -49,6 +50,7 @@ public struct Resources: Equatable, Sendable {
             if !parsed.https, !Loopback.isHost(String(decoding: parsed.host, as: UTF8.self)) {
                 throw Problem("\"\(entry)\": plain http is allowed only on loopback (a bearer token would cross the network in the clear); use https")
             }
+            if let problem = Self.hostProblem(parsed.host) { throw Problem("\"\(entry)\": \(problem)") }
             if parsed.path.count > 1, let escape = parsed.path.withUnsafeBufferPointer({ Self.escape($0) }) {
                 let segment = String(decoding: parsed.path[escape.segment], as: UTF8.self)
                 throw Problem("\"\(entry)\": its path's segment \"\(segment)\" \(escape.reason(segment)); write the path resolved, without it")
@@ -57,6 +59,50 @@ public struct Resources: Equatable, Sendable {
         }
         self.prefixes = prefixes
         self.entries = entries
+    }
+
+    /// Why an entry's host could never match a request to its server as written, if it could
+    /// not: requests are matched by the host's bytes, and a request names an address in its one
+    /// usual form (found by an outside test: `[2001:0db8::1]/admin/` beside `[2001:db8::1]/` gave
+    /// a request for the first the second's token).
+    static func hostProblem(_ host: [UInt8]) -> String? {
+        let text = String(decoding: host, as: UTF8.self)
+        if host.last == UInt8(ascii: ".") {
+            return "write the host without its trailing dot (\(text.dropLast())): a request to it never matches"
+        }
+        func canonical(_ family: Int32, _ address: String) -> String? {
+            var bytes = [UInt8](repeating: 0, count: 16), out = [CChar](repeating: 0, count: 64)
+            guard inet_pton(family, address, &bytes) == 1, inet_ntop(family, bytes, &out, socklen_t(out.count)) != nil else { return nil }
+            return String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        if host.first == UInt8(ascii: "[") {
+            let inside = String(text.dropFirst().dropLast())
+            guard let usual = canonical(AF_INET6, inside) else { return "\(text) is no IPv6 address" }
+            return usual == inside ? nil : "write the address as [\(usual)], its usual form, which requests use"
+        }
+        if host.allSatisfy({ $0 == UInt8(ascii: ".") || ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) }) {
+            guard let usual = canonical(AF_INET, text) else { return "\(text) is no IPv4 address" }
+            return usual == text ? nil : "write the address as \(usual), its usual form, which requests use"
+        }
+        return nil
+    }
+
+    /// Where two entries share a server and each gets a token of its own (`tokens =
+    /// "per-resource"`), why one's path could be read as another's, if it could: its paths must be
+    /// plain (letters, digits and `-._!$&'()*+,=@`, no empty segment), as the requests that get
+    /// either token must be (``unplainSegment(_:)``), or a request could be taken by a server for
+    /// one and by msso for the other (found by an outside test: `//admin/`, `%61dmin/`, `admin;x/`
+    /// beside `/` gave `/admin/x` the `/` entry's token).
+    public func entryProblemWherePathsShareAServer() -> String? {
+        let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._!$&'()*+,=@/".utf8)
+        for (k, prefix) in prefixes.enumerated()
+        where prefixes.indices.contains(where: { $0 != k && prefixes[$0].https == prefix.https && prefixes[$0].host == prefix.host && prefixes[$0].port == prefix.port }) {
+            let inner = prefix.path.dropFirst().dropLast(prefix.path.last == UInt8(ascii: "/") && prefix.path.count > 1 ? 1 : 0)
+            if !prefix.path.allSatisfy(allowed.contains) || inner.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false).contains(where: \.isEmpty) && !inner.isEmpty {
+                return "\"\(entries[k])\" shares its server with another entry, and each gets a token of its own (`tokens = \"per-resource\"`), so its path must be plain, as a server reads it: letters, digits and -._!$&'()*+,=@ in each segment, no empty segment, no percent-encoding, `;` or `~`; write the path as the server resolves it"
+            }
+        }
+        return nil
     }
 
     public struct Problem: Error, Equatable {

@@ -149,8 +149,25 @@ final class ResourcesTests: XCTestCase {
                     ["https://user@git.example.com/"], ["http://git.example.com/"], ["https://git.example.com/a/../b"],
                     ["https://git.example.com/a%2fb"], ["https://git.example.com/a/..;/b"], ["https://git.example.com/a/%252e%252e/b"],
                     ["https://git.example.com/a%252fb/"], ["https://git.example.com:70000/"], ["ftp://git.example.com/"],
-                    ["https://git.example.com/ x"], Array(repeating: "https://a/", count: 65)] {
+                    ["https://git.example.com/ x"], Array(repeating: "https://a/", count: 65),
+                    // An address or host in a form requests never use (an outside test split one server in two with them).
+                    ["https://[2001:0db8::1]/"], ["https://[0:0::1]/"], ["https://[::g]/"], ["https://h.example./"],
+                    ["https://010.0.0.1/"], ["https://10.0.1/"], ["https://1.2.3.4.5/"]] {
             XCTAssertThrowsError(try Resources(bad), "\(bad)")
+        }
+        XCTAssertNoThrow(try Resources(["https://[2001:db8::1]/", "https://[2001:DB8::2]/", "https://[::1]:8443/x", "https://10.0.0.1/", "http://127.0.0.1:8080/"]))
+    }
+
+    /// Found by an outside test: where two entries share a server (each with a token of its own),
+    /// an entry written `//admin/`, `%61dmin/` or `admin;x/` gave `/admin/x` the `/` entry's token.
+    func testEntriesThatShareAServerHavePlainPaths() throws {
+        for odd in ["https://h.example//admin/", "https://h.example/%61dmin/", "https://h.example/admin;x/", "https://h.example/a//b/",
+                    "https://h.example/admin~1/"] {
+            XCTAssertNotNil(try Resources(["https://h.example/", odd]).entryProblemWherePathsShareAServer(), odd)
+            XCTAssertNil(try Resources(["https://other.example/", odd]).entryProblemWherePathsShareAServer(), "alone on its server: \(odd)")
+        }
+        for plain in ["https://h.example/admin/", "https://h.example/admin", "https://h.example/a/b-c_d.e/"] {
+            XCTAssertNil(try Resources(["https://h.example/", plain]).entryProblemWherePathsShareAServer(), plain)
         }
     }
 

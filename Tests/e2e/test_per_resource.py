@@ -207,6 +207,17 @@ def test_per_resource_without_resources_is_a_configuration_error(desktop, idp):
     assert "tokens" in done.stderr and "`resources`" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("entries", [["https://h.example/", "https://h.example//admin/"], ["https://h.example/", "https://h.example/%61dmin/"],
+                                     ["https://[::1]/", "https://[0:0::1]/admin/"]], ids=["empty-segment", "encoded", "ipv6-form"])
+def test_entries_that_would_split_one_server_are_a_configuration_error(desktop, idp, entries):
+    """Found by an outside test: entries written so that msso and the server read a request as under
+    different ones (per-resource: each its own token) gave `/admin/x` the `/` entry's token."""
+    daemon = Broker(desktop, idp, groups={GROUP: {"resources": entries, "tokens": "per-resource"}}, start=False)
+    done = subprocess.run([*desktop.prefix, BIN / "mssod"], env=daemon.env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 78, done.stderr
+    assert "resources" in done.stderr and ("must be plain" in done.stderr or "usual form" in done.stderr), done.stderr
+
+
 def test_idpyoidc_mints_by_token_exchange_for_the_audience_an_entry_names(desktop, chromium, idpy_provider):
     """idpyoidc lists RFC 8693 token exchange in its discovery, so msso exchanges the session's
     token there by default. It sets `aud` only from `audience` (a `resource` alone leaves it the
