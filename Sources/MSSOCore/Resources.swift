@@ -194,11 +194,13 @@ public struct Resources: Equatable, Sendable {
         }
     }
 
-    /// Where the URL's origin has more than one entry, the first segment of its path (``decoded(_:)``) that is not plain: a segment of letters, digits and
-    /// `-._!$&'()*+,=@` that is neither `.` nor `..`, nor an entry's segment at its depth with a
-    /// suffix (`admin.json`). Nil when every one is, or when one entry alone covers the origin. Servers read other segments in ways past counting (found by an
-    /// outside test: IIS drops trailing spaces and `::$INDEX_ALLOCATION`, others full-width dots),
-    /// so where two entries meet msso hands out neither token for such a path.
+    /// Where the URL's origin has more than one entry, the first segment of its path
+    /// (``decoded(_:)``) that is not plain: a segment of letters, digits and `-._!$&'()*+,=@` that
+    /// is not dots alone, nor an entry's segment at its depth with a suffix (`admin.json`). Nil when
+    /// every one is, or when one entry alone covers the origin. Servers read other segments in
+    /// ways past counting (found by outside tests: IIS drops trailing spaces and dots and
+    /// `::$INDEX_ALLOCATION` and reads short names, others full-width dots), so where two entries
+    /// meet msso hands out neither token for such a path.
     public func unplainSegment(_ url: String) -> String? {
         guard prefixes.count > 1 else { return nil }
         return Array(url.utf8).withUnsafeBufferPointer { b -> String? in
@@ -212,7 +214,7 @@ public struct Resources: Equatable, Sendable {
             let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._!$&'()*+,=@".utf8)
             for (depth, raw) in b[parts.path].split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).enumerated() {
                 let decoded = Self.decoded(Array(raw))
-                if decoded == [UInt8(ascii: ".")] || decoded == [UInt8(ascii: "."), UInt8(ascii: ".")] || !decoded.allSatisfy(allowed.contains) {
+                if decoded.allSatisfy({ $0 == UInt8(ascii: ".") }) || !decoded.allSatisfy(allowed.contains) {
                     return String(decoding: raw.prefix(200), as: UTF8.self)
                 }
                 // An entry's segment with a suffix (`admin.json` beside `/admin/`): Spring MVC before

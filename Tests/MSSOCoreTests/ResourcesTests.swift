@@ -225,7 +225,8 @@ final class ResourcesTests: XCTestCase {
                     "https://x.example.com/team/%252e%252e/a", "https://x.example.com/a/./b", "https://x.example.com/a%2fb",
                     // A second outside test's: IIS short names, Spring's suffix patterns.
                     "https://x.example.com/TEAM~1/a", "https://x.example.com/team~1/a", "https://x.example.com/team~/a",
-                    "https://x.example.com/team.json", "https://x.example.com/Team.aspx", "https://x.example.com/team.php/x"] {
+                    "https://x.example.com/team.json", "https://x.example.com/Team.aspx", "https://x.example.com/team.php/x",
+                    "https://x.example.com/x/.../team/a"] {
             XCTAssertNotNil(resources.unplainSegment(url), url)
         }
         for url in ["https://x.example.com/team/repo.git/info/refs?service=git-upload-pack", "https://x.example.com/api/v1/pods",
