@@ -196,7 +196,7 @@ public struct Resources: Equatable, Sendable {
 
     /// Where the URL's origin has more than one entry, the first segment of its path
     /// (``decoded(_:)``) that is not plain: a segment of letters, digits and `-._!$&'()*+,=@` that
-    /// is not dots alone, nor an entry's segment at its depth with a suffix (`admin.json`). Nil when
+    /// is not dots alone, nor an entry's segment with more after it (`admin.json`, `adminx`). Nil when
     /// every one is, or when one entry alone covers the origin. Servers read other segments in
     /// ways past counting (found by outside tests: IIS drops trailing spaces and dots and
     /// `::$INDEX_ALLOCATION` and reads short names, others full-width dots), so where two entries
@@ -210,6 +210,7 @@ public struct Resources: Equatable, Sendable {
             guard here.count > 1 else { return nil }
             func lowered(_ bytes: some Sequence<UInt8>) -> [UInt8] { bytes.map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 } }
             let entrySegments = here.map { $0.path.split(separator: UInt8(ascii: "/")).map(lowered) }
+            var segments: [[UInt8]] = [] // the URL's, lowered, so far
             // No `~`: IIS resolves a short name (`ADMINI~1`) to the long one it stands for.
             let allowed = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._!$&'()*+,=@".utf8)
             for (depth, raw) in b[parts.path].split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: true).enumerated() {
@@ -217,13 +218,17 @@ public struct Resources: Equatable, Sendable {
                 if decoded.allSatisfy({ $0 == UInt8(ascii: ".") }) || !decoded.allSatisfy(allowed.contains) {
                     return String(decoding: raw.prefix(200), as: UTF8.self)
                 }
-                // An entry's segment with a suffix (`admin.json` beside `/admin/`): Spring MVC before
-                // 5.3 served it from that entry's handler (suffix patterns).
+                // An entry's segment with more after it (`admin.json`, `adminx` beside `/admin/`, the
+                // segments before it the entry's): Spring MVC before 5.3 served it from that entry's
+                // handler (suffix patterns), nginx's `location /admin` takes both.
                 let segment = lowered(decoded)
-                if let dot = segment.firstIndex(of: UInt8(ascii: ".")), dot > 0,
-                   entrySegments.contains(where: { depth < $0.count && $0[depth] == Array(segment[..<dot]) }) {
+                if entrySegments.contains(where: { entry in
+                    depth < entry.count && segment.count > entry[depth].count && segment.starts(with: entry[depth])
+                        && segments.elementsEqual(entry.prefix(depth))
+                }) {
                     return String(decoding: raw.prefix(200), as: UTF8.self)
                 }
+                segments.append(segment)
             }
             return nil
         }
@@ -402,7 +407,7 @@ public struct Resources: Equatable, Sendable {
 
     /// A segment of a path that a server could resolve to somewhere outside the path it is under.
     struct Escape: Equatable {
-        enum Kind { case dot, parent, slash }
+        enum Kind { case dot, parent, slash, notUTF8 }
         /// Where the segment is in the path's bytes.
         var segment: Range<Int>
         var kind: Kind
@@ -411,8 +416,9 @@ public struct Resources: Equatable, Sendable {
         func reason(_ segment: String) -> String {
             switch kind {
             case _ where segment == "." || segment == "..": "is a dot segment"
-            case .dot, .parent: "is read as `\(kind == .dot ? "." : "..")` by servers that drop a segment's `;` parameters, percent-decode more than once or IIS's `%u`, read overlong UTF-8 or full-width dots, or drop trailing dots and spaces"
-            case .slash: "holds an encoded slash or backslash (`%2f`, `%5c`, or encoded again: `%252f`), which some servers decode"
+            case .dot, .parent: "is read as `\(kind == .dot ? "." : "..")` by servers that drop a segment's `;` parameters, percent-decode more than once or IIS's `%u`, read full-width dots, or drop trailing dots and spaces"
+            case .slash: "holds an encoded slash or backslash (`%2f`, `%5c`, or encoded again: `%252f`, or what some servers take for one), which some servers decode"
+            case .notUTF8: "decodes to bytes that are not UTF-8, which old decoders read as they please (`%c0%ae` as `.`, `%c0%af` as `/`)"
             }
         }
     }
@@ -514,18 +520,18 @@ public struct Resources: Equatable, Sendable {
         }
     }
 
-    /// What decoded bytes of one segment are to the most lenient server, read as UTF-8 that
-    /// allows overlong forms (old Java and Tomcat decoders: `%c0%ae` is `.`, `%c0%80` NUL): a
+    /// What decoded bytes of one segment are to the most lenient server: bytes that are not UTF-8
+    /// escape (overlong forms, which old Java, Tomcat and IIS decoders read as `.`, `/`, NUL or a
+    /// space, even with a continuation byte's high bits wrong: `%c0%ae`, `%c0%2e`, `%c1%1c`); a
     /// slash anywhere in them escapes; so do dots alone, once cut at the segment's first end and
     /// stripped of the white space around them (Windows drops trailing spaces and dots: `..%20`,
     /// `..%2e`, `...`). Found by outside tests, each of these reached outside a path prefix.
     static func lenientKind(_ bytes: UnsafeMutableBufferPointer<UInt8>) -> Escape.Kind? {
+        if bytes.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\\") }) { return .slash } // (as the one-pass decoder says first)
+        guard let text = String(validating: UnsafeBufferPointer(bytes), as: UTF8.self) else { return .notUTF8 }
         var dots = 0, other = false, ended = false, spaceAfterDots = false
-        var i = 0
-        while i < bytes.count {
-            let (scalar, length) = overlongUTF8(bytes, at: i)
-            i += length
-            let kind = lenient(scalar)
+        for scalar in text.unicodeScalars {
+            let kind = lenient(scalar.value)
             if kind == .slash { return .slash }
             guard !ended else { continue } // (past the end only a slash still counts: a server may decode it first)
             switch kind {
@@ -539,26 +545,6 @@ public struct Resources: Equatable, Sendable {
         }
         guard !other, dots > 0 else { return nil }
         return dots == 1 ? .dot : .parent
-    }
-
-    /// The character at `i` and its length, as a decoder that takes overlong forms reads UTF-8;
-    /// a byte that begins none is U+FFFD alone.
-    static func overlongUTF8(_ b: UnsafeMutableBufferPointer<UInt8>, at i: Int) -> (UInt32, Int) {
-        let lead = b[i]
-        func continuation(_ k: Int) -> UInt32? { i + k < b.count && b[i + k] & 0xC0 == 0x80 ? UInt32(b[i + k] & 0x3F) : nil }
-        switch lead {
-        case 0..<0x80: return (UInt32(lead), 1)
-        case 0xC0..<0xE0:
-            if let c1 = continuation(1) { return (UInt32(lead & 0x1F) << 6 | c1, 2) }
-        case 0xE0..<0xF0:
-            if let c1 = continuation(1), let c2 = continuation(2) { return (UInt32(lead & 0x0F) << 12 | c1 << 6 | c2, 3) }
-        case 0xF0..<0xF8:
-            if let c1 = continuation(1), let c2 = continuation(2), let c3 = continuation(3) {
-                return (UInt32(lead & 0x07) << 18 | c1 << 12 | c2 << 6 | c3, 4)
-            }
-        default: break
-        }
-        return (0xFFFD, 1)
     }
 
     static func hexValue(_ byte: UInt8) -> UInt8 {

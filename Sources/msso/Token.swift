@@ -33,12 +33,13 @@ struct Token: ParsableCommand {
     func run() throws { try Self.perform(options.values, format: format, resource: resource) }
 
     static func perform(_ options: Common, format: Format, resource given: String?) throws {
-        // kubectl says where it sends the credential (provideClusterInfo): that is the resource.
-        let resource = format == .kubernetes ? Kubernetes.info?.spec?.cluster?.server.map(Kubernetes.root) ?? given : given
         try options.run { broker in
+            let resource = format == .kubernetes ? try Kubernetes.resource(given: given) : given
             let token: Methods.Token.Result
             do {
                 token = try broker.call(Methods.Token.self, .init(group: options.group, account: options.account, resource: resource))
+            } catch let error as BrokerError where format == .kubernetes && resource == nil && error.name == .resourceForbidden {
+                throw BrokerError(.resourceForbidden, error.message + "; for kubectl, set `provideClusterInfo: true` in the kubeconfig's exec section, so that kubectl names the cluster's server (msso takes no --resource from a kubeconfig's args)")
             } catch let error as BrokerError where format == .kubernetes && Kubernetes.mayLogIn && (error.name == .notLoggedIn || error.name == .expired) {
                 // kubectl runs us on a terminal in interactive mode: log in, as it expects a plugin to.
                 Output.error(error.message)
@@ -61,13 +62,35 @@ struct Token: ParsableCommand {
 enum Kubernetes {
     struct ExecInfo: Decodable {
         struct Spec: Decodable {
-            struct Cluster: Decodable { var server: String? }
+            struct Cluster: Decodable {
+                var server: String?
+                var insecureSkipTLSVerify: Bool?
+                enum CodingKeys: String, CodingKey {
+                    case server
+                    case insecureSkipTLSVerify = "insecure-skip-tls-verify"
+                }
+            }
             var interactive: Bool?
             /// Present when the kubeconfig's exec config says `provideClusterInfo: true`.
             var cluster: Cluster?
         }
         var apiVersion: String?
         var spec: Spec?
+    }
+
+    /// Where the token goes: the cluster's server, as kubectl (≥ 1.21, which always says what it
+    /// runs) names it with `provideClusterInfo: true`. Never `--resource` then: the plugin's args
+    /// are the kubeconfig's, and whoever wrote it chose them (found by an outside test: a hostile
+    /// kubeconfig named a listed server in them and its own as the cluster's, and got its token).
+    /// Without the cluster, no resource is named (a group with `resources` then refuses, the
+    /// refusal saying the fix); a cluster whose certificate is not checked gets nothing.
+    static func resource(given: String?) throws -> String? {
+        guard let info else { return given } // run by hand, or by a kubectl before 1.21
+        guard let cluster = info.spec?.cluster, let server = cluster.server else { return nil }
+        if cluster.insecureSkipTLSVerify == true {
+            throw BrokerError(.resourceForbidden, "kubectl does not check the certificate of the cluster at \(server.prefix(200)) (insecure-skip-tls-verify in the kubeconfig), so the token could go to whoever answers there; msso gives it none: give the cluster its certificate-authority instead")
+        }
+        return root(server)
     }
 
     /// A cluster's server as the resource: kubectl sends every request below its URL, so one

@@ -62,7 +62,10 @@ final class ResourcesTests: XCTestCase {
                      "..%c2%a0", "..%c2%85", "..%e2%80%80", "..%e2%80%8b", "..%e2%80%a8", "..%e3%80%80", "..%ef%bb%bf", "%1f..", "%c2%a0..",
                      "x%C2%A5..%C2%A5admin", "x%E2%82%A9..", "a%e2%88%96b", "a%e2%95%b1b", "a%e2%95%b2b", "a%e2%9f%8bb", "a%e2%9f%8db",
                      "a%e2%a7%b8b", "a%e2%a7%b9b", "a%cc%b8b", "a%e1%9c%b5b", "a%ef%bf%a5b", "a%ef%bf%a6b", "%EF%BD%A1%EF%BD%A1",
-                     "%E3%80%82%E3%80%82"] {
+                     "%E3%80%82%E3%80%82",
+                     // A third's: IIS's lax overlong forms (a continuation byte's high bits, even its hex, wrong).
+                     "%c0%2e%c0%2e/x", "x/%c0%2e%c0%2e/%c0%2e%c0%2e/y", "%e0%80%2e%e0%80%2e/x", "..%c1%1c..%c1%1cy", "..%c0%9v..%c0%9vy",
+                     "..%c0%qf..", "..%c1%8s..", "..%c1%pc..", "a%e9b"] {
             XCTAssertFalse(resources.allows("https://api.example.com/team/" + path), path)
         }
         XCTAssertTrue(resources.allows("https://api.example.com/v;1/x"))
@@ -226,12 +229,16 @@ final class ResourcesTests: XCTestCase {
                     // A second outside test's: IIS short names, Spring's suffix patterns.
                     "https://x.example.com/TEAM~1/a", "https://x.example.com/team~1/a", "https://x.example.com/team~/a",
                     "https://x.example.com/team.json", "https://x.example.com/Team.aspx", "https://x.example.com/team.php/x",
-                    "https://x.example.com/x/.../team/a"] {
+                    "https://x.example.com/x/.../team/a",
+                    // A third's: nginx's `location /team` takes any segment that begins so.
+                    "https://x.example.com/teamx/y", "https://x.example.com/team-x/y", "https://x.example.com/team+/x",
+                    "https://x.example.com/team@x/y", "https://x.example.com/team(x)/y"] {
             XCTAssertNotNil(resources.unplainSegment(url), url)
         }
         for url in ["https://x.example.com/team/repo.git/info/refs?service=git-upload-pack", "https://x.example.com/api/v1/pods",
                     "https://x.example.com/team/a-b_c.d.e@f", "https://other.example.com/a%20b/c:d", "https://x.example.com/",
-                    "https://x.example.com/teams.json", "https://x.example.com/x/team.json", "https://other.example.com/team~1/a"] {
+                    "https://x.example.com/tea/x", "https://x.example.com/x/team.json", "https://x.example.com/x/teams",
+                    "https://other.example.com/team~1/a"] {
             XCTAssertNil(resources.unplainSegment(url), url)
         }
     }

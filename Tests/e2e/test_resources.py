@@ -244,6 +244,16 @@ def test_the_kubectl_plugin_passes_the_cluster_server(guarded, server):  # noqa:
     given = plugin(server.url)
     assert given.returncode == 0, given.stderr
     SECRETS.add(json.loads(given.stdout)["status"]["token"])
+    # Found by an outside test: a hostile kubeconfig names a listed server in the plugin's args and
+    # its own as the cluster's (without provideClusterInfo): kubectl's word wins, and it named none.
+    info = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "spec": {"interactive": False}}
+    argued = subprocess.run([BIN / "msso", "token", "--format", "kubernetes", "--resource", f"{server.url}/"], capture_output=True,
+                            text=True, env=dict(guarded.env, KUBERNETES_EXEC_INFO=json.dumps(info)), timeout=30)
+    assert argued.returncode == 7 and argued.stdout == "" and "provideClusterInfo: true" in argued.stderr, argued.stderr
+    info["spec"]["cluster"] = {"server": server.url, "insecure-skip-tls-verify": True}
+    unchecked = subprocess.run([BIN / "msso", "token", "--format", "kubernetes"], capture_output=True, text=True,
+                               env=dict(guarded.env, KUBERNETES_EXEC_INFO=json.dumps(info)), timeout=30)
+    assert unchecked.returncode == 7 and unchecked.stdout == "" and "insecure-skip-tls-verify" in unchecked.stderr, unchecked.stderr
 
 
 @pytest.mark.skipif(not KUBECTL.exists(), reason="Debian's kubectl is unpacked by scripts/setup")
