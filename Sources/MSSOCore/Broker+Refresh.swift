@@ -95,7 +95,7 @@ extension Broker {
         let refreshed = credential
         return try await exclusively(name) {
             guard sessions[name]?.generation == generation else {
-                abandon(config, rotated: needsNewToken ? refreshed.refreshToken : nil)
+                abandon(config, rotated: needsNewToken ? refreshed.refreshToken : nil, accessToken: needsNewToken ? refreshed.accessToken : nil)
                 throw BrokerError(.notLoggedIn, "not logged in to \(name); the session ended while it was being refreshed")
             }
             // The IdP may have rotated the refresh token: keep it in memory even if the store
@@ -113,14 +113,15 @@ extension Broker {
     }
 
     /// A refresh or mint answered after its session ended (a logout or a login came meanwhile):
-    /// the refresh token the provider rotated as it answered belongs to no session, so it is
-    /// revoked (the logout revoked only the one it replaced), and its kept answer dropped.
-    /// (Found by an outside test: it stayed alive at the provider, and in the kernel keyring.)
-    func abandon(_ config: GroupConfig, rotated: String?) {
+    /// the refresh token the provider rotated as it answered, and the access token it issued,
+    /// belong to no session, so they are revoked (the logout revoked only those it knew), and its
+    /// kept answer dropped. (Found by outside tests: the refresh token stayed alive at the provider
+    /// and in the kernel keyring; later, an access token minted as the logout ran, valid an hour.)
+    func abandon(_ config: GroupConfig, rotated: String?, accessToken: String?) {
         identity.forgetRescuedRefresh(config)
-        guard let rotated else { return }
         let identity = self.identity
-        Task { _ = await identity.revoke(config, token: rotated, hint: .refreshToken) }
+        if let rotated { Task { _ = await identity.revoke(config, token: rotated, hint: .refreshToken) } }
+        if let accessToken { Task { _ = await identity.revoke(config, token: accessToken, hint: .accessToken) } }
     }
 
     /// The IdP no longer honours the session: close the window now so every app sees `Expired`.
@@ -308,13 +309,13 @@ extension Broker {
     /// provider rotated (kept in memory even if the store fails, so never spent twice), the token
     /// minted (used only once stored), those that gave their place; with none of them, what a
     /// store that failed before left unsaved. A session ended meanwhile gets nothing: the rotated
-    /// token is revoked (``abandon(_:rotated:)``) and `ended` thrown.
+    /// token is revoked (``abandon(_:rotated:accessToken:)``) and `ended` thrown.
     private func storeMint(_ config: GroupConfig, _ key: AccountName, generation: Int, ended: BrokerError, rotated: String? = nil,
                            minted: MintedToken? = nil, dropped: Set<TokenTarget> = []) async throws {
         let name = key
         try await exclusively(name) {
             guard sessions[name]?.generation == generation, var current = sessions[name]?.credential else {
-                abandon(config, rotated: rotated)
+                abandon(config, rotated: rotated, accessToken: minted?.accessToken)
                 throw ended
             }
             current.refreshToken = rotated ?? current.refreshToken

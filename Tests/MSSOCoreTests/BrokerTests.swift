@@ -257,6 +257,22 @@ final class BrokerTests: XCTestCase {
         XCTAssertNil(actual9.revoked, "nothing was there to revoke")
     }
 
+    func testARefreshAnsweredAfterALogoutHasBothItsTokensRevoked() async throws {
+        // Found by an outside test (a mint's, the same path): the tokens the provider issued as the
+        // logout ran belonged to no session and lived on at the provider.
+        let broker = makeBroker()
+        _ = try await login(broker) // at-1, rt-1
+        idp.refreshDelay = 50_000_000
+        let idp = self.idp
+        let renewal = Task { try await broker.token(nil, renew: true) }
+        while idp.counts.refreshes == 0 { await Task.yield() }
+        _ = try await broker.logout(nil, all: false)
+        await assertFails(.notLoggedIn) { try await renewal.value }
+        while !Set(idp.counts.revoked).isSuperset(of: ["rt-2", "at-2"]) { await Task.yield() }
+        XCTAssertTrue(Set(idp.counts.revoked).isSuperset(of: ["rt-1", "at-1"]), "and the session's own")
+        XCTAssertNil(store.item(group))
+    }
+
     func testALogoutTheIdPCannotRevokeSaysWhatStaysValidAndStillEndsTheSession() async throws {
         let broker = makeBroker()
         let sink = RecordingSink()
