@@ -155,12 +155,15 @@ public struct Resources: Equatable, Sendable {
     /// request could be for any of them. Nil otherwise.
     public func entriesForUnknownPath(_ url: String) -> [String]? {
         guard prefixes.count > 1 else { return nil }
-        return Array(url.utf8).withUnsafeBufferPointer { b -> [String]? in
+        // Read in place (this runs for every sign of such a group): no copy unless one is needed.
+        func sharing(_ b: UnsafeBufferPointer<UInt8>) -> [String]? {
             guard let parts = Self.parts(b), parts.path.isEmpty else { return nil }
             let host = b[parts.host].map { $0 >= 0x41 && $0 <= 0x5A ? $0 | 0x20 : $0 }
             let here = prefixes.indices.filter { prefixes[$0].https == parts.https && prefixes[$0].port == parts.port && prefixes[$0].host == host }
             return here.count > 1 ? here.map { entries[$0] } : nil
         }
+        if let found = url.utf8.withContiguousStorageIfAvailable(sharing) { return found }
+        return Array(url.utf8).withUnsafeBufferPointer(sharing)
     }
 
     /// The entry `url` falls in once its path is resolved as a lenient server resolves it
