@@ -224,11 +224,11 @@ public struct Resources: Equatable, Sendable {
                 // An entry's segment with more after it (`admin.json`, `adminx` beside `/admin/`, the
                 // segments before it the entry's): Spring MVC before 5.3 served it from that entry's
                 // handler (suffix patterns), nginx's `location /admin` takes both.
+                // (One that is another entry's segment is that entry's: `/r10/` beside `/r1/`.)
                 let segment = lowered(decoded)
-                if entrySegments.contains(where: { entry in
-                    depth < entry.count && segment.count > entry[depth].count && segment.starts(with: entry[depth])
-                        && segments.elementsEqual(entry.prefix(depth))
-                }) {
+                let along = entrySegments.filter { depth < $0.count && segments.elementsEqual($0.prefix(depth)) }
+                if !along.contains(where: { $0[depth] == segment }),
+                   along.contains(where: { segment.count > $0[depth].count && segment.starts(with: $0[depth]) }) {
                     return String(decoding: raw.prefix(200), as: UTF8.self)
                 }
                 segments.append(segment)

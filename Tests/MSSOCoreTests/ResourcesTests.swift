@@ -218,6 +218,14 @@ final class ResourcesTests: XCTestCase {
     /// Found by an outside test: paths a lenient server reads under `/team/` (IIS drops trailing
     /// spaces and NTFS stream names; others read full-width dots) got the root entry's token.
     /// Where two entries share a server, only plain segments get either.
+    func testAnEntrysSegmentIsNoneOfTheOthersWithMoreAfterIt() throws {
+        // `/r10/` beside `/r1/` is its own entry (the kernel keyring's sixteen servers); `/r100/` is neither's.
+        let resources = try Resources((0..<16).map { "http://127.0.0.1:9/r\($0)/" })
+        for n in 0..<16 { XCTAssertNil(resources.unplainSegment("http://127.0.0.1:9/r\(n)/x"), "r\(n)") }
+        XCTAssertNotNil(resources.unplainSegment("http://127.0.0.1:9/r100/x"))
+        XCTAssertNotNil(resources.unplainSegment("http://127.0.0.1:9/r1x/x"))
+    }
+
     func testWhereTwoEntriesShareAServerOnlyPlainSegmentsGetAToken() throws {
         let resources = try Resources(["https://x.example.com/", "https://x.example.com/team/", "https://other.example.com/"])
         for url in ["https://x.example.com/team%20/a", "https://x.example.com/team.%20/a", "https://x.example.com/team%20./a",
