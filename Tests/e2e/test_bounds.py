@@ -729,11 +729,13 @@ def test_8000_signs_each_with_a_new_origin_and_a_60_kb_dpop_nonce(dpop_logged_in
 PING_FLOODER = r"""
 import json, socket, struct, sys, time
 path, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+method = sys.argv[4] if len(sys.argv) > 4 else "ping"  # or "status": a call each answered by the broker
 def frame(p): return struct.pack(">I", len(p)) + p
 hello = frame(json.dumps({"type": "call", "serial": 1, "method": "hello", "args": {"version": 1}}).encode())
 data = "p" * size
-pings = b"".join(frame(json.dumps({"type": "call", "serial": n, "method": "ping", "args": {"data": data}}).encode())
-                 for n in range(2, 2 + (1024 * 1024) // size))
+args = {"data": data} if method == "ping" else {}
+pings = b"".join(frame(json.dumps({"type": "call", "serial": n, "method": method, "args": args}).encode())
+                 for n in range(2, 2 + (1024 * 1024) // max(size, 64)))
 socks = []
 for _ in range(count):
     s = socket.socket(socket.AF_UNIX); s.connect(path); s.sendall(hello); socks.append(s)
@@ -763,6 +765,48 @@ while pending and time.monotonic() - last < 3:
 print(json.dumps({"closed": closed, "stalled": len(pending)}), flush=True)
 sys.stdin.readline()
 """
+
+
+def test_500_connections_pipelining_status_calls_hold_no_more_than_the_budgets(logged_in):
+    """Found by an outside test: 1,000 connections pipelining `status` and `check`, read or not,
+    grew mssod to 518 MB and slowed a bystander's `msso check` to 7.8 s: the cap on calls in flight
+    was checked only between reads (hundreds of calls pipelined in one read each became a task),
+    and a 60-byte call counted 60 bytes of the calls' budget. Expected: within one read the cap
+    holds, each call counts at least 16 KiB, so mssod's peak stays within start + both budgets
+    (16 MiB each) + 32 MiB (the connections' own state), and the bystander is answered."""
+    broker = logged_in
+    pid = broker.process.pid
+    start = memory(pid)
+    flooders = [run_child(PING_FLOODER, broker.socket, 250, 0, "status") for _ in range(2)]
+    try:
+        for flooder in flooders:
+            read_json_line(flooder)  # connected and greeted
+        outcomes = [None] * len(flooders)
+
+        def collect(index):
+            outcomes[index] = read_json_line(flooders[index], timeout=300)
+
+        collectors = [threading.Thread(target=collect, args=(index,)) for index in range(len(flooders))]
+        for collector in collectors:
+            collector.start()
+        checks = []
+        while any(collector.is_alive() for collector in collectors):
+            checks.append(legit_check(broker))
+            time.sleep(0.2)  # pace, not order
+        for collector in collectors:
+            collector.join()
+        checks.append(legit_check(broker))
+        peak = memory(pid)
+        bound = 16 * MIB + 16 * MIB + 32 * MIB
+        print(f"\n500 connections pipelining status calls, never read: mssod VmRSS {mib(start['VmRSS'])} before, peak "
+              f"{mib(peak['VmHWM'])} (bound: {mib(start['VmRSS'] + bound)}); legit check {len(checks)}x, slowest {max(checks):.3f} s")
+        assert peak["VmHWM"] < start["VmRSS"] + bound
+        assert max(checks) < 2, checks
+        assert_served(broker)
+    finally:
+        for flooder in flooders:
+            flooder.kill()
+            flooder.wait()
 
 
 def test_1020_connections_pipelining_pings_whose_replies_are_never_read(logged_in):
