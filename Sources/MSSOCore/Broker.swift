@@ -27,6 +27,9 @@ public actor Broker {
 
     /// Each group's signing key, once loaded or made.
     var signingKeys: [String: SigningKey] = [:]
+    /// Logouts running now, which a shutdown lets finish as it does refreshes (found by an outside
+    /// test: a SIGTERM during `logout --all` left some accounts logged in, 3 of 3).
+    var logoutsUnderWay = 0
     /// The newest DPoP nonce each origin asked for (RFC 9449 §8, §9), per group, bounded.
     var dpopNonces: [String: DPoPNonces] = [:]
     /// Each session's state, by group and account.
@@ -323,6 +326,8 @@ public actor Broker {
     /// other (found by an outside test: `--all` stopped at the first), and the error then names
     /// what ended and what did not.
     private func end(_ keys: [AccountName]) async throws -> Methods.Logout.Result {
+        logoutsUnderWay += 1
+        defer { logoutsUnderWay -= 1 }
         let configuration = self.configuration
         var ended: [AccountName] = [], notRevoked: [Methods.Logout.NotRevoked] = [], failed: [(AccountName, BrokerError)] = []
         for key in keys {
@@ -482,21 +487,25 @@ public actor Broker {
         }
     }
 
-    /// Stops the timers, and waits for the refreshes under way to be stored, `seconds` at most (on
-    /// shutdown): the IdP may have rotated the refresh token already, and its answer is the
-    /// session. One that takes longer is left to mssod-idp, which keeps its answer for the next
-    /// mssod (``IdentityProvider/rescuedRefresh(_:spent:)``).
+    /// Stops the timers, and waits for the refreshes under way to be stored and the logouts under
+    /// way to end, `seconds` at most (on shutdown): the IdP may have rotated the refresh token
+    /// already, and its answer is the session; a logout stopped halfway leaves some of its
+    /// sessions logged in. A refresh that takes longer is left to mssod-idp, which keeps its answer
+    /// for the next mssod (``IdentityProvider/rescuedRefresh(_:spent:)``); a logout, to the next
+    /// mssod, which finishes the sessions it marked ended.
     public func shutdown(within seconds: Double = 3) async {
         for key in sessions.keys {
             sessions[key]?.expiryTimer?.cancel()
             sessions[key]?.expiringTimer?.cancel()
         }
         let refreshes = sessions.values.compactMap(\.refresh)
-        guard !refreshes.isEmpty else { return }
-        logger.info("waiting for the refreshes under way to be stored", metadata: ["count": "\(refreshes.count)", "at most": "\(seconds)s"])
+        guard !refreshes.isEmpty || logoutsUnderWay > 0 else { return }
+        logger.info("waiting for the refreshes and logouts under way", metadata: ["refreshes": "\(refreshes.count)", "logouts": "\(logoutsUnderWay)",
+                                                                             "at most": "\(seconds)s"])
         let (ended, end) = AsyncStream<Void>.makeStream()
-        Task {
+        Task { [clock] in
             for refresh in refreshes { _ = try? await refresh.value }
+            while await self.logoutsUnderWay > 0 { await clock.sleep(0.02) }
             end.yield()
         }
         Task { [clock] in

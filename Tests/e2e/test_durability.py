@@ -209,7 +209,7 @@ def test_a_stop_during_a_refresh_waits_for_the_answer_and_stores_it(desktop, rot
     with frozen(provider.pid()):
         sign, _ = refresh_held_at_the_idp(desktop, provider, daemon)
         daemon.process.send_signal(signal.SIGTERM)
-        wait_for(lambda: daemon.logged("waiting for the refreshes under way to be stored"), what="mssod to wait")
+        wait_for(lambda: daemon.logged("waiting for the refreshes and logouts under way"), what="mssod to wait")
     daemon.process.wait(timeout=5)
     sign.wait(timeout=10)
     the_rotated_token_is_stored_alone(desktop, provider, item)
@@ -296,6 +296,39 @@ def test_a_second_mssod_of_the_user_does_not_start(broker, desktop, idp):
 
 def signs(broker) -> bool:
     return broker.msso("sign", "--url", URL).returncode == 0
+
+
+def test_a_stop_during_a_logout_of_every_group_lets_it_finish(desktop):
+    """Found by an outside test: SIGTERM during `msso logout --all` left the sessions it had not
+    reached yet logged in (3 of 3). Here the provider holds the first revocation unanswered, mssod
+    is stopped meanwhile, and the hold ends. Expected: mssod lets the logout finish before it
+    exits (as it does a refresh, 3 s at most), and none of the three groups is logged in after."""
+    from fake_idp import FakeIdP
+    upstream = IdP()
+    fake = FakeIdP(upstream)
+    groups = [GROUP, "com.example.second", "com.example.third"]
+    daemon = Broker(desktop, fake, groups={group: {} for group in groups})
+    try:
+        for group in groups:
+            assert daemon.login(group=group).returncode == 0
+        fake.revoke_hold = True
+        logout = subprocess.Popen([*desktop.prefix, BIN / "msso", "logout", "--all"], env=daemon.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: fake.recorded("POST", "/revoke"), timeout=20, what="the logout to ask for the first revocation")
+        process = daemon.process
+        process.send_signal(signal.SIGTERM)
+        fake.revoke_hold = False
+        fake.release()
+        process.wait(timeout=10)
+        daemon.process = None
+        logout.communicate(timeout=20)
+        daemon.start()
+        for group in groups:
+            assert daemon.msso("check", "--group", group).returncode == 2, f"{group} still logged in"
+    finally:
+        daemon.stop()
+        fake.stop()
+        upstream.cleanup()
 
 
 def test_a_crash_in_the_middle_of_a_logout_leaves_no_token_alive_at_the_provider(desktop):
