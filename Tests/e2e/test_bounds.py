@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -767,17 +768,13 @@ sys.stdin.readline()
 """
 
 
-def test_500_connections_pipelining_status_calls_hold_no_more_than_the_budgets(logged_in):
-    """Found by an outside test: 1,000 connections pipelining `status` and `check`, read or not,
-    grew mssod to 518 MB and slowed a bystander's `msso check` to 7.8 s: the cap on calls in flight
-    was checked only between reads (hundreds of calls pipelined in one read each became a task),
-    and a 60-byte call counted 60 bytes of the calls' budget. Expected: within one read the cap
-    holds, each call counts at least 16 KiB, so mssod's peak stays within start + both budgets
-    (16 MiB each) + 32 MiB (the connections' own state), and the bystander is answered."""
-    broker = logged_in
-    pid = broker.process.pid
-    start = memory(pid)
-    flooders = [run_child(PING_FLOODER, broker.socket, 250, 0, "status") for _ in range(2)]
+@contextmanager
+def flooding(broker, processes, *argv):
+    """`processes` PING_FLOODER children (`argv`: connections each, the call's size, its method),
+    a bystander's `msso check` every 0.2 s until each reports that the daemon stopped reading (or
+    closed) all of its connections. Yields their reports and the checks' times; the flooders hold
+    their connections until the block ends."""
+    flooders = [run_child(PING_FLOODER, broker.socket, *argv) for _ in range(processes)]
     try:
         for flooder in flooders:
             read_json_line(flooder)  # connected and greeted
@@ -795,18 +792,31 @@ def test_500_connections_pipelining_status_calls_hold_no_more_than_the_budgets(l
             time.sleep(0.2)  # pace, not order
         for collector in collectors:
             collector.join()
+        yield outcomes, checks
+    finally:
+        for flooder in flooders:
+            flooder.kill()
+            flooder.wait()
+
+
+def test_500_connections_pipelining_status_calls_hold_no_more_than_the_budgets(logged_in):
+    """Found by an outside test: 1,000 connections pipelining `status` and `check`, read or not,
+    grew mssod to 518 MB and slowed a bystander's `msso check` to 7.8 s: the cap on calls in flight
+    was checked only between reads (hundreds of calls pipelined in one read each became a task),
+    and a 60-byte call counted 60 bytes of the calls' budget. Expected: within one read the cap
+    holds, each call counts at least 16 KiB, so mssod's peak stays within start + both budgets
+    (16 MiB each) + 32 MiB (the connections' own state), and the bystander is answered."""
+    broker = logged_in
+    start = memory(broker.process.pid)
+    with flooding(broker, 2, 250, 0, "status") as (_, checks):
         checks.append(legit_check(broker))
-        peak = memory(pid)
+        peak = memory(broker.process.pid)
         bound = 16 * MIB + 16 * MIB + 32 * MIB
         print(f"\n500 connections pipelining status calls, never read: mssod VmRSS {mib(start['VmRSS'])} before, peak "
               f"{mib(peak['VmHWM'])} (bound: {mib(start['VmRSS'] + bound)}); legit check {len(checks)}x, slowest {max(checks):.3f} s")
         assert peak["VmHWM"] < start["VmRSS"] + bound
         assert max(checks) < 2, checks
         assert_served(broker)
-    finally:
-        for flooder in flooders:
-            flooder.kill()
-            flooder.wait()
 
 
 def test_1020_connections_pipelining_pings_whose_replies_are_never_read(logged_in):
@@ -818,30 +828,11 @@ def test_1020_connections_pipelining_pings_whose_replies_are_never_read(logged_i
     are closed), so mssod's peak stays within start + 16 MiB + 32 MiB (the connections' own
     state); and a legitimate `msso check` from another process answers meanwhile."""
     broker = logged_in
-    pid = broker.process.pid
-    start = memory(pid)
-    flooders = [run_child(PING_FLOODER, broker.socket, 255, 8000) for _ in range(4)]
-    try:
-        for flooder in flooders:
-            read_json_line(flooder)  # connected and greeted
-        # Each flooder reports once the daemon has stopped reading (or closed) all of its connections.
-        outcomes = [None] * len(flooders)
-
-        def collect(index):
-            outcomes[index] = read_json_line(flooders[index], timeout=300)
-
-        collectors = [threading.Thread(target=collect, args=(index,)) for index in range(len(flooders))]
-        for collector in collectors:
-            collector.start()
-        checks = []
-        while any(collector.is_alive() for collector in collectors):
-            checks.append(legit_check(broker))
-            time.sleep(0.2)  # pace, not order
-        for collector in collectors:
-            collector.join()
+    start = memory(broker.process.pid)
+    with flooding(broker, 4, 255, 8000) as (outcomes, checks):
         for _ in range(3):
             checks.append(legit_check(broker))
-        peak = memory(pid)
+        peak = memory(broker.process.pid)
         bound = 16 * MIB + 32 * MIB
         print(f"\n1,020 connections pipelining 8 KB pings, never read: closed by the daemon "
               f"{sum(o['closed'] for o in outcomes)}, left unread {sum(o['stalled'] for o in outcomes)}; mssod VmRSS "
@@ -851,7 +842,3 @@ def test_1020_connections_pipelining_pings_whose_replies_are_never_read(logged_i
         assert peak["VmHWM"] < start["VmRSS"] + bound
         assert max(checks) < 2, checks
         assert_served(broker)
-    finally:
-        for flooder in flooders:
-            flooder.kill()
-            flooder.wait()
