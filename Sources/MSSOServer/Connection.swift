@@ -163,7 +163,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
     private var callsBehind = 0
 
     private func step(_ decoded: Decoded, sender: Sender) -> Step {
-        let serial: UInt32, method: String, arguments: CallArguments, size: Int
+        let serial: UInt32, method: String, arguments: CallArguments, frame: Int
         switch checks.check(decoded, senderPid: sender.pid, probes: self) {
         case .refuse(let serial, let error):
             send(ReplyWriter.error(serial: serial, error))
@@ -175,7 +175,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
             send(ReplyWriter.pingReply(serial: serial, data: data.data))
             return .done
         case .call(let number, let name, let value, let bytes):
-            (serial, method, arguments, size) = (number, name, value, CallBudget.charge(bytes))
+            (serial, method, arguments, frame) = (number, name, value, bytes)
         }
         if server.reloading { return .wait }
         let caller: Caller
@@ -218,7 +218,7 @@ final class Connection: ReactorHandler, SignalSink, @unchecked Sendable {
         // What the call holds while it runs, within the budget of all connections' calls; but a
         // small call on a connection with nothing running goes whatever the budget (at most one
         // per connection, 16 KiB each): a flood fills the budget, and everyone else is still served.
-        let charged = inFlight == 0 && size == CallBudget.leastPerCall ? 0 : size
+        let charged = inFlight == 0 && frame <= CallBudget.leastPerCall ? 0 : CallBudget.charge(frame)
         guard charged == 0 || server.calls.take(charged) else {
             send(ReplyWriter.error(serial: serial, BrokerError(.busy, "mssod holds \(server.calls.held / 1024) KiB of calls still running (waiting for an identity provider, a refresh, or your answer to a confirmation), its limit; try again when they have finished")))
             return .done
